@@ -1,0 +1,1 @@
+//! Multi-cluster runtime and reconcilers (grows with the controller issues).
