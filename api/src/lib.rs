@@ -1,0 +1,18 @@
+//! Typed Platform Mesh APIs, their generated CRDs and the serving description of every type.
+//! One module per API group; `crds` renders manifests, `serving` feeds the API server.
+
+#![warn(missing_docs)]
+
+pub mod broker;
+pub mod common;
+pub mod core;
+pub mod crds;
+pub mod providers;
+pub mod schema;
+pub mod serving;
+
+pub use crds::{check_crds, crds, write_crds};
+pub use serving::{served_types, ColumnSource, PrinterColumn, ResourceType};
+
+#[cfg(test)]
+mod upstream_tests;
