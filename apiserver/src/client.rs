@@ -1,0 +1,139 @@
+//! A minimal HTTPS client for talking to a server of ours from tests, benchmarks and health
+//! probes: one HTTP/1.1 connection with a client certificate, no connection pool.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use rustls::RootCertStore;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// TLS settings for connecting to a server.
+#[derive(Clone)]
+pub struct ClientConfig {
+    tls: Arc<rustls::ClientConfig>,
+    address: std::net::SocketAddr,
+}
+
+impl ClientConfig {
+    /// Trusts `ca_pem`; presents `cert_pem`/`key_pem` when given.
+    pub fn new(
+        address: std::net::SocketAddr,
+        ca_pem: &str,
+        client: Option<(&str, &str)>,
+    ) -> anyhow::Result<Self> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            roots.add(c?)?;
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots);
+        let tls = match client {
+            Some((cert, key)) => {
+                let chain: Vec<CertificateDer<'static>> =
+                    CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>()?;
+                builder
+                    .with_client_auth_cert(chain, PrivateKeyDer::from_pem_slice(key.as_bytes())?)?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        Ok(ClientConfig {
+            tls: Arc::new(tls),
+            address,
+        })
+    }
+
+    /// Opens one connection.
+    pub async fn connect(&self) -> anyhow::Result<Connection> {
+        let tcp = TcpStream::connect(self.address).await?;
+        tcp.set_nodelay(true)?;
+        let name = ServerName::try_from("localhost")?;
+        let tls = TlsConnector::from(self.tls.clone())
+            .connect(name, tcp)
+            .await?;
+        let (sender, conn) = http1::handshake(TokioIo::new(tls)).await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Connection { sender })
+    }
+}
+
+/// One open HTTP/1.1 connection.
+pub struct Connection {
+    sender: http1::SendRequest<Full<Bytes>>,
+}
+
+/// A buffered response.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// The body as JSON (`Null` when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Connection {
+    /// Sends a request and reads the whole response.
+    pub async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: impl Into<Bytes>,
+    ) -> anyhow::Result<Reply> {
+        self.sender.ready().await?;
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, "localhost")
+            .header(http::header::ACCEPT, "application/json");
+        if let Some(ct) = content_type {
+            req = req.header(http::header::CONTENT_TYPE, ct);
+        }
+        let resp = self
+            .sender
+            .send_request(req.body(Full::new(body.into()))?)
+            .await?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok(Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+
+    pub async fn get(&mut self, path: &str) -> anyhow::Result<Reply> {
+        self.send(Method::GET, path, None, Bytes::new()).await
+    }
+
+    pub async fn post_json(
+        &mut self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> anyhow::Result<Reply> {
+        self.send(
+            Method::POST,
+            path,
+            Some("application/json"),
+            serde_json::to_vec(body)?,
+        )
+        .await
+    }
+}

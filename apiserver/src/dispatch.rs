@@ -1,0 +1,373 @@
+//! The request path from a decoded HTTP request to a response: panic guard, body limit,
+//! authentication, request info, routing to discovery, OpenAPI, health, metrics and resources.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use http::{header, HeaderValue, Method, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::Request;
+use serde_json::{json, Value};
+
+use crate::body::Body;
+use crate::handlers::{self, ResourceCall};
+use crate::metrics::Metrics;
+use crate::negotiation::aggregated_discovery_version;
+use crate::openapi::{OpenApi, KUBE_VERSION};
+use crate::query::Query;
+use crate::registry::Registry;
+use crate::request_info::{self, ClusterTarget, Target};
+use crate::status::ApiError;
+use crate::storage::Store;
+use crate::{discovery, namespaces};
+
+/// Largest request body accepted (as kube-apiserver: 3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// The authenticated user of a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+/// Everything a request handler may use. No global state: the server is this value.
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub registry: Registry,
+    pub openapi: OpenApi,
+    pub metrics: Metrics,
+    /// `host:port` clients reach the server at (for `/api`).
+    pub advertise_address: String,
+    pub namespaces: namespaces::NamespaceLifecycle,
+    /// Precomputed discovery documents.
+    discovery: DiscoveryCache,
+}
+
+struct DiscoveryCache {
+    core_v2: Bytes,
+    core_v2beta1: Bytes,
+    apis_v2: Bytes,
+    apis_v2beta1: Bytes,
+    group_list: Bytes,
+}
+
+impl AppState {
+    pub fn new(store: Arc<dyn Store>, registry: Registry, advertise_address: String) -> Arc<Self> {
+        let openapi = OpenApi::build(&registry);
+        let enc = |v: Value| Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
+        let discovery = DiscoveryCache {
+            core_v2: enc(discovery::aggregated(&registry, true, "v2")),
+            core_v2beta1: enc(discovery::aggregated(&registry, true, "v2beta1")),
+            apis_v2: enc(discovery::aggregated(&registry, false, "v2")),
+            apis_v2beta1: enc(discovery::aggregated(&registry, false, "v2beta1")),
+            group_list: enc(discovery::group_list(&registry)),
+        };
+        Arc::new_cyclic(|weak| AppState {
+            namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
+            store,
+            registry,
+            openapi,
+            metrics: Metrics::new(),
+            advertise_address,
+            discovery,
+        })
+    }
+}
+
+/// Paths anyone may read without a client certificate.
+fn is_public(target: &Target) -> bool {
+    matches!(target, Target::Health { .. } | Target::Version)
+}
+
+/// Serves one request. Never panics: a panic inside a handler becomes a 500 Status.
+pub async fn handle(
+    state: Arc<AppState>,
+    identity: Option<Arc<Identity>>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let label = std::sync::Mutex::new(("unknown".to_string(), String::new()));
+    let result = AssertUnwindSafe(route(&state, identity, req, &label))
+        .catch_unwind()
+        .await;
+    let response = match result {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(panic = %what, "handler panicked");
+            error_response(&ApiError::internal(
+                "an internal error occurred while serving the request",
+            ))
+        }
+    };
+    let (verb, resource) = label.into_inner().unwrap_or_default();
+    let verb = if verb == "unknown" {
+        method.as_str().to_ascii_lowercase()
+    } else {
+        verb
+    };
+    state.metrics.observe(
+        &verb,
+        &resource,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    tracing::debug!(
+        verb,
+        resource,
+        code = response.status().as_u16(),
+        latency_ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+    response
+}
+
+async fn route(
+    state: &Arc<AppState>,
+    identity: Option<Arc<Identity>>,
+    req: Request<Incoming>,
+    label: &std::sync::Mutex<(String, String)>,
+) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let query = Query::parse(parts.uri.query());
+    let info = match request_info::parse(&parts.method, parts.uri.path(), query.flag("watch")) {
+        Ok(i) => i,
+        Err(e) => return error_response(&e),
+    };
+    if identity.is_none() && !is_public(&info.target) {
+        return error_response(&ApiError::unauthorized());
+    }
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    match info.target {
+        Target::Resource(rr) => {
+            if let Ok(mut l) = label.lock() {
+                *l = (rr.verb.as_str().to_string(), rr.resource.clone());
+            }
+            let body = if matches!(
+                parts.method,
+                Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+            ) {
+                match read_body(body).await {
+                    Ok(b) => b,
+                    Err(e) => return error_response(&e),
+                }
+            } else {
+                Bytes::new()
+            };
+            let call = ResourceCall {
+                state: state.clone(),
+                cluster: info.cluster,
+                request: rr,
+                query,
+                headers: parts.headers,
+                body,
+                identity,
+            };
+            handlers::serve(call).await
+        }
+        other => {
+            if parts.method != Method::GET && parts.method != Method::HEAD {
+                return error_response(&ApiError::method_not_allowed(
+                    parts.method.as_str(),
+                    &crate::status::GroupResource::new("", parts.uri.path()),
+                ));
+            }
+            serve_non_resource(state, &info.cluster, other, accept.as_deref(), &query)
+        }
+    }
+}
+
+async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
+    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(ApiError::too_large(MAX_BODY_BYTES))
+            } else {
+                Err(ApiError::bad_request(format!(
+                    "failed to read the request body: {e}"
+                )))
+            }
+        }
+    }
+}
+
+fn serve_non_resource(
+    state: &AppState,
+    cluster: &ClusterTarget,
+    target: Target,
+    accept: Option<&str>,
+    query: &Query,
+) -> Response<Body> {
+    let _ = cluster;
+    match target {
+        Target::CoreRoot => match aggregated_discovery_version(accept) {
+            Some("v2") => discovery_response(state.discovery.core_v2.clone(), "v2"),
+            Some(_) => discovery_response(state.discovery.core_v2beta1.clone(), "v2beta1"),
+            None => json_response(
+                StatusCode::OK,
+                &discovery::core_versions(&state.advertise_address),
+            ),
+        },
+        Target::GroupList => match aggregated_discovery_version(accept) {
+            Some("v2") => discovery_response(state.discovery.apis_v2.clone(), "v2"),
+            Some(_) => discovery_response(state.discovery.apis_v2beta1.clone(), "v2beta1"),
+            None => bytes_response(
+                StatusCode::OK,
+                "application/json",
+                state.discovery.group_list.clone(),
+            ),
+        },
+        Target::Group(g) => match discovery::group(&state.registry, &g) {
+            Some(v) => json_response(StatusCode::OK, &v),
+            None => error_response(&ApiError::path_not_found()),
+        },
+        Target::ResourceList { group, version } => {
+            match discovery::resource_list(&state.registry, &group, &version) {
+                Some(v) => json_response(StatusCode::OK, &v),
+                None => error_response(&ApiError::path_not_found()),
+            }
+        }
+        Target::OpenApiV3Root => {
+            bytes_response(StatusCode::OK, "application/json", state.openapi.root())
+        }
+        Target::OpenApiV3Group { group, version } => match state.openapi.document(&group, &version)
+        {
+            Some((doc, hash)) => {
+                let mut r = bytes_response(StatusCode::OK, "application/json", doc);
+                if let Ok(v) = HeaderValue::from_str(&format!("\"{hash}\"")) {
+                    r.headers_mut().insert(header::ETAG, v);
+                }
+                if query.get("hash") == Some(hash) {
+                    r.headers_mut().insert(
+                        header::CACHE_CONTROL,
+                        HeaderValue::from_static("public, immutable"),
+                    );
+                }
+                r
+            }
+            None => error_response(&ApiError::path_not_found()),
+        },
+        Target::OpenApiV2 => {
+            let wants_proto = accept.is_some_and(|a| a.contains("protobuf"));
+            if wants_proto {
+                bytes_response(
+                    StatusCode::OK,
+                    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                    state.openapi.v2_protobuf(),
+                )
+            } else {
+                bytes_response(StatusCode::OK, "application/json", state.openapi.v2_json())
+            }
+        }
+        Target::Version => json_response(StatusCode::OK, &version_info()),
+        Target::Health { endpoint, check } => health(&endpoint, check.as_deref(), query),
+        Target::Metrics => bytes_response(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            Bytes::from(state.metrics.render()),
+        ),
+        Target::Resource(_) | Target::Unknown => error_response(&ApiError::path_not_found()),
+    }
+}
+
+/// `/version`.
+pub fn version_info() -> Value {
+    let minor = KUBE_VERSION
+        .trim_start_matches("v1.")
+        .split('.')
+        .next()
+        .unwrap_or("33");
+    json!({
+        "major": "1",
+        "minor": minor,
+        "gitVersion": format!("{KUBE_VERSION}+platform-mesh-{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    })
+}
+
+const HEALTH_CHECKS: &[&str] = &["ping", "storage"];
+
+fn health(endpoint: &str, check: Option<&str>, query: &Query) -> Response<Body> {
+    if let Some(c) = check {
+        return if HEALTH_CHECKS.contains(&c) {
+            text_response(StatusCode::OK, "ok".into())
+        } else {
+            error_response(&ApiError::path_not_found())
+        };
+    }
+    if query.get("verbose").is_some() {
+        let mut out = String::new();
+        for c in HEALTH_CHECKS {
+            out.push_str(&format!("[+]{c} ok\n"));
+        }
+        out.push_str(&format!("{endpoint} check passed\n"));
+        text_response(StatusCode::OK, out)
+    } else {
+        text_response(StatusCode::OK, "ok".into())
+    }
+}
+
+fn discovery_response(body: Bytes, version: &str) -> Response<Body> {
+    let mut r = bytes_response(StatusCode::OK, "application/json", body);
+    if let Ok(v) = HeaderValue::from_str(&discovery::aggregated_content_type(version)) {
+        r.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    r.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    r
+}
+
+/// A response with the given body and content type.
+pub fn bytes_response(code: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
+    let mut r = Response::new(Body::from_bytes(body));
+    *r.status_mut() = code;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+pub fn json_response(code: StatusCode, v: &Value) -> Response<Body> {
+    bytes_response(
+        code,
+        "application/json",
+        Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
+    )
+}
+
+fn text_response(code: StatusCode, s: String) -> Response<Body> {
+    bytes_response(code, "text/plain; charset=utf-8", Bytes::from(s))
+}
+
+/// The Status response of an error.
+pub fn error_response(e: &ApiError) -> Response<Body> {
+    let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = json_response(code, &e.to_status());
+    if let Some(retry) = e.details.as_ref().and_then(|d| d.retry_after_seconds) {
+        if let Ok(v) = HeaderValue::from_str(&retry.to_string()) {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    r
+}

@@ -1,0 +1,381 @@
+//! Resource handlers, one file per verb, over one generic store: every served type goes
+//! through the same code; a type only contributes its [`Resource`] description.
+
+mod create;
+mod delete;
+mod get;
+mod list;
+mod patch;
+mod update;
+mod watch;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::body::Body;
+use crate::dispatch::{bytes_response, error_response, AppState, Identity};
+use crate::negotiation::{negotiate_resource, Encoding, Negotiated, Output};
+use crate::objects;
+use crate::query::{FieldValidation, Query};
+use crate::registry::Resource;
+use crate::request_info::{ClusterTarget, ResourceRequest, Verb};
+use crate::status::{ApiError, Cause, GroupResource};
+use crate::storage::{KeyValue, StorageError};
+use crate::table;
+
+pub(crate) use list::list_keys;
+
+/// One resource request with everything the verb handlers need.
+pub struct ResourceCall {
+    pub state: Arc<AppState>,
+    pub cluster: ClusterTarget,
+    pub request: ResourceRequest,
+    pub query: Query,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub identity: Option<Arc<Identity>>,
+}
+
+/// The parts of a call after the resource was resolved.
+pub(crate) struct Ctx {
+    pub state: Arc<AppState>,
+    pub resource: Arc<Resource>,
+    pub cluster: ClusterTarget,
+    pub req: ResourceRequest,
+    pub query: Query,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub negotiated: Negotiated,
+    pub warnings: Vec<String>,
+}
+
+impl Ctx {
+    /// The addressed cluster; wildcard requests are read-only and never reach writes.
+    pub fn cluster_name(&self) -> Result<&str, ApiError> {
+        self.cluster
+            .name()
+            .ok_or_else(|| ApiError::method_not_allowed(self.req.verb.as_str(), &self.resource.gr))
+    }
+
+    pub fn gr(&self) -> &GroupResource {
+        &self.resource.gr
+    }
+
+    pub fn name(&self) -> &str {
+        self.req.name.as_deref().unwrap_or("")
+    }
+
+    /// The storage key of the named object.
+    pub fn key(&self) -> Result<String, ApiError> {
+        Ok(self.resource.key(
+            self.cluster_name()?,
+            self.req.namespace.as_deref(),
+            self.name(),
+        ))
+    }
+
+    pub fn header(&self, name: header::HeaderName) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Maps a storage error to the client's Status.
+    pub fn storage_error(&self, e: StorageError) -> ApiError {
+        match e {
+            StorageError::AlreadyExists(_) => ApiError::already_exists(self.gr(), self.name()),
+            StorageError::NotFound(_) => ApiError::not_found(self.gr(), self.name()),
+            StorageError::Conflict { .. } => ApiError::conflict(self.gr(), self.name()),
+            StorageError::Compacted {
+                requested,
+                compacted,
+            } => ApiError::gone(format!(
+                "too old resource version: {requested} ({compacted})"
+            )),
+            StorageError::FutureRevision { requested, current } => {
+                let mut e = ApiError::timeout(format!(
+                    "Too large resource version: {requested}, current: {current}"
+                ));
+                e.details = Some(crate::status::Details {
+                    causes: vec![Cause {
+                        reason: "ResourceVersionTooLarge".into(),
+                        message: "Too large resource version".into(),
+                        field: String::new(),
+                    }],
+                    retry_after_seconds: Some(1),
+                    ..Default::default()
+                });
+                e
+            }
+            StorageError::Backend(m) => ApiError::internal(format!("storage error: {m}")),
+        }
+    }
+
+    /// Reads the current state of the named object.
+    pub async fn current(&self) -> Result<KeyValue, ApiError> {
+        let key = self.key()?;
+        match self.state.store.get(&key).await {
+            Ok(Some(kv)) => Ok(kv),
+            Ok(None) => Err(ApiError::not_found(self.gr(), self.name())),
+            Err(e) => Err(self.storage_error(e)),
+        }
+    }
+
+    /// Decodes a JSON or YAML request body into an object.
+    pub fn decode_body(&self, yaml: bool) -> Result<Value, ApiError> {
+        let r = &self.resource;
+        let cannot = |why: String| {
+            ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: {why}",
+                r.kind(),
+                r.ty.version,
+                r.kind()
+            ))
+        };
+        if self.body.is_empty() {
+            return Err(cannot("the request body is empty".into()));
+        }
+        let v: Value = if yaml {
+            let text = std::str::from_utf8(&self.body)
+                .map_err(|_| cannot("the body is not UTF-8".into()))?;
+            serde_saphyr::from_str(text)
+                .map_err(|e| cannot(format!("error converting YAML to JSON: {e}")))?
+        } else {
+            serde_json::from_slice(&self.body).map_err(|e| cannot(format!("invalid JSON: {e}")))?
+        };
+        if !v.is_object() {
+            return Err(cannot("the body must be an object".into()));
+        }
+        Ok(v)
+    }
+
+    /// Validates metadata, prunes and validates against the type's schema; collects warnings or
+    /// fails per `fieldValidation`.
+    pub fn admit(&mut self, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+        let mode = self.query.field_validation()?;
+        let r = self.resource.clone();
+        let name = objects::name(obj).to_string();
+        let rule = if r.ty.group.is_empty() && r.ty.plural == "namespaces" {
+            crate::names::NameRule::DnsLabel
+        } else {
+            crate::names::NameRule::DnsSubdomain
+        };
+        let mut errors = crate::names::validate_object_meta(
+            obj.get("metadata").unwrap_or(&Value::Null),
+            r.ty.namespaced,
+            rule,
+        );
+        let admission = crate::schema::admit(obj, old, &r.ty.schema, schema_mode(mode));
+        if !admission.unknown_fields.is_empty() {
+            match mode {
+                FieldValidation::Strict => {
+                    let list: Vec<String> = admission
+                        .unknown_fields
+                        .iter()
+                        .map(|f| format!("unknown field {f:?}"))
+                        .collect();
+                    return Err(ApiError::bad_request(format!(
+                        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+                        r.kind(),
+                        r.ty.version,
+                        r.kind(),
+                        list.join(", ")
+                    )));
+                }
+                FieldValidation::Warn => {
+                    for f in &admission.unknown_fields {
+                        self.warnings.push(format!("unknown field {f:?}"));
+                    }
+                }
+                FieldValidation::Ignore => {}
+            }
+        }
+        errors.extend(admission.errors);
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let causes = errors
+            .iter()
+            .map(|e| Cause {
+                reason: e.reason().to_string(),
+                message: e.body(),
+                field: e.field.clone(),
+            })
+            .collect();
+        Err(ApiError::invalid(r.kind(), r.ty.group, &name, causes))
+    }
+
+    /// Answers with one object in the negotiated representation.
+    pub fn respond_object(&self, code: StatusCode, stored: Bytes) -> Response<Body> {
+        let result = match (&self.negotiated.output, self.negotiated.encoding) {
+            (Output::Object, Encoding::Json) => {
+                Ok(bytes_response(code, "application/json", stored))
+            }
+            _ => objects::decode_stored(&stored).and_then(|v| self.render_value(code, &v)),
+        };
+        let mut resp = result.unwrap_or_else(|e| error_response(&e));
+        self.add_warnings(&mut resp);
+        resp
+    }
+
+    /// Answers with an object given as a value (dry runs, deleted objects).
+    pub fn respond_value(&self, code: StatusCode, v: &Value) -> Response<Body> {
+        let mut resp = self
+            .render_value(code, v)
+            .unwrap_or_else(|e| error_response(&e));
+        self.add_warnings(&mut resp);
+        resp
+    }
+
+    /// Answers with a value exactly as given (Status, lists), JSON or YAML.
+    pub fn respond_value_raw(&self, code: StatusCode, v: &Value) -> Response<Body> {
+        let mut resp = encode(code, v, self.negotiated.encoding);
+        self.add_warnings(&mut resp);
+        resp
+    }
+
+    fn render_value(&self, code: StatusCode, v: &Value) -> Result<Response<Body>, ApiError> {
+        let out = match &self.negotiated.output {
+            Output::Object => v.clone(),
+            Output::Table { version } => {
+                let include = table::parse_include_object(self.query.get("includeObject"))
+                    .map_err(ApiError::bad_request)?;
+                table::build_table(
+                    &self.resource.columns,
+                    &[v],
+                    include,
+                    &format!("meta.k8s.io/{version}"),
+                    json!({}),
+                    time::OffsetDateTime::now_utc(),
+                    false,
+                )
+            }
+            Output::Metadata { version } => partial_metadata(v, version),
+        };
+        Ok(encode(code, &out, self.negotiated.encoding))
+    }
+
+    pub fn add_warnings(&self, resp: &mut Response<Body>) {
+        for w in &self.warnings {
+            let text = format!("299 - {:?}", w);
+            if let Ok(v) = HeaderValue::from_str(&text) {
+                resp.headers_mut().append(header::WARNING, v);
+            }
+        }
+    }
+
+    /// Whether this is a dry run.
+    pub fn dry_run(&self) -> Result<bool, ApiError> {
+        self.query.dry_run()
+    }
+}
+
+fn schema_mode(mode: FieldValidation) -> crate::schema::FieldValidation {
+    match mode {
+        FieldValidation::Ignore => crate::schema::FieldValidation::Ignore,
+        FieldValidation::Warn => crate::schema::FieldValidation::Warn,
+        FieldValidation::Strict => crate::schema::FieldValidation::Strict,
+    }
+}
+
+/// `PartialObjectMetadata` of an object.
+pub(crate) fn partial_metadata(v: &Value, version: &str) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": format!("meta.k8s.io/{version}"),
+        "metadata": v.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// Encodes a value as JSON or YAML.
+pub(crate) fn encode(code: StatusCode, v: &Value, encoding: Encoding) -> Response<Body> {
+    match encoding {
+        Encoding::Json => bytes_response(
+            code,
+            "application/json",
+            Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
+        ),
+        Encoding::Yaml => match serde_saphyr::to_string(v) {
+            Ok(s) => bytes_response(code, "application/yaml", Bytes::from(s)),
+            Err(e) => error_response(&ApiError::internal(format!("encoding YAML: {e}"))),
+        },
+    }
+}
+
+/// Serves one resource request.
+pub async fn serve(call: ResourceCall) -> Response<Body> {
+    match serve_inner(call).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
+    let req = call.request;
+    let resource = call
+        .state
+        .registry
+        .lookup(&req.group, &req.version, &req.resource)
+        .cloned()
+        .ok_or_else(ApiError::path_not_found)?;
+    match req.subresource.as_deref() {
+        None => {}
+        Some("status") if resource.ty.status_subresource => {
+            if !matches!(req.verb, Verb::Get | Verb::Update | Verb::Patch) {
+                return Err(ApiError::method_not_allowed(
+                    req.verb.as_str(),
+                    &resource.gr,
+                ));
+            }
+        }
+        Some(_) => return Err(ApiError::path_not_found()),
+    }
+    if req.namespace.is_some() && !resource.ty.namespaced {
+        return Err(ApiError::path_not_found());
+    }
+    if let Some(n) = &req.name {
+        let problems = crate::names::validate_path_segment_name(n, false);
+        if !problems.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "invalid resource name {n:?}: {}",
+                problems.join(", ")
+            )));
+        }
+    }
+    if call.cluster == ClusterTarget::Wildcard && !matches!(req.verb, Verb::List | Verb::Watch) {
+        return Err(ApiError::method_not_allowed(
+            req.verb.as_str(),
+            &resource.gr,
+        ));
+    }
+    let accept = call
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let negotiated = negotiate_resource(accept)?;
+    if let ClusterTarget::Name(c) = &call.cluster {
+        call.state.namespaces.ensure_cluster(c).await?;
+    }
+    let mut ctx = Ctx {
+        state: call.state,
+        resource,
+        cluster: call.cluster,
+        req,
+        query: call.query,
+        headers: call.headers,
+        body: call.body,
+        negotiated,
+        warnings: Vec::new(),
+    };
+    match ctx.req.verb {
+        Verb::Get => get::get(&ctx).await,
+        Verb::List => list::list(&ctx).await,
+        Verb::Watch => watch::watch(&ctx).await,
+        Verb::Create => create::create(&mut ctx).await,
+        Verb::Update => update::update(&mut ctx).await,
+        Verb::Patch => patch::patch(&mut ctx).await,
+        Verb::Delete => delete::delete(&ctx).await,
+        Verb::DeleteCollection => delete::delete_collection(&ctx).await,
+    }
+}

@@ -1,0 +1,103 @@
+//! `PATCH`: JSON patch, JSON merge patch, and strategic merge patch for the built-in kinds.
+
+use http::{header, Response};
+use serde_json::Value;
+
+use super::update::write_loop;
+use super::Ctx;
+use crate::body::Body;
+use crate::negotiation::{body_format, BodyFormat};
+use crate::status::{ApiError, Cause};
+
+/// kube-apiserver's limit on the operations of one JSON patch.
+const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+pub(super) async fn patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
+    let content_type = ctx.header(header::CONTENT_TYPE).unwrap_or("").to_string();
+    let mut supported = vec![
+        "application/json-patch+json",
+        "application/merge-patch+json",
+    ];
+    if ctx.resource.ty.strategic_merge_patch {
+        supported.push("application/strategic-merge-patch+json");
+    }
+    let format = match body_format(Some(&content_type)) {
+        Ok(f @ (BodyFormat::JsonPatch | BodyFormat::MergePatch)) => f,
+        Ok(BodyFormat::StrategicMergePatch) if ctx.resource.ty.strategic_merge_patch => {
+            BodyFormat::StrategicMergePatch
+        }
+        _ => return Err(ApiError::unsupported_media_type(&content_type, &supported)),
+    };
+    if ctx.query.get("force").is_some() {
+        return Err(ApiError::invalid(
+            "PatchOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause {
+                reason: "FieldValueForbidden".into(),
+                message: "Forbidden: may not be specified for non-apply patch".into(),
+                field: "force".into(),
+            }],
+        ));
+    }
+    let bad = |why: String| {
+        ApiError::bad_request(format!("the body of the patch could not be decoded: {why}"))
+    };
+    let patch_doc: Value = serde_json::from_slice(&ctx.body).map_err(|e| bad(e.to_string()))?;
+    let kind = ctx.resource.kind().to_string();
+    let group = ctx.resource.ty.group.to_string();
+    let name = ctx.name().to_string();
+    let invalid = move |why: String| {
+        ApiError::invalid(
+            &kind,
+            &group,
+            &name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: why,
+                field: String::new(),
+            }],
+        )
+    };
+    match format {
+        BodyFormat::JsonPatch => {
+            let ops: json_patch::Patch =
+                serde_json::from_value(patch_doc).map_err(|e| bad(e.to_string()))?;
+            if ops.0.len() > MAX_JSON_PATCH_OPERATIONS {
+                return Err(invalid(format!(
+                    "the allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+                    ops.0.len()
+                )));
+            }
+            write_loop(ctx, |current| {
+                let mut doc = current.clone();
+                json_patch::patch(&mut doc, &ops).map_err(|e| invalid(e.to_string()))?;
+                Ok(doc)
+            })
+            .await
+        }
+        BodyFormat::MergePatch => {
+            if !patch_doc.is_object() {
+                return Err(bad("a merge patch must be a JSON object".into()));
+            }
+            write_loop(ctx, |current| {
+                let mut doc = current.clone();
+                json_patch::merge(&mut doc, &patch_doc);
+                Ok(doc)
+            })
+            .await
+        }
+        _ => {
+            if !patch_doc.is_object() {
+                return Err(bad("a strategic merge patch must be a JSON object".into()));
+            }
+            let keys =
+                crate::strategic_merge::merge_keys_for(ctx.resource.ty.group, ctx.resource.kind());
+            write_loop(ctx, |current| {
+                crate::strategic_merge::apply(current, &patch_doc, &keys)
+                    .map_err(|e| invalid(e.to_string()))
+            })
+            .await
+        }
+    }
+}

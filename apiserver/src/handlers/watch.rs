@@ -1,0 +1,323 @@
+//! Watch: newline-delimited JSON events flushed one by one, with initial events, bookmarks,
+//! `sendInitialEvents`, timeouts, selector transitions and the 410 `ERROR` event.
+
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::StreamExt;
+use http::{header, HeaderValue, Response, StatusCode};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::list::{wait_for_revision, ListFilter};
+use super::{partial_metadata, Ctx};
+use crate::body::Body;
+use crate::negotiation::Output;
+use crate::objects;
+use crate::registry::Resource;
+use crate::status::{ApiError, Cause};
+use crate::storage::{EventType, Revision, StorageError};
+use crate::table::{self, IncludeObject};
+
+/// How often an idle watch with bookmarks enabled gets one.
+const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Renders watch events in the negotiated form.
+struct EventEncoder {
+    output: Output,
+    resource: std::sync::Arc<Resource>,
+    include: IncludeObject,
+    headers_sent: bool,
+}
+
+impl EventEncoder {
+    fn frame(&mut self, kind: &str, stored: &Bytes) -> Result<Bytes, ApiError> {
+        let mut out = BytesMut::with_capacity(stored.len() + 32);
+        out.put_slice(b"{\"type\":\"");
+        out.put_slice(kind.as_bytes());
+        out.put_slice(b"\",\"object\":");
+        match &self.output {
+            Output::Object => out.put_slice(stored),
+            Output::Metadata { version } => {
+                let v = objects::decode_stored(stored)?;
+                out.put_slice(partial_metadata(&v, version).to_string().as_bytes());
+            }
+            Output::Table { version } => {
+                let v = objects::decode_stored(stored)?;
+                let t = table::build_table(
+                    &self.resource.columns,
+                    &[&v],
+                    self.include,
+                    &format!("meta.k8s.io/{version}"),
+                    json!({"resourceVersion": objects::meta_str(&v, "resourceVersion").unwrap_or("")}),
+                    time::OffsetDateTime::now_utc(),
+                    self.headers_sent,
+                );
+                self.headers_sent = true;
+                out.put_slice(t.to_string().as_bytes());
+            }
+        }
+        out.put_slice(b"}\n");
+        Ok(out.freeze())
+    }
+
+    fn bookmark(&self, rev: Revision, initial_end: bool) -> Bytes {
+        let mut metadata = json!({"resourceVersion": rev.to_string()});
+        if initial_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let (kind, api_version) = match &self.output {
+            Output::Object => (
+                self.resource.kind().to_string(),
+                self.resource.api_version.clone(),
+            ),
+            Output::Metadata { version } => (
+                "PartialObjectMetadata".to_string(),
+                format!("meta.k8s.io/{version}"),
+            ),
+            Output::Table { version } => ("Table".to_string(), format!("meta.k8s.io/{version}")),
+        };
+        let v = json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": metadata}});
+        Bytes::from(format!("{v}\n"))
+    }
+}
+
+fn error_frame(e: &ApiError) -> Bytes {
+    Bytes::from(format!(
+        "{}\n",
+        json!({"type": "ERROR", "object": e.to_status()})
+    ))
+}
+
+fn options_error(message: &str, field: &str) -> ApiError {
+    ApiError::invalid(
+        "ListOptions",
+        "meta.k8s.io",
+        "",
+        vec![Cause {
+            reason: "FieldValueForbidden".into(),
+            message: format!("Forbidden: {message}"),
+            field: field.into(),
+        }],
+    )
+}
+
+/// Where a watch starts.
+enum Start {
+    /// Send the current state as ADDED events first (optionally closed by the initial-events bookmark).
+    Initial { end_bookmark: bool },
+    /// Only events after this revision.
+    After(Revision),
+}
+
+pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
+    let q = &ctx.query;
+    let rv = q.get("resourceVersion").filter(|s| !s.is_empty());
+    let rvm = q.get("resourceVersionMatch").filter(|s| !s.is_empty());
+    let send_initial = q.get("sendInitialEvents").filter(|s| !s.is_empty());
+    let start = match send_initial {
+        Some(v) => {
+            let on = matches!(v, "true" | "1");
+            if rvm != Some("NotOlderThan") {
+                return Err(options_error(
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    "sendInitialEvents",
+                ));
+            }
+            if on {
+                if let Some(v) = rv.filter(|v| *v != "0") {
+                    let want = objects::parse_resource_version(v)?;
+                    wait_for_revision(ctx.state.store.as_ref(), want)
+                        .await
+                        .map_err(|e| ctx.storage_error(e))?;
+                }
+                Start::Initial { end_bookmark: true }
+            } else {
+                match rv {
+                    Some(v) if v != "0" => Start::After(objects::parse_resource_version(v)?),
+                    _ => Start::After(ctx.state.store.current_revision()),
+                }
+            }
+        }
+        None => {
+            if rvm.is_some() {
+                return Err(options_error(
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                    "resourceVersionMatch",
+                ));
+            }
+            match rv {
+                None | Some("0") => Start::Initial {
+                    end_bookmark: false,
+                },
+                Some(v) => Start::After(objects::parse_resource_version(v)?),
+            }
+        }
+    };
+    let filter = ListFilter::from_query(ctx)?;
+    let bookmarks = ctx.query.flag("allowWatchBookmarks");
+    let timeout = match ctx.query.u64("timeoutSeconds")? {
+        Some(s) => Duration::from_secs(s),
+        // As kube-apiserver: between 30 and 60 minutes, so reconnects spread out.
+        None => Duration::from_secs(1800 + rand::random_range(0..1800)),
+    };
+    let include = match &ctx.negotiated.output {
+        Output::Table { .. } => table::parse_include_object(ctx.query.get("includeObject"))
+            .map_err(ApiError::bad_request)?,
+        _ => IncludeObject::Metadata,
+    };
+    let mut encoder = EventEncoder {
+        output: ctx.negotiated.output.clone(),
+        resource: ctx.resource.clone(),
+        include,
+        headers_sent: false,
+    };
+    let prefix = ctx
+        .resource
+        .prefix(ctx.cluster.name(), ctx.req.namespace.as_deref());
+    let type_prefix_len = ctx.resource.all_clusters_prefix().len();
+    let store = ctx.state.store.clone();
+
+    // Read the initial state before answering, so a bad request still gets a plain error.
+    let (initial, from) = match start {
+        Start::Initial { end_bookmark } => {
+            let (items, rev) = super::list::list_keys(store.as_ref(), &prefix)
+                .await
+                .map_err(|e| ctx.storage_error(e))?;
+            (Some((items, end_bookmark)), rev)
+        }
+        Start::After(rev) => (None, rev),
+    };
+    let (tx, body) = Body::channel(64);
+    tokio::spawn(async move {
+        let send = |tx: &mpsc::Sender<Bytes>, b: Bytes| {
+            let tx = tx.clone();
+            async move { tx.send(b).await.is_ok() }
+        };
+        let mut last_rev = from;
+        if let Some((items, end_bookmark)) = initial {
+            for kv in items {
+                if !filter.matches_key(type_prefix_len, &kv.key) {
+                    continue;
+                }
+                if filter.needs_object() {
+                    match objects::decode_stored(&kv.value) {
+                        Ok(v) if filter.matches_object(&v) => {}
+                        _ => continue,
+                    }
+                }
+                let Ok(frame) = encoder.frame("ADDED", &kv.value) else {
+                    continue;
+                };
+                if !send(&tx, frame).await {
+                    return;
+                }
+            }
+            if end_bookmark && !send(&tx, encoder.bookmark(from, true)).await {
+                return;
+            }
+        }
+        let mut events = match store.watch(&prefix, from) {
+            Ok(s) => s,
+            Err(e) => {
+                let err = match e {
+                    StorageError::Compacted {
+                        requested,
+                        compacted,
+                    } => ApiError::gone(format!(
+                        "too old resource version: {requested} ({compacted})"
+                    )),
+                    other => ApiError::internal(other.to_string()),
+                };
+                let _ = send(&tx, error_frame(&err)).await;
+                return;
+            }
+        };
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = tx.closed() => return,
+                _ = ticker.tick(), if bookmarks => {
+                    if !send(&tx, encoder.bookmark(last_rev, false)).await {
+                        return;
+                    }
+                }
+                next = events.next() => {
+                    let event = match next {
+                        None => return,
+                        Some(Ok(e)) => e,
+                        Some(Err(e)) => {
+                            let err = match e {
+                                StorageError::Compacted { requested, compacted } => {
+                                    ApiError::gone(format!("too old resource version: {requested} ({compacted})"))
+                                }
+                                other => ApiError::internal(other.to_string()),
+                            };
+                            let _ = send(&tx, error_frame(&err)).await;
+                            return;
+                        }
+                    };
+                    last_rev = event.revision;
+                    if !filter.matches_key(type_prefix_len, &event.key) {
+                        continue;
+                    }
+                    let Some(kind) = classify(&filter, event.kind, &event.value, event.prev_value.as_ref()) else {
+                        continue;
+                    };
+                    let Ok(frame) = encoder.frame(kind, &event.value) else { continue };
+                    if !send(&tx, frame).await {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(resp)
+}
+
+/// The watch event type of a change for a filtered watcher: an object that stops matching is
+/// DELETED, one that starts matching is ADDED.
+fn classify(
+    filter: &ListFilter,
+    kind: EventType,
+    value: &Bytes,
+    prev: Option<&Bytes>,
+) -> Option<&'static str> {
+    if !filter.needs_object() {
+        return Some(match kind {
+            EventType::Create => "ADDED",
+            EventType::Update => "MODIFIED",
+            EventType::Delete => "DELETED",
+        });
+    }
+    let matches = |b: &Bytes| -> bool {
+        serde_json::from_slice::<Value>(b)
+            .map(|v| filter.matches_object(&v))
+            .unwrap_or(false)
+    };
+    let now = matches(value);
+    match kind {
+        EventType::Create => now.then_some("ADDED"),
+        EventType::Delete => (now || prev.is_some_and(matches)).then_some("DELETED"),
+        EventType::Update => match (prev.is_some_and(matches), now) {
+            (true, true) => Some("MODIFIED"),
+            (false, true) => Some("ADDED"),
+            (true, false) => Some("DELETED"),
+            (false, false) => None,
+        },
+    }
+}

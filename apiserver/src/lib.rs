@@ -1,0 +1,26 @@
+//! Kubernetes-API serving machinery.
+pub mod apply;
+pub mod body;
+pub mod client;
+pub mod discovery;
+pub mod dispatch;
+pub mod field_error;
+pub mod handlers;
+pub mod jsonpath;
+pub mod metrics;
+pub mod names;
+pub mod namespaces;
+pub mod negotiation;
+pub mod objects;
+pub mod openapi;
+pub mod protobuf;
+pub mod query;
+pub mod registry;
+pub mod request_info;
+pub mod schema;
+pub mod selectors;
+pub mod server;
+pub mod status;
+pub mod storage;
+pub mod strategic_merge;
+pub mod table;

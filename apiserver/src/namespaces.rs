@@ -1,0 +1,252 @@
+//! Namespace lifecycle: the `default` namespace of every logical cluster, refusing content in
+//! missing or terminating namespaces, and emptying a namespace before it goes.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, Weak};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use crate::dispatch::AppState;
+use crate::handlers::list_keys;
+use crate::objects::{self, meta_mut};
+use crate::registry::Resource;
+use crate::status::{ApiError, GroupResource};
+use crate::storage::StorageError;
+
+/// The namespace every logical cluster has.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Namespace bookkeeping shared by the handlers.
+pub struct NamespaceLifecycle {
+    state: Weak<AppState>,
+    /// Clusters whose `default` namespace is known to have been created.
+    initialized: Mutex<HashSet<String>>,
+    /// Wakes terminating namespaces when something was removed.
+    removed: std::sync::Arc<Notify>,
+}
+
+fn namespaces_gr() -> GroupResource {
+    GroupResource::new("", "namespaces")
+}
+
+fn namespace_key(cluster: &str, name: &str) -> String {
+    format!("/core/namespaces/{cluster}/{name}")
+}
+
+impl NamespaceLifecycle {
+    pub fn new(state: Weak<AppState>) -> Self {
+        NamespaceLifecycle {
+            state,
+            initialized: Mutex::new(HashSet::new()),
+            removed: std::sync::Arc::new(Notify::new()),
+        }
+    }
+
+    fn namespaces(state: &AppState) -> Option<std::sync::Arc<Resource>> {
+        state.registry.lookup("", "v1", "namespaces").cloned()
+    }
+
+    /// Makes sure the cluster has its `default` namespace (created on first use).
+    pub async fn ensure_cluster(&self, cluster: &str) -> Result<(), ApiError> {
+        if self
+            .initialized
+            .lock()
+            .map(|s| s.contains(cluster))
+            .unwrap_or(false)
+        {
+            return Ok(());
+        }
+        let Some(state) = self.state.upgrade() else {
+            return Ok(());
+        };
+        let Some(ns) = Self::namespaces(&state) else {
+            return Ok(());
+        };
+        let key = namespace_key(cluster, DEFAULT_NAMESPACE);
+        let exists = state
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .is_some();
+        if !exists {
+            let mut obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEFAULT_NAMESPACE}, "spec": {}});
+            objects::prepare_for_create(&mut obj, &ns, cluster);
+            match state.store.create(&key, objects::encoder(obj)).await {
+                Ok(_) | Err(StorageError::AlreadyExists(_)) => {}
+                Err(e) => return Err(ApiError::internal(e.to_string())),
+            }
+        }
+        if let Ok(mut s) = self.initialized.lock() {
+            s.insert(cluster.to_string());
+        }
+        Ok(())
+    }
+
+    /// Refuses creating content in a namespace that does not exist (404) or is terminating (403).
+    pub async fn check_for_create(&self, cluster: &str, namespace: &str) -> Result<(), ApiError> {
+        let Some(state) = self.state.upgrade() else {
+            return Ok(());
+        };
+        let kv = state
+            .store
+            .get(&namespace_key(cluster, namespace))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .ok_or_else(|| ApiError::not_found(&namespaces_gr(), namespace))?;
+        let obj = objects::decode_stored(&kv.value)?;
+        if objects::is_deleting(&obj) {
+            return Err(ApiError::forbidden(format!(
+                "unable to create new content in namespace {namespace} because it is being terminated"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Tells terminating namespaces that an object went away.
+    pub fn object_removed(&self, _cluster: &str, _resource: &Resource) {
+        self.removed.notify_waiters();
+    }
+
+    /// Starts emptying a namespace marked for deletion; it is removed once empty.
+    pub fn terminate(&self, cluster: &str, name: &str) {
+        let (cluster, name) = (cluster.to_string(), name.to_string());
+        let state = self.state.clone();
+        let removed = self.removed.clone();
+        tokio::spawn(async move {
+            loop {
+                let wait = removed.notified();
+                tokio::pin!(wait);
+                wait.as_mut().enable();
+                {
+                    let Some(s) = state.upgrade() else { return };
+                    match sweep(&s, &cluster, &name).await {
+                        Ok(true) => return,
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(cluster, namespace = name, error = %e, "namespace cleanup")
+                        }
+                    }
+                }
+                let _ = tokio::time::timeout(Duration::from_secs(1), wait).await;
+            }
+        });
+    }
+
+    /// Resumes the cleanup of namespaces that were terminating when the server stopped.
+    pub async fn resume(&self) -> Result<(), StorageError> {
+        let Some(state) = self.state.upgrade() else {
+            return Ok(());
+        };
+        let (items, _) = list_keys(state.store.as_ref(), "/core/namespaces/").await?;
+        for kv in items {
+            let Ok(obj) = objects::decode_stored(&kv.value) else {
+                continue;
+            };
+            if objects::is_deleting(&obj) {
+                let cluster = objects::meta(&obj)
+                    .and_then(|m| m.get("annotations"))
+                    .and_then(|a| a.get(objects::CLUSTER_ANNOTATION))
+                    .and_then(Value::as_str)
+                    .unwrap_or(crate::request_info::ROOT_CLUSTER)
+                    .to_string();
+                self.terminate(&cluster, objects::name(&obj));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One pass over a terminating namespace: deletes what it can; true once the namespace is gone.
+async fn sweep(state: &AppState, cluster: &str, namespace: &str) -> Result<bool, StorageError> {
+    let mut remaining = 0usize;
+    for r in state
+        .registry
+        .resources()
+        .iter()
+        .filter(|r| r.ty.namespaced)
+    {
+        let (items, _) = list_keys(
+            state.store.as_ref(),
+            &r.prefix(Some(cluster), Some(namespace)),
+        )
+        .await?;
+        for kv in items {
+            remaining += 1;
+            let Ok(mut obj) = objects::decode_stored(&kv.value) else {
+                continue;
+            };
+            if objects::finalizers(&obj).is_empty() {
+                match state
+                    .store
+                    .delete(&kv.key, kv.mod_revision, objects::encoder(obj))
+                    .await
+                {
+                    Ok(_) | Err(StorageError::Conflict { .. } | StorageError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            } else if !objects::is_deleting(&obj) {
+                let m = meta_mut(&mut obj);
+                m.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                match state
+                    .store
+                    .update(&kv.key, kv.mod_revision, objects::encoder(obj))
+                    .await
+                {
+                    Ok(_) | Err(StorageError::Conflict { .. } | StorageError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    if remaining > 0 {
+        // Check again: what had no finalizers is gone now.
+        let mut left = 0;
+        for r in state
+            .registry
+            .resources()
+            .iter()
+            .filter(|r| r.ty.namespaced)
+        {
+            left += list_keys(
+                state.store.as_ref(),
+                &r.prefix(Some(cluster), Some(namespace)),
+            )
+            .await?
+            .0
+            .len();
+        }
+        if left > 0 {
+            return Ok(false);
+        }
+    }
+    let key = namespace_key(cluster, namespace);
+    let Some(kv) = state.store.get(&key).await? else {
+        return Ok(true);
+    };
+    let Ok(obj) = objects::decode_stored(&kv.value) else {
+        return Ok(false);
+    };
+    if !objects::finalizers(&obj).is_empty() {
+        return Ok(false);
+    }
+    match state
+        .store
+        .delete(&key, kv.mod_revision, objects::encoder(obj))
+        .await
+    {
+        Ok(_) | Err(StorageError::NotFound(_)) => {
+            if namespace == DEFAULT_NAMESPACE {
+                if let Ok(mut s) = state.namespaces.initialized.lock() {
+                    s.remove(cluster);
+                }
+            }
+            Ok(true)
+        }
+        Err(StorageError::Conflict { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,406 @@
+//! Object metadata rules shared by every type (the generic half of a registry strategy):
+//! server-owned fields, generation, the status split, finalizers, and encoding for storage.
+
+use serde_json::{json, Map, Value};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use crate::registry::Resource;
+use crate::status::{ApiError, Cause};
+use crate::storage::{Encoder, Revision};
+
+/// Annotation naming the logical cluster an object lives in (as kcp sets it).
+pub const CLUSTER_ANNOTATION: &str = "kcp.io/cluster";
+
+/// Now, as Kubernetes writes timestamps (RFC 3339, seconds, `Z`).
+pub fn now_rfc3339() -> String {
+    let now = OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    now.format(&Rfc3339)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_string())
+}
+
+/// The object's `metadata`, if it is an object.
+pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata").and_then(Value::as_object)
+}
+
+/// The object's `metadata`, created if missing or not an object.
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    match obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        Some(m) => m,
+        None => unreachable!("metadata was just set to an object"),
+    }
+}
+
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    meta(obj).and_then(|m| m.get(field)).and_then(Value::as_str)
+}
+
+pub fn name(obj: &Value) -> &str {
+    meta_str(obj, "name").unwrap_or("")
+}
+
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn is_deleting(obj: &Value) -> bool {
+    meta(obj)
+        .and_then(|m| m.get("deletionTimestamp"))
+        .is_some_and(|v| !v.is_null())
+}
+
+/// Checks `apiVersion`/`kind` of a request body against the resource, filling them when absent.
+pub fn check_type_meta(obj: &mut Value, r: &Resource) -> Result<(), ApiError> {
+    let Some(map) = obj.as_object_mut() else {
+        return Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: the body must be a JSON or YAML object",
+            r.kind(),
+            r.ty.version,
+            r.kind()
+        )));
+    };
+    match map.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => {
+            map.insert("apiVersion".into(), json!(r.api_version));
+        }
+        Some(v) if v == r.api_version => {}
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({})",
+                r.api_version
+            )))
+        }
+    }
+    match map.get("kind").and_then(Value::as_str) {
+        None | Some("") => {
+            map.insert("kind".into(), json!(r.kind()));
+        }
+        Some(k) if k == r.kind() => {}
+        Some(k) => {
+            return Err(ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: the kind in the body ({k:?}) does not match the kind of the resource",
+                r.kind(),
+                r.ty.version,
+                r.kind()
+            )))
+        }
+    }
+    if map
+        .get("metadata")
+        .is_some_and(|m| !m.is_object() && !m.is_null())
+    {
+        return Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: metadata must be an object",
+            r.kind(),
+            r.ty.version,
+            r.kind()
+        )));
+    }
+    Ok(())
+}
+
+/// Everything but `metadata` (and `status` when it is a subresource): what `generation` tracks.
+fn spec_part(obj: &Value, status_subresource: bool) -> Value {
+    let mut m = obj.as_object().cloned().unwrap_or_default();
+    m.remove("metadata");
+    m.remove("apiVersion");
+    m.remove("kind");
+    if status_subresource {
+        m.remove("status");
+    }
+    Value::Object(m)
+}
+
+/// Whether an update changes what `metadata.generation` counts.
+pub fn spec_changed(old: &Value, new: &Value, status_subresource: bool) -> bool {
+    spec_part(old, status_subresource) != spec_part(new, status_subresource)
+}
+
+/// Fields a client may not set on create.
+const SERVER_OWNED_ON_CREATE: &[&str] = &[
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+    "resourceVersion",
+    "generation",
+    "managedFields",
+];
+
+/// Sets the server-owned metadata of a new object.
+pub fn prepare_for_create(obj: &mut Value, r: &Resource, cluster: &str) {
+    if r.ty.status_subresource {
+        if let Some(m) = obj.as_object_mut() {
+            m.remove("status");
+        }
+    }
+    let meta = meta_mut(obj);
+    for f in SERVER_OWNED_ON_CREATE {
+        meta.remove(*f);
+    }
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+    meta.insert("generation".into(), json!(1));
+    set_cluster_annotation(meta, cluster);
+    if r.ty.group.is_empty() && r.ty.plural == "namespaces" {
+        obj["status"] = json!({"phase": "Active"});
+    }
+}
+
+fn set_cluster_annotation(meta: &mut Map<String, Value>, cluster: &str) {
+    if !meta.get("annotations").is_some_and(Value::is_object) {
+        meta.insert("annotations".into(), json!({}));
+    }
+    if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+        a.insert(CLUSTER_ANNOTATION.into(), json!(cluster));
+    }
+}
+
+/// Which part of the object a write may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritePart {
+    /// The main resource: everything but status when status is a subresource.
+    Main,
+    /// The status subresource: only `.status`.
+    Status,
+}
+
+/// Carries the server-owned and subresource-owned parts of `old` into `new`, checks the
+/// immutable fields and the finalizer rule, and bumps `generation` when the spec changed.
+pub fn prepare_for_update(
+    new: &mut Value,
+    old: &Value,
+    r: &Resource,
+    part: WritePart,
+) -> Result<(), ApiError> {
+    if part == WritePart::Status {
+        let status = new.get("status").cloned();
+        let mut merged = old.clone();
+        match status {
+            Some(s) => merged["status"] = s,
+            None => {
+                if let Some(m) = merged.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+        *new = merged;
+        return Ok(());
+    }
+    if r.ty.status_subresource {
+        match old.get("status") {
+            Some(s) => new["status"] = s.clone(),
+            None => {
+                if let Some(m) = new.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+    }
+    let old_meta = meta(old).cloned().unwrap_or_default();
+    let mut causes = Vec::new();
+    {
+        let new_meta = meta_mut(new);
+        for f in ["uid", "creationTimestamp"] {
+            match (new_meta.get(f), old_meta.get(f)) {
+                (None, Some(v)) | (Some(Value::Null), Some(v)) => {
+                    new_meta.insert(f.into(), v.clone());
+                }
+                (Some(n), Some(o)) if n != o => causes.push(Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: format!("Invalid value: {}: field is immutable", render(n)),
+                    field: format!("metadata.{f}"),
+                }),
+                _ => {}
+            }
+        }
+        for f in [
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "selfLink",
+        ] {
+            match old_meta.get(f) {
+                Some(v) => {
+                    new_meta.insert(f.into(), v.clone());
+                }
+                None => {
+                    new_meta.remove(f);
+                }
+            }
+        }
+        if let Some(cluster) = old_meta
+            .get("annotations")
+            .and_then(|a| a.get(CLUSTER_ANNOTATION))
+            .and_then(Value::as_str)
+        {
+            set_cluster_annotation(new_meta, cluster);
+        }
+    }
+    if is_deleting(old) {
+        let before = finalizers(old);
+        let added: Vec<String> = finalizers(new)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .collect();
+        if !added.is_empty() {
+            causes.push(Cause {
+                reason: "FieldValueForbidden".into(),
+                message: format!(
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    added.iter().map(|f| format!("{f:?}")).collect::<Vec<_>>().join(", ")
+                ),
+                field: "metadata.finalizers".into(),
+            });
+        }
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(r.kind(), &r.ty.group, name(old), causes));
+    }
+    if spec_changed(old, new, r.ty.status_subresource) {
+        let g = meta(old)
+            .and_then(|m| m.get("generation"))
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        meta_mut(new).insert("generation".into(), json!(g + 1));
+    }
+    Ok(())
+}
+
+fn render(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+/// Whether two versions of an object are the same write (resourceVersion ignored).
+pub fn same_object(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+/// The encoder that stores `obj` with its `resourceVersion` set to the commit revision.
+pub fn encoder(mut obj: Value) -> Encoder {
+    Box::new(move |rev: Revision| {
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(rev.to_string()));
+        serde_json::to_vec(&obj).unwrap_or_default()
+    })
+}
+
+/// Parses stored bytes (written by this server, so always JSON objects).
+pub fn decode_stored(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::internal(format!("stored object is not valid JSON: {e}")))
+}
+
+/// A resourceVersion given by a client, as a revision.
+pub fn parse_resource_version(rv: &str) -> Result<Revision, ApiError> {
+    rv.parse::<Revision>().map_err(|_| {
+        ApiError::bad_request(format!(
+            "invalid resource version {rv:?}: must be a decimal number"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+
+    fn resource(plural: &str) -> std::sync::Arc<Resource> {
+        let reg = Registry::builtin();
+        reg.resources()
+            .iter()
+            .find(|r| r.ty.plural == plural)
+            .cloned()
+            .expect("resource")
+    }
+
+    #[test]
+    fn create_sets_server_fields_and_drops_status() {
+        let r = resource("platformmeshes");
+        let mut obj = json!({"metadata": {"name": "a", "uid": "x", "resourceVersion": "5"}, "spec": {}, "status": {"x": 1}});
+        prepare_for_create(&mut obj, &r, "root");
+        let m = meta(&obj).expect("meta");
+        assert_ne!(m["uid"], "x");
+        assert!(m.get("resourceVersion").is_none());
+        assert_eq!(m["generation"], 1);
+        assert_eq!(m["annotations"][CLUSTER_ANNOTATION], "root");
+        assert!(obj.get("status").is_none());
+    }
+
+    #[test]
+    fn generation_and_status_split() {
+        let r = resource("platformmeshes");
+        let old = json!({"metadata": {"name": "a", "uid": "u", "generation": 3, "creationTimestamp": "2020-01-01T00:00:00Z"}, "spec": {"a": 1}, "status": {"s": 1}});
+        let mut same = json!({"metadata": {"name": "a", "labels": {"x": "y"}}, "spec": {"a": 1}, "status": {"s": 2}});
+        prepare_for_update(&mut same, &old, &r, WritePart::Main).expect("update");
+        assert_eq!(same["metadata"]["generation"], 3);
+        assert_eq!(same["status"]["s"], 1);
+        let mut changed = json!({"metadata": {"name": "a"}, "spec": {"a": 2}});
+        prepare_for_update(&mut changed, &old, &r, WritePart::Main).expect("update");
+        assert_eq!(changed["metadata"]["generation"], 4);
+        let mut status = json!({"metadata": {"name": "a", "labels": {"no": "pe"}}, "spec": {"a": 9}, "status": {"s": 7}});
+        prepare_for_update(&mut status, &old, &r, WritePart::Status).expect("status");
+        assert_eq!(status["spec"]["a"], 1);
+        assert_eq!(status["status"]["s"], 7);
+        assert!(status["metadata"].get("labels").is_none());
+    }
+
+    #[test]
+    fn no_new_finalizers_while_deleting() {
+        let r = resource("configmaps");
+        let old = json!({"metadata": {"name": "a", "deletionTimestamp": "2020-01-01T00:00:00Z", "finalizers": ["a"]}});
+        let mut new = json!({"metadata": {"name": "a", "finalizers": ["a", "b"]}});
+        let err = prepare_for_update(&mut new, &old, &r, WritePart::Main).expect_err("forbidden");
+        assert_eq!(err.code, 422);
+        assert!(
+            err.message.contains("no new finalizers can be added"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn immutable_uid() {
+        let r = resource("configmaps");
+        let old = json!({"metadata": {"name": "a", "uid": "u1"}});
+        let mut new = json!({"metadata": {"name": "a", "uid": "u2"}});
+        let err = prepare_for_update(&mut new, &old, &r, WritePart::Main).expect_err("immutable");
+        assert!(
+            err.message
+                .contains("metadata.uid: Invalid value: \"u2\": field is immutable"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn encoder_embeds_revision() {
+        let bytes = encoder(json!({"metadata": {"name": "a"}}))(42);
+        let v: Value = serde_json::from_slice(&bytes).expect("json");
+        assert_eq!(v["metadata"]["resourceVersion"], "42");
+    }
+}

@@ -1,0 +1,119 @@
+//! The request's query string, decoded, and the typed options kube-apiserver reads from it.
+
+use std::collections::HashMap;
+
+use percent_encoding::percent_decode_str;
+
+use crate::status::ApiError;
+
+/// Decoded query parameters (the last of repeated keys wins; `dryRun` keeps all values).
+#[derive(Clone, Debug, Default)]
+pub struct Query {
+    values: HashMap<String, String>,
+    dry_run: Vec<String>,
+}
+
+fn decode(s: &str) -> String {
+    let s = s.replace('+', " ");
+    percent_decode_str(&s).decode_utf8_lossy().into_owned()
+}
+
+impl Query {
+    pub fn parse(raw: Option<&str>) -> Self {
+        let mut q = Query::default();
+        for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let (k, v) = (decode(k), decode(v));
+            if k == "dryRun" {
+                q.dry_run.push(v.clone());
+            }
+            q.values.insert(k, v);
+        }
+        q
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str)
+    }
+
+    /// A boolean flag (`true`, `1`; `false`, `0`, empty).
+    pub fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("true" | "1" | "True" | "TRUE"))
+    }
+
+    /// `dryRun=All`; any other value is a 400 as in kube-apiserver.
+    pub fn dry_run(&self) -> Result<bool, ApiError> {
+        let mut dry = false;
+        for v in &self.dry_run {
+            match v.as_str() {
+                "All" => dry = true,
+                "" => {}
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+                    )))
+                }
+            }
+        }
+        Ok(dry)
+    }
+
+    /// `fieldValidation` (default Warn).
+    pub fn field_validation(&self) -> Result<FieldValidation, ApiError> {
+        match self.get("fieldValidation").unwrap_or("") {
+            "" | "Warn" => Ok(FieldValidation::Warn),
+            "Strict" => Ok(FieldValidation::Strict),
+            "Ignore" => Ok(FieldValidation::Ignore),
+            other => Err(ApiError::bad_request(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+            ))),
+        }
+    }
+
+    /// An unsigned integer parameter; garbage is a 400.
+    pub fn u64(&self, key: &str) -> Result<Option<u64>, ApiError> {
+        match self.get(key).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<i64>()
+                .map(|n| Some(n.max(0) as u64))
+                .map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "invalid value for {key}: {v:?} is not an integer"
+                    ))
+                }),
+        }
+    }
+}
+
+/// How unknown fields in a write are treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_and_flags() {
+        let q = Query::parse(Some(
+            "labelSelector=app%3Dx%2Cenv+in+(a)&watch=1&&limit=5&dryRun=All",
+        ));
+        assert_eq!(q.get("labelSelector"), Some("app=x,env in (a)"));
+        assert!(q.flag("watch"));
+        assert_eq!(q.u64("limit").ok().flatten(), Some(5));
+        assert_eq!(q.dry_run().ok(), Some(true));
+        assert!(Query::parse(Some("dryRun=Some")).dry_run().is_err());
+        assert!(Query::parse(Some("limit=x")).u64("limit").is_err());
+        assert_eq!(
+            Query::parse(Some("fieldValidation=Strict"))
+                .field_validation()
+                .ok(),
+            Some(FieldValidation::Strict)
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! The served resource types, indexed by group/version/resource, and the storage keys of their objects.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use api::serving::{ColumnSource, PrinterColumn, ResourceType};
+
+use crate::status::GroupResource;
+use crate::table::{ColumnSpec, Source};
+
+/// Verbs every served resource supports.
+pub const RESOURCE_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+/// Verbs of the status subresource.
+pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
+
+/// One served resource type.
+#[derive(Debug)]
+pub struct Resource {
+    pub ty: ResourceType,
+    pub gr: GroupResource,
+    /// `v1` for core, `<group>/<version>` otherwise.
+    pub api_version: String,
+    /// Printer columns, compiled once.
+    pub columns: Vec<ColumnSpec>,
+    key_prefix: String,
+}
+
+impl Resource {
+    fn new(ty: ResourceType) -> Self {
+        let api_version = if ty.group.is_empty() {
+            ty.version.to_string()
+        } else {
+            format!("{}/{}", ty.group, ty.version)
+        };
+        let key_group = if ty.group.is_empty() {
+            "core"
+        } else {
+            ty.group
+        };
+        let columns = compile_columns(&ty.printer_columns);
+        Resource {
+            gr: GroupResource::new(ty.group, ty.plural),
+            api_version,
+            key_prefix: format!("/{key_group}/{}/", ty.plural),
+            columns,
+            ty,
+        }
+    }
+
+    /// The storage key of one object.
+    pub fn key(&self, cluster: &str, namespace: Option<&str>, name: &str) -> String {
+        match namespace {
+            Some(ns) if self.ty.namespaced => format!("{}{cluster}/{ns}/{name}", self.key_prefix),
+            _ => format!("{}{cluster}/{name}", self.key_prefix),
+        }
+    }
+
+    /// The key prefix of every object of this type in every cluster.
+    pub fn all_clusters_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// The key prefix of this type in one cluster, optionally one namespace.
+    pub fn prefix(&self, cluster: Option<&str>, namespace: Option<&str>) -> String {
+        match (cluster, namespace) {
+            (None, _) => self.key_prefix.clone(),
+            (Some(c), Some(ns)) if self.ty.namespaced => format!("{}{c}/{ns}/", self.key_prefix),
+            (Some(c), _) => format!("{}{c}/", self.key_prefix),
+        }
+    }
+
+    pub fn kind(&self) -> &str {
+        self.ty.kind
+    }
+}
+
+/// Turns the type's printer columns into table column specs. A column whose JSONPath does not
+/// parse is left out (the CRD generator and the tests keep that from happening).
+fn compile_columns(columns: &[PrinterColumn]) -> Vec<ColumnSpec> {
+    columns
+        .iter()
+        .filter_map(|c| {
+            let source = match &c.source {
+                ColumnSource::JsonPath(p) => Source::JsonPath(crate::jsonpath::parse(p).ok()?),
+                ColumnSource::Count(paths) => Source::Count(
+                    paths
+                        .iter()
+                        .map(|p| {
+                            p.trim_start_matches('.')
+                                .split('.')
+                                .map(str::to_string)
+                                .collect()
+                        })
+                        .collect(),
+                ),
+            };
+            Some(
+                ColumnSpec::new(&c.name, &c.type_, source)
+                    .with_format(&c.format)
+                    .with_description(&c.description)
+                    .with_priority(c.priority),
+            )
+        })
+        .collect()
+}
+
+/// A served API group and its versions in preference order.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub name: String,
+    pub versions: Vec<String>,
+}
+
+/// Every served resource type.
+#[derive(Debug)]
+pub struct Registry {
+    resources: Vec<Arc<Resource>>,
+    by_gvr: HashMap<(String, String, String), Arc<Resource>>,
+    groups: Vec<Group>,
+}
+
+impl Registry {
+    pub fn new(types: Vec<ResourceType>) -> Self {
+        let mut resources = Vec::new();
+        let mut by_gvr = HashMap::new();
+        let mut groups: Vec<Group> = Vec::new();
+        for ty in types {
+            let r = Arc::new(Resource::new(ty));
+            by_gvr.insert(
+                (
+                    r.ty.group.to_string(),
+                    r.ty.version.to_string(),
+                    r.ty.plural.to_string(),
+                ),
+                r.clone(),
+            );
+            match groups.iter_mut().find(|g| g.name == r.ty.group) {
+                Some(g) => {
+                    if !g.versions.iter().any(|v| v == r.ty.version) {
+                        g.versions.push(r.ty.version.to_string());
+                    }
+                }
+                None => groups.push(Group {
+                    name: r.ty.group.to_string(),
+                    versions: vec![r.ty.version.to_string()],
+                }),
+            }
+            resources.push(r);
+        }
+        Registry {
+            resources,
+            by_gvr,
+            groups,
+        }
+    }
+
+    /// The registry of everything this server serves.
+    pub fn builtin() -> Self {
+        Registry::new(api::serving::served_types())
+    }
+
+    pub fn lookup(&self, group: &str, version: &str, resource: &str) -> Option<&Arc<Resource>> {
+        self.by_gvr
+            .get(&(group.to_string(), version.to_string(), resource.to_string()))
+    }
+
+    pub fn resources(&self) -> &[Arc<Resource>] {
+        &self.resources
+    }
+
+    /// Resources of one group version, in registration order.
+    pub fn group_version(&self, group: &str, version: &str) -> Vec<&Arc<Resource>> {
+        self.resources
+            .iter()
+            .filter(|r| r.ty.group == group && r.ty.version == version)
+            .collect()
+    }
+
+    /// Named API groups (the core group excluded), in registration order.
+    pub fn groups(&self) -> impl Iterator<Item = &Group> {
+        self.groups.iter().filter(|g| !g.name.is_empty())
+    }
+
+    pub fn group(&self, name: &str) -> Option<&Group> {
+        self.groups.iter().find(|g| g.name == name)
+    }
+}

@@ -1,0 +1,277 @@
+//! The HTTPS listener: TLS with an optional client certificate (rustls, ring), HTTP/1.1 and
+//! HTTP/2 (hyper), and the per-connection client identity handed to every request.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::Request;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, info, warn};
+
+use crate::dispatch::{handle, AppState, Identity};
+
+/// PEM material for the listener.
+#[derive(Clone, Debug)]
+pub struct TlsMaterial {
+    pub cert_chain_pem: String,
+    pub key_pem: String,
+    /// CA bundle that signs accepted client certificates.
+    pub client_ca_pem: String,
+}
+
+/// Builds the rustls server configuration: ring only, h2 + http/1.1, client certificates
+/// verified against the client CA when presented (a request without one is anonymous).
+pub fn tls_config(m: &TlsMaterial) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(m.cert_chain_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!("serving certificate is not valid PEM: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(m.key_pem.as_bytes())
+        .map_err(|e| anyhow::anyhow!("serving key is not valid PEM: {e}"))?;
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(m.client_ca_pem.as_bytes()) {
+        let ca = ca.map_err(|e| anyhow::anyhow!("client CA is not valid PEM: {e}"))?;
+        roots
+            .add(ca)
+            .map_err(|e| anyhow::anyhow!("client CA certificate rejected: {e}"))?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| anyhow::anyhow!("client certificate verifier: {e}"))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| anyhow::anyhow!("TLS protocol versions: {e}"))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| anyhow::anyhow!("serving certificate and key do not match: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Accepts connections until `shutdown` resolves, then stops accepting and lets open
+/// connections finish their requests.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let acceptor = TlsAcceptor::from(tls);
+    let local: SocketAddr = listener.local_addr()?;
+    info!(address = %local, "serving");
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let state = state.clone();
+        tokio::spawn(async move {
+            let tls =
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+            let identity = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| certs::client_identity(c.as_ref()).ok())
+                .map(|id| {
+                    Arc::new(Identity {
+                        user: id.user,
+                        groups: id.groups,
+                    })
+                });
+            let service = service_fn(move |req: Request<Incoming>| {
+                let state = state.clone();
+                let identity = identity.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(state, identity, req).await) }
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(e) = builder
+                .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                .await
+            {
+                debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Which storage backend to run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// Durable, embedded: `<data-dir>/store.redb`.
+    Redb,
+    /// In memory only (tests, benchmarks).
+    Memory,
+}
+
+/// Options of `platform-mesh serve`.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub data_dir: std::path::PathBuf,
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    pub tls_private_key_file: Option<std::path::PathBuf>,
+    pub client_ca_file: Option<std::path::PathBuf>,
+    pub store: StoreKind,
+}
+
+impl ServeOptions {
+    /// Defaults of the CLI, for a data directory.
+    pub fn new(listen: SocketAddr, data_dir: impl Into<std::path::PathBuf>) -> Self {
+        ServeOptions {
+            listen,
+            data_dir: data_dir.into(),
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            client_ca_file: None,
+            store: StoreKind::Redb,
+        }
+    }
+}
+
+/// A started server.
+pub struct RunningServer {
+    /// The address actually bound (useful with port 0).
+    pub address: SocketAddr,
+    /// `<data-dir>/admin.kubeconfig`.
+    pub kubeconfig: std::path::PathBuf,
+    pub state: Arc<AppState>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningServer {
+    /// Stops accepting connections and waits for the accept loop to end.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.task.await?
+    }
+
+    /// Waits until the server stops by itself (it only does on error).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await?
+    }
+}
+
+fn read_file(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {what} {}: {e}", path.display()))
+}
+
+/// Sets up PKI, storage and state, binds the listener and starts serving.
+pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
+    // Both TLS providers may be compiled in through dependencies; this process uses ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    std::fs::create_dir_all(&opts.data_dir).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot create data directory {}: {e}",
+            opts.data_dir.display()
+        )
+    })?;
+    let listener = TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", opts.listen))?;
+    let address = listener.local_addr()?;
+    let mut hosts = vec![address.ip().to_string()];
+    if address.ip().is_unspecified() {
+        if let Ok(h) = std::env::var("HOSTNAME") {
+            hosts.push(h);
+        }
+    }
+    let pki = certs::load_or_create(&opts.data_dir.join("pki"), &hosts)?;
+    let (cert_chain_pem, key_pem) = match (&opts.tls_cert_file, &opts.tls_private_key_file) {
+        (Some(c), Some(k)) => certs::load_pem_files(c, k)?,
+        (None, None) => (
+            pki.serving_cert_pem().to_string(),
+            pki.serving_key_pem().to_string(),
+        ),
+        _ => anyhow::bail!("--tls-cert-file and --tls-private-key-file must be given together"),
+    };
+    let client_ca_pem = match &opts.client_ca_file {
+        Some(p) => read_file(p, "client CA file")?,
+        None => pki.ca_cert_pem().to_string(),
+    };
+    let tls = tls_config(&TlsMaterial {
+        cert_chain_pem,
+        key_pem,
+        client_ca_pem,
+    })?;
+    let store: Arc<dyn crate::storage::Store> = match opts.store {
+        StoreKind::Redb => Arc::new(crate::storage::redb_store::RedbStore::open(
+            &opts.data_dir.join("store.redb"),
+        )?),
+        StoreKind::Memory => Arc::new(crate::storage::memory::MemoryStore::new()),
+    };
+    crate::storage::spawn_compactor(store.clone(), 10_000, Duration::from_secs(60));
+    let host = if address.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else if address.is_ipv6() {
+        format!("[{}]", address.ip())
+    } else {
+        address.ip().to_string()
+    };
+    let advertise = format!("{host}:{}", address.port());
+    let state = AppState::new(
+        store,
+        crate::registry::Registry::builtin(),
+        advertise.clone(),
+    );
+    state
+        .namespaces
+        .ensure_cluster(crate::request_info::ROOT_CLUSTER)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    state.namespaces.resume().await?;
+    let kubeconfig = opts.data_dir.join("admin.kubeconfig");
+    certs::write_kubeconfig(
+        &kubeconfig,
+        &pki.admin_kubeconfig_options(&format!("https://{advertise}")),
+    )?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(serve(listener, tls, state.clone(), async {
+        let _ = rx.await;
+    }));
+    Ok(RunningServer {
+        address,
+        kubeconfig,
+        state,
+        shutdown: Some(tx),
+        task,
+    })
+}

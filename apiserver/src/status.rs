@@ -1,0 +1,372 @@
+//! API errors and their `metav1.Status` wire form.
+//!
+//! Every error that reaches a client goes through [`ApiError`], so codes, reasons and messages follow kube-apiserver.
+
+use std::fmt;
+
+use serde_json::{json, Value};
+
+/// A group and a plural resource, printed the way Kubernetes qualifies resources (`widgets.example.com`, `configmaps`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GroupResource {
+    pub group: String,
+    pub resource: String,
+}
+
+impl GroupResource {
+    pub fn new(group: impl Into<String>, resource: impl Into<String>) -> Self {
+        GroupResource {
+            group: group.into(),
+            resource: resource.into(),
+        }
+    }
+}
+
+impl fmt::Display for GroupResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.group.is_empty() {
+            f.write_str(&self.resource)
+        } else {
+            write!(f, "{}.{}", self.resource, self.group)
+        }
+    }
+}
+
+/// One cause of an error (`details.causes[]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cause {
+    pub reason: String,
+    pub message: String,
+    pub field: String,
+}
+
+/// An error answered to a client as a `metav1.Status`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Option<Details>,
+}
+
+/// `metav1.StatusDetails`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Details {
+    pub name: String,
+    pub group: String,
+    pub kind: String,
+    pub uid: String,
+    pub causes: Vec<Cause>,
+    pub retry_after_seconds: Option<u32>,
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    fn with_details(mut self, details: Details) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    fn resource_details(gr: &GroupResource, name: &str) -> Details {
+        Details {
+            name: name.to_string(),
+            group: gr.group.clone(),
+            kind: gr.resource.clone(),
+            ..Details::default()
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(400, "BadRequest", message)
+    }
+
+    pub fn unauthorized() -> Self {
+        ApiError::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError::new(403, "Forbidden", message)
+    }
+
+    pub fn not_found(gr: &GroupResource, name: &str) -> Self {
+        ApiError::new(404, "NotFound", format!("{gr} \"{name}\" not found"))
+            .with_details(Self::resource_details(gr, name))
+    }
+
+    /// A 404 for a URL that names no served resource.
+    pub fn path_not_found() -> Self {
+        ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(Details::default())
+    }
+
+    pub fn already_exists(gr: &GroupResource, name: &str) -> Self {
+        ApiError::new(
+            409,
+            "AlreadyExists",
+            format!("{gr} \"{name}\" already exists"),
+        )
+        .with_details(Self::resource_details(gr, name))
+    }
+
+    /// The optimistic-lock failure of an update or patch.
+    pub fn conflict(gr: &GroupResource, name: &str) -> Self {
+        Self::conflict_with(
+            gr,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    pub fn conflict_with(gr: &GroupResource, name: &str, why: &str) -> Self {
+        ApiError::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {gr} \"{name}\": {why}"),
+        )
+        .with_details(Self::resource_details(gr, name))
+    }
+
+    pub fn gone(message: impl Into<String>) -> Self {
+        ApiError::new(410, "Expired", message)
+    }
+
+    pub fn method_not_allowed(verb: &str, gr: &GroupResource) -> Self {
+        ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!("{verb} is not supported on resources of kind \"{gr}\""),
+        )
+    }
+
+    pub fn not_acceptable(accept: &str) -> Self {
+        ApiError::new(
+            406,
+            "NotAcceptable",
+            format!("only the following media types are accepted: application/json, application/yaml; got {accept:?}"),
+        )
+    }
+
+    pub fn unsupported_media_type(content_type: &str, supported: &[&str]) -> Self {
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {}; got {content_type:?}",
+                supported.join(", ")
+            ),
+        )
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("the request body is larger than the limit of {limit} bytes"),
+        )
+    }
+
+    pub fn too_many_requests(retry_after: u32) -> Self {
+        ApiError::new(
+            429,
+            "TooManyRequests",
+            "too many requests, please try again later",
+        )
+        .with_details(Details {
+            retry_after_seconds: Some(retry_after),
+            ..Details::default()
+        })
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError::new(500, "InternalError", message)
+    }
+
+    pub fn timeout(message: impl Into<String>) -> Self {
+        ApiError::new(504, "Timeout", message)
+    }
+
+    /// A 422 for an object: `<Kind>.<group> "<name>" is invalid: <causes>`.
+    pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<Cause>) -> Self {
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let rendered: Vec<String> = causes
+            .iter()
+            .map(|c| {
+                if c.field.is_empty() {
+                    c.message.clone()
+                } else {
+                    format!("{}: {}", c.field, c.message)
+                }
+            })
+            .collect();
+        let summary = match rendered.len() {
+            1 => rendered[0].clone(),
+            _ => format!("[{}]", rendered.join(", ")),
+        };
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("{qualified} \"{name}\" is invalid: {summary}"),
+        )
+        .with_details(Details {
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: kind.to_string(),
+            causes,
+            ..Details::default()
+        })
+    }
+
+    /// The `metav1.Status` body.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(d) = &self.details {
+            let mut details = serde_json::Map::new();
+            if !d.name.is_empty() {
+                details.insert("name".into(), json!(d.name));
+            }
+            if !d.group.is_empty() {
+                details.insert("group".into(), json!(d.group));
+            }
+            if !d.kind.is_empty() {
+                details.insert("kind".into(), json!(d.kind));
+            }
+            if !d.uid.is_empty() {
+                details.insert("uid".into(), json!(d.uid));
+            }
+            if !d.causes.is_empty() {
+                let causes: Vec<Value> = d
+                    .causes
+                    .iter()
+                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .collect();
+                details.insert("causes".into(), Value::Array(causes));
+            }
+            if let Some(r) = d.retry_after_seconds {
+                details.insert("retryAfterSeconds".into(), json!(r));
+            }
+            status["details"] = Value::Object(details);
+        }
+        if self.reason.is_empty() {
+            if let Some(m) = status.as_object_mut() {
+                m.remove("reason");
+            }
+        }
+        status
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.code, self.reason, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// A `Status` of success, as returned by a delete that removed the object right away.
+pub fn success_status(gr: &GroupResource, name: &str, uid: &str) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": name, "group": gr.group, "kind": gr.resource, "uid": uid},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_qualifies_group() {
+        let e = ApiError::not_found(
+            &GroupResource::new("core.platform-mesh.io", "platformmeshes"),
+            "pm",
+        );
+        let s = e.to_status();
+        assert_eq!(
+            s["message"],
+            "platformmeshes.core.platform-mesh.io \"pm\" not found"
+        );
+        assert_eq!(s["details"]["kind"], "platformmeshes");
+        assert_eq!(s["code"], 404);
+        let core = ApiError::not_found(&GroupResource::new("", "configmaps"), "x");
+        assert_eq!(core.message, "configmaps \"x\" not found");
+    }
+
+    #[test]
+    fn invalid_lists_causes() {
+        let one = ApiError::invalid(
+            "ConfigMap",
+            "",
+            "x",
+            vec![Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: "metadata.name".into(),
+            }],
+        );
+        assert_eq!(
+            one.message,
+            "ConfigMap \"x\" is invalid: metadata.name: Required value"
+        );
+        let two = ApiError::invalid(
+            "Provider",
+            "providers.platform-mesh.io",
+            "p",
+            vec![
+                Cause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value".into(),
+                    field: "spec.a".into(),
+                },
+                Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: "Invalid value: 5".into(),
+                    field: "spec.b".into(),
+                },
+            ],
+        );
+        assert_eq!(
+            two.message,
+            "Provider.providers.platform-mesh.io \"p\" is invalid: [spec.a: Required value, spec.b: Invalid value: 5]"
+        );
+        assert_eq!(two.to_status()["details"]["causes"][1]["field"], "spec.b");
+        assert_eq!(two.to_status()["details"]["kind"], "Provider");
+    }
+
+    #[test]
+    fn conflict_message() {
+        let e = ApiError::conflict(&GroupResource::new("", "configmaps"), "a");
+        assert_eq!(
+            e.message,
+            "Operation cannot be fulfilled on configmaps \"a\": the object has been modified; please apply your changes to the latest version and try again"
+        );
+        assert_eq!(e.reason, "Conflict");
+    }
+}

@@ -1,0 +1,171 @@
+//! `platform-mesh`: the Platform Mesh control plane in one binary. This file only wires the CLI.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+mod bench;
+
+#[derive(Parser)]
+#[command(
+    name = "platform-mesh",
+    version,
+    about = "The Platform Mesh control plane"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTPS Kubernetes-API server.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:6443", env = "PLATFORM_MESH_LISTEN")]
+        listen: SocketAddr,
+        /// Directory for the store, the PKI and admin.kubeconfig.
+        #[arg(long, default_value = ".platform-mesh", env = "PLATFORM_MESH_DATA_DIR")]
+        data_dir: PathBuf,
+        /// Serving certificate (PEM) instead of the generated one.
+        #[arg(long, requires = "tls_private_key_file")]
+        tls_cert_file: Option<PathBuf>,
+        /// Private key (PEM) of --tls-cert-file.
+        #[arg(long, requires = "tls_cert_file")]
+        tls_private_key_file: Option<PathBuf>,
+        /// CA bundle (PEM) that signs accepted client certificates, instead of the generated CA.
+        #[arg(long)]
+        client_ca_file: Option<PathBuf>,
+        /// Keep everything in memory (nothing survives a restart).
+        #[arg(long)]
+        in_memory: bool,
+    },
+    /// Measure the server against a bare hyper+rustls server (prints a report).
+    Bench {
+        /// Seconds per load measurement.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Concurrent connections for the GET measurement.
+        #[arg(long, default_value_t = 16)]
+        connections: usize,
+        /// Objects in the LIST measurement.
+        #[arg(long, default_value_t = 10_000)]
+        list_objects: usize,
+        /// Objects loaded before reading the RSS.
+        #[arg(long, default_value_t = 100_000)]
+        rss_objects: usize,
+        /// Concurrent writers for the durable-create and loading measurements.
+        #[arg(long, default_value_t = 64)]
+        writers: usize,
+    },
+    /// The benchmark's baseline server (a fixed 1 KiB JSON over hyper+rustls).
+    #[command(hide = true)]
+    BenchBareServer {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Write the CRDs of the Platform Mesh APIs to manifests/crds (or check them with --check).
+    Crds {
+        /// Directory to write to.
+        #[arg(long, default_value = "manifests/crds")]
+        dir: PathBuf,
+        /// Only check that the files are up to date; exit 1 if not.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Serve {
+            listen,
+            data_dir,
+            tls_cert_file,
+            tls_private_key_file,
+            client_ca_file,
+            in_memory,
+        } => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async move {
+                let mut opts = apiserver::server::ServeOptions::new(listen, data_dir);
+                opts.tls_cert_file = tls_cert_file;
+                opts.tls_private_key_file = tls_private_key_file;
+                opts.client_ca_file = client_ca_file;
+                if in_memory {
+                    opts.store = apiserver::server::StoreKind::Memory;
+                }
+                let server = apiserver::server::start(opts).await?;
+                eprintln!(
+                    "platform-mesh is serving on https://{}\n  kubectl --kubeconfig {} get namespaces",
+                    server.address,
+                    server.kubeconfig.display()
+                );
+                tokio::select! {
+                    r = shutdown_signal() => r?,
+                    r = async { server.wait().await } => return r,
+                }
+                Ok(())
+            })
+        }
+        Command::Bench {
+            seconds,
+            connections,
+            list_objects,
+            rss_objects,
+            writers,
+        } => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(bench::run(bench::BenchOptions {
+                seconds,
+                connections,
+                list_objects,
+                rss_objects,
+                writers,
+            }))
+        }
+        Command::BenchBareServer { listen, data_dir } => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(bench::bare_server(listen, &data_dir))
+        }
+        Command::Crds { dir, check } => {
+            if check {
+                api::check_crds(&dir).map_err(|e| {
+                    anyhow::anyhow!("{e}\nrun `cargo run -- crds` and commit the result")
+                })?;
+                println!("CRDs in {} are up to date", dir.display());
+            } else {
+                let written = api::write_crds(&dir)
+                    .with_context(|| format!("writing CRDs to {}", dir.display()))?;
+                for p in written {
+                    println!("wrote {}", p.display());
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! Shared helpers of the whole-binary tests: start `platform-mesh serve` as a child process on a
+//! free port with its own data directory, and run kubectl against it.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A running `platform-mesh serve` child process.
+pub struct Server {
+    pub child: Child,
+    pub address: SocketAddr,
+    pub data_dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts a server with a fresh data directory.
+    pub fn start() -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let mut s = Server::start_in(&dir, "127.0.0.1:0");
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// Starts a server on an existing (or new) data directory.
+    pub fn start_in(data_dir: &Path, listen: &str) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+            .args(["serve", "--listen", listen, "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start platform-mesh");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent {
+                    if let Some(rest) = line.strip_prefix("platform-mesh is serving on https://") {
+                        let _ = tx.send(rest.trim().to_string());
+                        sent = true;
+                        continue;
+                    }
+                }
+                eprintln!("[server] {line}");
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("server did not report its address");
+        Server {
+            child,
+            address: addr.parse().expect("address"),
+            data_dir: data_dir.to_path_buf(),
+            kubeconfig: data_dir.join("admin.kubeconfig"),
+            _tmp: None,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://{}", self.address)
+    }
+
+    /// Kills the process with SIGKILL and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// A client with the admin certificate.
+    pub fn client(&self) -> apiserver::client::ClientConfig {
+        let pki = self.data_dir.join("pki");
+        let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("read pki file");
+        let (ca, cert, key) = (read("ca.crt"), read("admin.crt"), read("admin.key"));
+        apiserver::client::ClientConfig::new(self.address, &ca, Some((&cert, &key)))
+            .expect("client config")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Every versioned kubectl of the machine image: `kubectl.1.NN` beside the binary `kubectl` resolves to.
+pub fn kubectl_binary(version: &str) -> Option<PathBuf> {
+    let which = Command::new("sh")
+        .args(["-c", "readlink -f \"$(command -v kubectl)\""])
+        .output()
+        .ok()?;
+    let resolved = PathBuf::from(String::from_utf8_lossy(&which.stdout).trim());
+    let candidate = resolved.parent()?.join(format!("kubectl.{version}"));
+    candidate.exists().then_some(candidate)
+}
+
+/// Runs kubectl with its own HOME and cache so tests never share discovery caches.
+pub struct Kubectl {
+    pub bin: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub home: tempfile::TempDir,
+}
+
+impl Kubectl {
+    pub fn new(bin: PathBuf, kubeconfig: &Path) -> Kubectl {
+        Kubectl {
+            bin,
+            kubeconfig: kubeconfig.to_path_buf(),
+            home: tempfile::tempdir().expect("home"),
+        }
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.env("HOME", self.home.path())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.home.path().join("cache"))
+            .arg("--request-timeout=60s")
+            .args(args);
+        c
+    }
+
+    /// Runs and returns the output, whatever the exit code.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run kubectl")
+    }
+
+    /// Runs with stdin.
+    pub fn run_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn kubectl");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("write stdin");
+        child.wait_with_output().expect("kubectl output")
+    }
+
+    /// Runs and asserts success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kubectl {} failed ({}):\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn ok_stdin(&self, args: &[&str], stdin: &str) -> String {
+        let out = self.run_stdin(args, stdin);
+        assert!(
+            out.status.success(),
+            "kubectl {} failed ({}):\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}

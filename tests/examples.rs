@@ -1,0 +1,106 @@
+//! Runs the commands of every `examples/*/README.md` as written, against a fresh server, with
+//! every kubectl version of the machine image, so the walkthroughs cannot drift from the code.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{kubectl_binary, Server};
+
+/// The shell commands of a README's ```sh blocks, without the ones that start the server or
+/// point KUBECONFIG at it (the test does both itself).
+fn commands(readme: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(readme).expect("read README");
+    let mut out = Vec::new();
+    let mut in_block = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("```") {
+            in_block = !in_block && t == "```sh";
+            continue;
+        }
+        if in_block && !t.is_empty() && !t.starts_with('#') {
+            if t.starts_with("cargo run") || t.starts_with("export KUBECONFIG=") {
+                continue;
+            }
+            out.push(t.to_string());
+        }
+    }
+    out
+}
+
+fn run_walkthrough(example: &str, version: &str) {
+    let Some(bin) = kubectl_binary(version) else {
+        panic!("kubectl.{version} is not installed beside the machine's kubectl");
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let readme = root.join("examples").join(example).join("README.md");
+    let cmds = commands(&readme);
+    assert!(!cmds.is_empty(), "{} has no commands", readme.display());
+    let server = Server::start();
+    let home = tempfile::tempdir().expect("home");
+    let bin_dir = home.path().join("bin");
+    std::fs::create_dir_all(&bin_dir).expect("bin dir");
+    std::os::unix::fs::symlink(&bin, bin_dir.join("kubectl")).expect("symlink kubectl");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for cmd in cmds {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .current_dir(&root)
+            .env("PATH", &path)
+            .env("HOME", home.path())
+            .env("KUBECONFIG", &server.kubeconfig)
+            .output()
+            .expect("run command");
+        assert!(
+            out.status.success(),
+            "kubectl {version}: `{cmd}` failed ({}):\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+macro_rules! walkthrough {
+    ($($name:ident => $example:literal, $version:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                run_walkthrough($example, $version);
+            }
+        )*
+    };
+}
+
+walkthrough! {
+    quickstart_kubectl_1_27 => "quickstart", "1.27";
+    quickstart_kubectl_1_30 => "quickstart", "1.30";
+    quickstart_kubectl_1_33 => "quickstart", "1.33";
+}
+
+#[test]
+fn every_example_has_a_walkthrough_test() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let this = include_str!("examples.rs");
+    for entry in std::fs::read_dir(&root).expect("examples dir") {
+        let entry = entry.expect("entry");
+        if entry.path().is_dir() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(
+                entry.path().join("README.md").exists(),
+                "examples/{name} has no README.md"
+            );
+            assert!(
+                this.contains(&format!("=> \"{name}\"")),
+                "examples/{name} is not run by tests/examples.rs"
+            );
+        }
+    }
+}

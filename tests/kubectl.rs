@@ -1,0 +1,365 @@
+//! The kubectl conformance matrix: the same steps against a freshly started `platform-mesh serve`
+//! with every kubectl version of the machine image (1.27 … 1.33).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{kubectl_binary, Kubectl, Server};
+
+const PLATFORM_MESH: &str = include_str!("../examples/quickstart/platformmesh.yaml");
+const SETTINGS: &str = include_str!("../examples/quickstart/settings.yaml");
+const PROVIDER: &str = include_str!("../examples/quickstart/provider.yaml");
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn bulk_configmaps(n: usize) -> String {
+    let mut s = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: bulk-{i:04}\n    namespace: bulk\n  data:\n    index: \"{i}\"\n"
+        ));
+    }
+    s
+}
+
+fn matrix(version: &str) {
+    let bin = kubectl_binary(version).unwrap_or_else(|| {
+        panic!("kubectl.{version} is not installed beside the machine's kubectl")
+    });
+    let server = Server::start();
+    let k = Kubectl::new(bin, &server.kubeconfig);
+
+    // Discovery.
+    let resources = k.ok(&["api-resources"]);
+    for r in [
+        "platformmeshes",
+        "providers",
+        "managedproviders",
+        "acceptapis",
+        "configmaps",
+        "leases",
+        "namespaces",
+    ] {
+        assert!(
+            resources.contains(r),
+            "api-resources lacks {r}:\n{resources}"
+        );
+    }
+    let explain = k.ok(&["explain", "platformmesh.spec"]);
+    assert!(
+        explain.contains("kcp"),
+        "explain platformmesh.spec:\n{explain}"
+    );
+
+    // create, apply twice.
+    let created = k.ok_stdin(&["create", "-f", "-"], PLATFORM_MESH);
+    assert!(
+        created.contains("platformmesh.core.platform-mesh.io/demo created"),
+        "{created}"
+    );
+    let first = k.ok_stdin(&["apply", "-f", "-"], SETTINGS);
+    assert!(first.contains("configmap/settings created"), "{first}");
+    let second = k.ok_stdin(&["apply", "-f", "-"], SETTINGS);
+    assert!(second.contains("configmap/settings unchanged"), "{second}");
+    let first = k.ok_stdin(&["apply", "-f", "-"], PROVIDER);
+    assert!(
+        first.contains("provider.providers.platform-mesh.io/certificates created"),
+        "{first}"
+    );
+    let second = k.ok_stdin(&["apply", "-f", "-"], PROVIDER);
+    assert!(second.contains("unchanged"), "{second}");
+    let changed = k.ok_stdin(&["apply", "-f", "-"], &SETTINGS.replace("gold", "silver"));
+    assert!(
+        changed.contains("configmap/settings configured"),
+        "{changed}"
+    );
+    assert_eq!(
+        k.ok(&["get", "cm", "settings", "-o", "jsonpath={.data.tier}"]),
+        "silver"
+    );
+
+    // get in every output format.
+    let wide = k.ok(&["get", "platformmeshes", "-o", "wide"]);
+    assert!(wide.contains("NAME") && wide.contains("demo"), "{wide}");
+    let yaml = k.ok(&["get", "platformmesh", "demo", "-o", "yaml"]);
+    assert!(
+        yaml.contains("endpointSliceName: core.platform-mesh.io"),
+        "{yaml}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&k.ok(&["get", "cm", "settings", "-o", "json"])).expect("json");
+    assert_eq!(json["data"]["region"], "eu-west");
+    assert_eq!(
+        k.ok(&["get", "cm", "settings", "-o", "jsonpath={.data.region}"]),
+        "eu-west"
+    );
+    let cc = k.ok(&[
+        "get",
+        "cm",
+        "settings",
+        "-o",
+        "custom-columns=N:.metadata.name,R:.data.region",
+    ]);
+    assert!(cc.contains("settings") && cc.contains("eu-west"), "{cc}");
+    assert_eq!(
+        k.ok(&["get", "providers", "-o", "name"]).trim(),
+        "provider.providers.platform-mesh.io/certificates"
+    );
+    let table = k.ok(&["get", "cm"]);
+    assert!(
+        table.contains("DATA") && table.contains("settings"),
+        "{table}"
+    );
+
+    // -A and chunked lists over 1,000 objects.
+    k.ok(&["create", "namespace", "bulk"]);
+    k.ok_stdin(&["create", "-f", "-"], &bulk_configmaps(1000));
+    let all = k.ok(&["get", "cm", "-A"]);
+    assert!(
+        all.contains("NAMESPACE") && all.contains("bulk-0999") && all.contains("settings"),
+        "-A output"
+    );
+    let chunked = k.ok(&["get", "cm", "-n", "bulk", "--chunk-size=100", "-o", "name"]);
+    assert_eq!(chunked.lines().count(), 1000, "chunked list");
+    let chunked_table = k.ok(&[
+        "get",
+        "cm",
+        "-n",
+        "bulk",
+        "--chunk-size=100",
+        "--no-headers",
+    ]);
+    assert_eq!(chunked_table.lines().count(), 1000, "chunked table");
+
+    // get -w sees an update.
+    let mut watch = k
+        .command(&[
+            "get",
+            "cm",
+            "settings",
+            "-w",
+            "-o",
+            "jsonpath={.data.tier}{\"\\n\"}",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("watch");
+    let stdout = watch.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("initial watch line"),
+        "silver"
+    );
+    k.ok(&[
+        "patch",
+        "cm",
+        "settings",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"tier":"bronze"}}"#,
+    ]);
+    let mut seen = false;
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) {
+        if line == "bronze" {
+            seen = true;
+            break;
+        }
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(seen, "kubectl get -w did not see the update");
+
+    // label, annotate, patch.
+    assert!(k
+        .ok(&["label", "cm", "settings", "team=a"])
+        .contains("labeled"));
+    assert_eq!(
+        k.ok(&["get", "cm", "-l", "team=a", "-o", "name"]).trim(),
+        "configmap/settings"
+    );
+    assert!(k
+        .ok(&["annotate", "platformmesh", "demo", "note=hi"])
+        .contains("annotate"));
+    assert!(k
+        .ok(&["label", "provider", "certificates", "tier=1"])
+        .contains("labeled"));
+    k.ok(&[
+        "patch",
+        "platformmesh",
+        "demo",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"exposure":{"port":8443}}}"#,
+    ]);
+    k.ok(&[
+        "patch",
+        "cm",
+        "settings",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/data/zone","value":"z1"}]"#,
+    ]);
+    assert_eq!(
+        k.ok(&["get", "cm", "settings", "-o", "jsonpath={.data.zone}"]),
+        "z1"
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "platformmesh",
+            "demo",
+            "-o",
+            "jsonpath={.metadata.generation}"
+        ]),
+        "2"
+    );
+
+    // diff: exit 1 with the change shown; 0 when nothing differs.
+    let diff = k.run_stdin(
+        &["diff", "-f", "-"],
+        &SETTINGS.replace("eu-west", "us-east"),
+    );
+    assert_eq!(diff.status.code(), Some(1), "diff: {}", stderr_of(&diff));
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert!(
+        text.contains("us-east") && text.contains("eu-west"),
+        "{text}"
+    );
+
+    // wait for a condition set through the status subresource.
+    let wait = k
+        .command(&[
+            "wait",
+            "platformmesh/demo",
+            "--for=condition=Ready",
+            "--timeout=60s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("wait");
+    std::thread::sleep(Duration::from_millis(500));
+    k.ok(&[
+        "patch",
+        "platformmesh",
+        "demo",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"Ready","message":"done","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#,
+    ]);
+    let waited = wait.wait_with_output().expect("wait output");
+    assert!(
+        waited.status.success(),
+        "wait failed: {}",
+        stderr_of(&waited)
+    );
+    assert!(String::from_utf8_lossy(&waited.stdout).contains("condition met"));
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "platformmesh",
+            "demo",
+            "-o",
+            "jsonpath={.metadata.generation}"
+        ]),
+        "2"
+    );
+
+    // A finalizer holds deletion.
+    k.ok(&["create", "cm", "held", "--from-literal=a=b"]);
+    k.ok(&[
+        "patch",
+        "cm",
+        "held",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
+    ]);
+    assert!(k
+        .ok(&["delete", "cm", "held", "--wait=false"])
+        .contains("deleted"));
+    assert!(!k
+        .ok(&[
+            "get",
+            "cm",
+            "held",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}"
+        ])
+        .is_empty());
+    k.ok(&[
+        "patch",
+        "cm",
+        "held",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    let gone = k.run(&["get", "cm", "held"]);
+    assert!(
+        !gone.status.success() && stderr_of(&gone).contains("NotFound"),
+        "{}",
+        stderr_of(&gone)
+    );
+
+    // Another logical cluster, and the read-only wildcard.
+    let base = server.url();
+    let team = format!("--server={base}/clusters/team-a");
+    k.ok(&[&team, "create", "cm", "only-in-team-a"]);
+    assert!(k.ok(&[&team, "get", "ns"]).contains("default"));
+    let root_cms = k.ok(&["get", "cm", "-o", "name"]);
+    assert!(!root_cms.contains("only-in-team-a"), "{root_cms}");
+    let wildcard = format!("--server={base}/clusters/*");
+    let across = k.ok(&[&wildcard, "get", "cm", "-A", "-o", "jsonpath={range .items[*]}{.metadata.annotations.kcp\\.io/cluster}/{.metadata.name}{\"\\n\"}{end}"]);
+    assert!(
+        across.contains("team-a/only-in-team-a") && across.contains("root/settings"),
+        "{across}"
+    );
+    let refused = k.run(&[&wildcard, "create", "cm", "nope"]);
+    assert!(
+        !refused.status.success(),
+        "writes through /clusters/* must fail"
+    );
+
+    // Delete waits until the object is gone.
+    let deleted = k.ok_stdin(&["delete", "-f", "-"], PLATFORM_MESH);
+    assert!(deleted.contains("deleted"), "{deleted}");
+    assert!(!k.run(&["get", "platformmesh", "demo"]).status.success());
+}
+
+macro_rules! kubectl_versions {
+    ($($name:ident => $v:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                matrix($v);
+            }
+        )*
+    };
+}
+
+kubectl_versions! {
+    kubectl_1_27 => "1.27";
+    kubectl_1_28 => "1.28";
+    kubectl_1_29 => "1.29";
+    kubectl_1_30 => "1.30";
+    kubectl_1_31 => "1.31";
+    kubectl_1_32 => "1.32";
+    kubectl_1_33 => "1.33";
+}
