@@ -119,6 +119,35 @@ impl Connection {
         })
     }
 
+    /// Sends a request with extra headers.
+    pub async fn send_with_headers(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> anyhow::Result<Reply> {
+        self.sender.ready().await?;
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, "localhost");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = self
+            .sender
+            .send_request(req.body(Full::new(body.into()))?)
+            .await?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok(Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+
     pub async fn get(&mut self, path: &str) -> anyhow::Result<Reply> {
         self.send(Method::GET, path, None, Bytes::new()).await
     }
