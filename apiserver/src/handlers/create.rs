@@ -88,6 +88,7 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     }
     objects::prepare_for_create(&mut obj, &resource, &cluster);
     ctx.admit(&mut obj, None)?;
+    ctx.record_update(None, &mut obj)?;
     let dry_run = ctx.dry_run()?;
     let mut attempt = 0;
     loop {

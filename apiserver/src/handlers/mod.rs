@@ -1,6 +1,7 @@
 //! Resource handlers, one file per verb, over one generic store: every served type goes
 //! through the same code; a type only contributes its [`Resource`] description.
 
+mod apply;
 mod create;
 mod delete;
 mod get;
@@ -265,9 +266,69 @@ impl Ctx {
         }
     }
 
+    /// The field manager of a write: `fieldManager`, else the User-Agent up to its first `/`.
+    pub fn field_manager(&self) -> Result<String, ApiError> {
+        let name = match self.query.get("fieldManager").filter(|m| !m.is_empty()) {
+            Some(m) => m.to_string(),
+            None => self
+                .header(header::USER_AGENT)
+                .map(|ua| ua.split('/').next().unwrap_or("").to_string())
+                .unwrap_or_default(),
+        };
+        if name.chars().count() > 128 || name.chars().any(|c| c.is_control()) {
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                vec![Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message:
+                        "Invalid value: the field manager must be at most 128 printable characters"
+                            .into(),
+                    field: "fieldManager".into(),
+                }],
+            ));
+        }
+        Ok(name)
+    }
+
+    /// Records in `new.metadata.managedFields` which fields this (non-apply) write set.
+    pub fn record_update(&self, old: Option<&Value>, new: &mut Value) -> Result<(), ApiError> {
+        let manager = self.field_manager()?;
+        let base = managed_fields_base(old, new);
+        let entries = crate::apply::record_update(
+            old,
+            new,
+            base,
+            &manager,
+            &self.resource.api_version,
+            self.req.subresource.as_deref(),
+            &self.resource.ty.schema,
+            &objects::now_rfc3339(),
+        );
+        crate::apply::set_managed_fields(new, &entries);
+        Ok(())
+    }
+
     /// Whether this is a dry run.
     pub fn dry_run(&self) -> Result<bool, ApiError> {
         self.query.dry_run()
+    }
+}
+
+/// The managedFields a non-apply write starts from: the stored ones, unless the client sent
+/// different ones (then those, and `[{}]` clears them), as kube-apiserver does.
+fn managed_fields_base(old: Option<&Value>, new: &Value) -> Vec<crate::apply::ManagedFieldsEntry> {
+    let sent = new.get("metadata").and_then(|m| m.get("managedFields"));
+    let stored = old
+        .and_then(|o| o.get("metadata"))
+        .and_then(|m| m.get("managedFields"));
+    match sent {
+        Some(Value::Array(a)) if a.len() == 1 && a[0].as_object().is_some_and(|m| m.is_empty()) => {
+            Vec::new()
+        }
+        Some(s) if Some(s) != stored && !s.is_null() => crate::apply::managed_fields_of(new),
+        _ => old.map(crate::apply::managed_fields_of).unwrap_or_default(),
     }
 }
 

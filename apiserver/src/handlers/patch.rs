@@ -3,7 +3,7 @@
 use http::{header, Response};
 use serde_json::Value;
 
-use super::update::write_loop;
+use super::update::{write_loop, Tracking};
 use super::Ctx;
 use crate::body::Body;
 use crate::negotiation::{body_format, BodyFormat};
@@ -17,11 +17,13 @@ pub(super) async fn patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     let mut supported = vec![
         "application/json-patch+json",
         "application/merge-patch+json",
+        "application/apply-patch+yaml",
     ];
     if ctx.resource.ty.strategic_merge_patch {
         supported.push("application/strategic-merge-patch+json");
     }
     let format = match body_format(Some(&content_type)) {
+        Ok(BodyFormat::ApplyPatch) => return super::apply::apply_patch(ctx).await,
         Ok(f @ (BodyFormat::JsonPatch | BodyFormat::MergePatch)) => f,
         Ok(BodyFormat::StrategicMergePatch) if ctx.resource.ty.strategic_merge_patch => {
             BodyFormat::StrategicMergePatch
@@ -69,7 +71,7 @@ pub(super) async fn patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
                     ops.0.len()
                 )));
             }
-            write_loop(ctx, |current| {
+            write_loop(ctx, Tracking::Update, |current| {
                 let mut doc = current.clone();
                 json_patch::patch(&mut doc, &ops).map_err(|e| invalid(e.to_string()))?;
                 Ok(doc)
@@ -80,7 +82,7 @@ pub(super) async fn patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
             if !patch_doc.is_object() {
                 return Err(bad("a merge patch must be a JSON object".into()));
             }
-            write_loop(ctx, |current| {
+            write_loop(ctx, Tracking::Update, |current| {
                 let mut doc = current.clone();
                 json_patch::merge(&mut doc, &patch_doc);
                 Ok(doc)
@@ -93,7 +95,7 @@ pub(super) async fn patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
             }
             let keys =
                 crate::strategic_merge::merge_keys_for(ctx.resource.ty.group, ctx.resource.kind());
-            write_loop(ctx, |current| {
+            write_loop(ctx, Tracking::Update, |current| {
                 crate::strategic_merge::apply(current, &patch_doc, &keys)
                     .map_err(|e| invalid(e.to_string()))
             })

@@ -15,7 +15,16 @@ const UNCONDITIONAL_RETRIES: usize = 16;
 
 pub(super) async fn update(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     let body = decode_write_body(ctx)?;
-    write_loop(ctx, |_current| Ok(body.clone())).await
+    write_loop(ctx, Tracking::Update, |_current| Ok(body.clone())).await
+}
+
+/// How a write accounts for field ownership.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tracking {
+    /// A plain write: the changed fields become the manager's (operation Update).
+    Update,
+    /// Server-side apply: `compute` already set managedFields.
+    Apply,
 }
 
 /// The part of the object the request writes.
@@ -32,6 +41,7 @@ pub(super) fn write_part(ctx: &Ctx) -> WritePart {
 /// resourceVersion. A write that changes nothing is not stored and emits no event.
 pub(super) async fn write_loop(
     ctx: &mut Ctx,
+    tracking: Tracking,
     mut compute: impl FnMut(&Value) -> Result<Value, ApiError>,
 ) -> Result<Response<Body>, ApiError> {
     let resource = ctx.resource.clone();
@@ -67,6 +77,9 @@ pub(super) async fn write_loop(
         objects::prepare_for_update(&mut new, &old, &resource, part)?;
         ctx.warnings.clear();
         ctx.admit(&mut new, Some(&old))?;
+        if tracking == Tracking::Update {
+            ctx.record_update(Some(&old), &mut new)?;
+        }
         if objects::same_object(&new, &old) {
             return Ok(ctx.respond_object(StatusCode::OK, current.value));
         }

@@ -1,0 +1,198 @@
+//! `PATCH` with `application/apply-patch+yaml`: server-side apply, creating the object when it
+//! does not exist, with field-manager conflicts answered as kube-apiserver does.
+
+use http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::create::reconcile_namespace;
+use super::update::{write_loop, write_part, Tracking};
+use super::Ctx;
+use crate::apply::{self, ApplyConflicts};
+use crate::body::Body;
+use crate::objects::{self, meta_mut, meta_str, WritePart};
+use crate::query::FieldValidation;
+use crate::status::{ApiError, Cause, Details, GroupResource};
+
+fn patch_options_error(reason: &str, message: &str, field: &str) -> ApiError {
+    ApiError::invalid(
+        "PatchOptions",
+        "meta.k8s.io",
+        "",
+        vec![Cause {
+            reason: reason.into(),
+            message: message.into(),
+            field: field.into(),
+        }],
+    )
+}
+
+/// The 409 of an apply that conflicts with other managers.
+fn conflict_error(gr: &GroupResource, name: &str, c: &ApplyConflicts) -> ApiError {
+    let mut e = ApiError::new(409, "Conflict", c.message());
+    e.details = Some(Details {
+        name: name.to_string(),
+        group: gr.group.clone(),
+        kind: gr.resource.clone(),
+        causes: c
+            .causes()
+            .into_iter()
+            .map(|(reason, message, field)| Cause {
+                reason,
+                message,
+                field,
+            })
+            .collect(),
+        ..Details::default()
+    });
+    e
+}
+
+/// The applied configuration, decoded, checked and cut to the part the request may write.
+fn applied_configuration(ctx: &mut Ctx) -> Result<Value, ApiError> {
+    let resource = ctx.resource.clone();
+    let mut applied = ctx.decode_body(true)?;
+    objects::check_type_meta(&mut applied, &resource)?;
+    match meta_str(&applied, "name") {
+        Some(n) if n == ctx.name() => {}
+        None | Some("") => return Err(ApiError::bad_request(format!(
+            "metadata.name: Required value: the applied configuration must name the object {:?}",
+            ctx.name()
+        ))),
+        Some(n) => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({})",
+                ctx.name()
+            )))
+        }
+    }
+    reconcile_namespace(ctx, &mut applied)?;
+    let unknown = crate::schema::prune(&mut applied, &resource.ty.schema);
+    if !unknown.is_empty() {
+        match ctx.query.field_validation()? {
+            FieldValidation::Strict => {
+                let list: Vec<String> = unknown
+                    .iter()
+                    .map(|f| format!("unknown field {f:?}"))
+                    .collect();
+                return Err(ApiError::bad_request(format!(
+                    "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+                    resource.kind(),
+                    resource.ty.version,
+                    resource.kind(),
+                    list.join(", ")
+                )));
+            }
+            FieldValidation::Warn => ctx
+                .warnings
+                .extend(unknown.iter().map(|f| format!("unknown field {f:?}"))),
+            FieldValidation::Ignore => {}
+        }
+    }
+    // The server owns these; an applier cannot claim them.
+    let m = meta_mut(&mut applied);
+    for f in [
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "selfLink",
+    ] {
+        m.remove(f);
+    }
+    match write_part(ctx) {
+        WritePart::Main if resource.ty.status_subresource => {
+            if let Some(o) = applied.as_object_mut() {
+                o.remove("status");
+            }
+        }
+        WritePart::Main => {}
+        WritePart::Status => {
+            let mut only = json!({"apiVersion": applied["apiVersion"], "kind": applied["kind"], "metadata": {"name": ctx.name()}});
+            if let Some(ns) = meta_str(&applied, "namespace") {
+                only["metadata"]["namespace"] = json!(ns);
+            }
+            if let Some(st) = applied.get("status") {
+                only["status"] = st.clone();
+            }
+            applied = only;
+        }
+    }
+    Ok(applied)
+}
+
+pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
+    let manager = match ctx.query.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(m) => m.to_string(),
+        None => {
+            return Err(patch_options_error(
+                "FieldValueRequired",
+                "Required value: is required for apply patch",
+                "fieldManager",
+            ))
+        }
+    };
+    ctx.field_manager()?;
+    let force = ctx.query.flag("force");
+    let applied = applied_configuration(ctx)?;
+    let resource = ctx.resource.clone();
+    let subresource = ctx.req.subresource.clone();
+    let now = objects::now_rfc3339();
+    match ctx.current().await {
+        Ok(_) => {
+            let gr = ctx.gr().clone();
+            let name = ctx.name().to_string();
+            write_loop(ctx, Tracking::Apply, |current| {
+                let managed = apply::managed_fields_of(current);
+                let (mut merged, managed) = apply::apply(
+                    Some(current),
+                    &applied,
+                    managed,
+                    &manager,
+                    force,
+                    &resource.api_version,
+                    subresource.as_deref(),
+                    &resource.ty.schema,
+                    &now,
+                )
+                .map_err(|c| conflict_error(&gr, &name, &c))?;
+                apply::set_managed_fields(&mut merged, &managed);
+                Ok(merged)
+            })
+            .await
+        }
+        Err(e) if e.code == 404 && subresource.is_none() => {
+            let cluster = ctx.cluster_name()?.to_string();
+            if resource.ty.namespaced {
+                let ns = ctx.req.namespace.clone().unwrap_or_default();
+                ctx.state.namespaces.check_for_create(&cluster, &ns).await?;
+            }
+            let (mut obj, managed) = apply::apply(
+                None,
+                &applied,
+                Vec::new(),
+                &manager,
+                force,
+                &resource.api_version,
+                None,
+                &resource.ty.schema,
+                &now,
+            )
+            .map_err(|c| conflict_error(ctx.gr(), ctx.name(), &c))?;
+            objects::prepare_for_create(&mut obj, &resource, &cluster);
+            apply::set_managed_fields(&mut obj, &managed);
+            ctx.admit(&mut obj, None)?;
+            if ctx.dry_run()? {
+                return Ok(ctx.respond_value(StatusCode::CREATED, &obj));
+            }
+            let key = ctx.key()?;
+            match ctx.state.store.create(&key, objects::encoder(obj)).await {
+                Ok(kv) => Ok(ctx.respond_object(StatusCode::CREATED, kv.value)),
+                Err(e) => Err(ctx.storage_error(e)),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
