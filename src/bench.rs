@@ -174,7 +174,7 @@ where
 
 /// A ConfigMap whose JSON is about 1 KiB.
 fn object_1k(name: &str) -> serde_json::Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}, "data": {"payload": "x".repeat(760)}})
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}, "data": {"payload": "x".repeat(914)}})
 }
 
 /// Creates `n` objects through the API with `writers` connections.

@@ -54,10 +54,12 @@ fn applied_configuration(ctx: &mut Ctx) -> Result<Value, ApiError> {
     objects::check_type_meta(&mut applied, &resource)?;
     match meta_str(&applied, "name") {
         Some(n) if n == ctx.name() => {}
-        None | Some("") => return Err(ApiError::bad_request(format!(
+        None | Some("") => {
+            return Err(ApiError::bad_request(format!(
             "metadata.name: Required value: the applied configuration must name the object {:?}",
             ctx.name()
-        ))),
+        )))
+        }
         Some(n) => {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({n}) does not match the name on the URL ({})",

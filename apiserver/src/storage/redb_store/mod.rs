@@ -13,16 +13,9 @@
 //!
 //! # Measuring write throughput
 //!
-//! Group commit only pays off with concurrent writers. To measure durable creates per second,
-//! open a store on the disk of interest, spawn e.g. 64 tokio tasks that each loop
-//! `store.create(&format!("/bench/{task}/{i}"), Box::new(|_| vec![0u8; 1024])).await`, and divide
-//! the total number of creates by the elapsed wall time; [`RedbStore::commits`] gives the
-//! number of transactions, hence the average batch size. Run it in release mode. The ignored
-//! test `storage::redb_store::tests::throughput_64_writers` does exactly this:
-//!
-//! ```text
-//! cargo test --release -p apiserver storage::redb_store::tests::throughput -- --ignored --nocapture
-//! ```
+//! Group commit only pays off with concurrent writers: `platform-mesh bench` measures durable
+//! creates per second through the whole server with 64 concurrent clients (release build);
+//! [`RedbStore::commits`] gives the number of transactions, hence the average batch size.
 
 mod codec;
 mod read;

@@ -1,15 +1,9 @@
 //! redb-only tests: durability across reopen and `kill -9`, group commit, corrupt data.
-//!
-//! Throughput is measured by the ignored test [`throughput_64_writers`]:
-//!
-//! ```text
-//! cargo test --release -p apiserver storage::redb_store::tests::throughput -- --ignored --nocapture
-//! ```
+//! Throughput is a benchmark, not a test: `platform-mesh bench` measures durable creates.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use redb::Database;
@@ -319,56 +313,6 @@ async fn kill_9_keeps_acknowledged_writes() {
             .mod_revision,
         current + 1
     );
-}
-
-/// Durable 1 KiB creates per second from 64 concurrent writers, and the latest-list time of
-/// 10,000 1 KiB values. Run in release mode (see the module docs).
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "benchmark; run explicitly in release mode"]
-async fn throughput_64_writers() {
-    const WRITERS: usize = 64;
-    const PER_WRITER: usize = 200;
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(RedbStore::open(&dir.path().join("store.redb")).unwrap());
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..WRITERS)
-        .map(|t| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                for i in 0..PER_WRITER {
-                    store
-                        .create(&format!("/bench/{t:02}/{i:04}"), Box::new(kib))
-                        .await
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let elapsed = started.elapsed();
-    let writes = (WRITERS * PER_WRITER) as f64;
-    println!(
-        "{writes} durable 1 KiB creates from {WRITERS} writers in {elapsed:?}: {:.0}/s, {} commits",
-        writes / elapsed.as_secs_f64(),
-        store.commits()
-    );
-    let mut best = Duration::MAX;
-    for _ in 0..5 {
-        let started = Instant::now();
-        let page = store
-            .list(ListOptions {
-                prefix: "/bench/",
-                limit: 10_000,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        best = best.min(started.elapsed());
-        assert_eq!(page.items.len(), 10_000);
-    }
-    println!("latest list of 10,000 1 KiB values: {best:?}");
 }
 
 /// Compaction really removes replaced versions, deletions and log entries from the file.
