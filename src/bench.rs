@@ -300,6 +300,28 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss = server.rss_bytes();
     drop(server);
+
+    // Admission: validation throughput in-process, webhook latency under 200 concurrent reviews.
+    let validation = validation_throughput(Duration::from_secs(opts.seconds.min(3)));
+    let bare = ChildServer::start(&["bench-bare-server"], &tmp.join("bare2"))?;
+    let bare_200 = closed_loop(&bare.client()?, 200, opts.seconds, 200, |_, _| {
+        (Method::GET, "/".to_string(), None)
+    })
+    .await?;
+    drop(bare);
+    let server = ChildServer::start(&["serve", "--in-memory"], &tmp.join("webhook"))?;
+    let review = admission_review(&typical_accept_api());
+    let reviews = closed_loop(&server.client()?, 200, opts.seconds, 200, move |c, i| {
+        let mut r = review.clone();
+        r["request"]["uid"] = json!(format!("{c}-{i}"));
+        (
+            Method::POST,
+            "/admission/validate?timeout=10s".to_string(),
+            Some(r),
+        )
+    })
+    .await?;
+    drop(server);
     let _ = std::fs::remove_dir_all(&tmp);
 
     let ratio = get_load.per_second() / bare_load.per_second();
@@ -338,13 +360,110 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
         raw as f64 / 1048576.0,
         rss as f64 / raw as f64
     );
-    if get_load.errors + bare_load.errors + creates.errors > 0 {
+    for (what, per_sec, baseline) in &validation {
+        println!(
+            "| validation of a typical {what} (in-process) | {per_sec:.0} objects/s | JSON decode+encode of the same object: {baseline:.0}/s |"
+        );
+    }
+    println!(
+        "| webhook review, 200 concurrent | p50 {}, p99 {}, {:.0} reviews/s | bare server, 200 concurrent: p50 {}, p99 {}; target p99 < 2 ms |",
+        ms(reviews.p50),
+        ms(reviews.p99),
+        reviews.per_second(),
+        ms(bare_200.p50),
+        ms(bare_200.p99)
+    );
+    if get_load.errors + bare_load.errors + creates.errors + reviews.errors > 0 {
         println!(
             "errors: get {}, bare {}, creates {}",
             get_load.errors, bare_load.errors, creates.errors
         );
     }
     Ok(())
+}
+
+/// A PlatformMesh as the upstream e2e setup writes it.
+fn typical_platform_mesh() -> serde_json::Value {
+    json!({
+        "apiVersion": "core.platform-mesh.io/v1alpha1",
+        "kind": "PlatformMesh",
+        "metadata": {"name": "platform-mesh", "namespace": "platform-mesh-system"},
+        "spec": {
+            "exposure": {"port": 8443, "baseDomain": "portal.localhost", "protocol": "https"},
+            "ocm": {"repo": {"name": "platform-mesh"}, "component": {"name": "platform-mesh"}, "referencePath": []},
+            "featureToggles": [{"name": "feature-enable-getting-started"}, {"name": "feature-accounts-in-accounts"}],
+            "kcp": {"providerConnections": [{"endpointSliceName": "core.platform-mesh.io", "path": "root:platform-mesh-system", "secret": "platform-mesh-operator-kubeconfig"}]},
+        },
+    })
+}
+
+/// An AcceptAPI as a certificate provider declares it.
+fn typical_accept_api() -> serde_json::Value {
+    json!({
+        "apiVersion": "broker.platform-mesh.io/v1alpha1",
+        "kind": "AcceptAPI",
+        "metadata": {"name": "certificates.example.platform-mesh.io", "namespace": "default"},
+        "spec": {
+            "gvr": {"group": "example.platform-mesh.io", "version": "v1alpha1", "resource": "certificates"},
+            "filters": [{"key": "fqdn", "suffix": "internal.corp"}],
+        },
+    })
+}
+
+fn admission_review(obj: &serde_json::Value) -> serde_json::Value {
+    let api_version = obj["apiVersion"].as_str().unwrap_or("");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "0", "kind": {"group": group, "version": version, "kind": obj["kind"]},
+        "operation": "CREATE", "name": obj["metadata"]["name"], "object": obj}})
+}
+
+/// Objects admitted per second (metadata, schema, CEL, type rules), beside a plain JSON decode
+/// and encode of the same object as the baseline.
+fn validation_throughput(each: Duration) -> Vec<(&'static str, f64, f64)> {
+    let registry = apiserver::registry::Registry::builtin();
+    let mut out = Vec::new();
+    for (what, obj) in [
+        ("PlatformMesh", typical_platform_mesh()),
+        ("AcceptAPI", typical_accept_api()),
+    ] {
+        let Some(resource) = registry
+            .resources()
+            .iter()
+            .find(|r| r.ty.kind == what)
+            .cloned()
+        else {
+            continue;
+        };
+        let rate = |f: &mut dyn FnMut()| {
+            let started = Instant::now();
+            let mut n = 0u64;
+            while started.elapsed() < each {
+                for _ in 0..100 {
+                    f();
+                }
+                n += 100;
+            }
+            n as f64 / started.elapsed().as_secs_f64()
+        };
+        let bytes = serde_json::to_vec(&obj).unwrap_or_default();
+        let admitted = rate(&mut || {
+            let mut o = obj.clone();
+            let outcome = apiserver::admission::admit(
+                &resource,
+                &mut o,
+                None,
+                apiserver::schema::FieldValidation::Warn,
+            );
+            std::hint::black_box(outcome);
+        });
+        let baseline = rate(&mut || {
+            let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+            std::hint::black_box(serde_json::to_vec(&v).unwrap_or_default());
+        });
+        out.push((what, admitted, baseline));
+    }
+    out
 }
 
 /// The baseline server: TLS like ours (same certificates, ring, h1+h2), fixed 1 KiB JSON body.

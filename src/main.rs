@@ -68,6 +68,11 @@ enum Command {
         #[arg(long)]
         data_dir: PathBuf,
     },
+    /// Certificates of a data directory (created if missing).
+    Certs {
+        #[command(subcommand)]
+        what: CertsCommand,
+    },
     /// Write the CRDs of the Platform Mesh APIs to manifests/crds (or check them with --check).
     Crds {
         /// Directory to write to.
@@ -76,6 +81,15 @@ enum Command {
         /// Only check that the files are up to date; exit 1 if not.
         #[arg(long)]
         check: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum CertsCommand {
+    /// Print the base64 CA bundle, for `caBundle` of webhook configurations and APIServices.
+    CaBundle {
+        #[arg(long, default_value = ".platform-mesh", env = "PLATFORM_MESH_DATA_DIR")]
+        data_dir: PathBuf,
     },
 }
 
@@ -137,6 +151,14 @@ fn main() -> anyhow::Result<()> {
         Command::BenchBareServer { listen, data_dir } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(bench::bare_server(listen, &data_dir))
+        }
+        Command::Certs {
+            what: CertsCommand::CaBundle { data_dir },
+        } => {
+            let pki = certs::load_or_create(&data_dir.join("pki"), &[])
+                .with_context(|| format!("loading the certificates in {}", data_dir.display()))?;
+            println!("{}", pki.ca_bundle_base64());
+            Ok(())
         }
         Command::Crds { dir, check } => {
             if check {

@@ -80,8 +80,13 @@ impl AppState {
 }
 
 /// Paths anyone may read without a client certificate.
+/// Admission webhooks are called by a kube-apiserver, which presents no client certificate by
+/// default; they only compute answers and never touch storage.
 fn is_public(target: &Target) -> bool {
-    matches!(target, Target::Health { .. } | Target::Version)
+    matches!(
+        target,
+        Target::Health { .. } | Target::Version | Target::Admission(_)
+    )
 }
 
 /// Serves one request. Never panics: a panic inside a handler becomes a 500 Status.
@@ -178,6 +183,21 @@ async fn route(
                 identity,
             };
             handlers::serve(call).await
+        }
+        Target::Admission(review) => {
+            if let Ok(mut l) = label.lock() {
+                *l = ("admit".to_string(), "admissionreviews".to_string());
+            }
+            if parts.method != Method::POST {
+                return error_response(&ApiError::method_not_allowed(
+                    parts.method.as_str(),
+                    &crate::status::GroupResource::new("admission.k8s.io", "admissionreviews"),
+                ));
+            }
+            match read_body(body).await {
+                Ok(b) => crate::webhook::serve(state.clone(), review, &query, b).await,
+                Err(e) => error_response(&e),
+            }
         }
         other => {
             if parts.method != Method::GET && parts.method != Method::HEAD {
@@ -283,7 +303,9 @@ fn serve_non_resource(
             "text/plain; version=0.0.4; charset=utf-8",
             Bytes::from(state.metrics.render()),
         ),
-        Target::Resource(_) | Target::Unknown => error_response(&ApiError::path_not_found()),
+        Target::Resource(_) | Target::Admission(_) | Target::Unknown => {
+            error_response(&ApiError::path_not_found())
+        }
     }
 }
 

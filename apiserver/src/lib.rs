@@ -1,4 +1,5 @@
 //! Kubernetes-API serving machinery.
+pub mod admission;
 pub mod apply;
 pub mod body;
 pub mod client;
@@ -17,6 +18,7 @@ pub mod protobuf;
 pub mod query;
 pub mod registry;
 pub mod request_info;
+pub mod rules;
 pub mod schema;
 pub mod selectors;
 pub mod server;
@@ -24,3 +26,4 @@ pub mod status;
 pub mod storage;
 pub mod strategic_merge;
 pub mod table;
+pub mod webhook;

@@ -55,8 +55,17 @@ pub enum Target {
     },
     /// `/metrics`
     Metrics,
+    /// `/admission/validate`, `/admission/mutate`: the admission webhooks.
+    Admission(Review),
     /// Anything else.
     Unknown,
+}
+
+/// Which admission webhook a request calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Review {
+    Validate,
+    Mutate,
 }
 
 /// The verb of a resource request, as Kubernetes names them.
@@ -213,6 +222,8 @@ fn parse_target(method: &Method, parts: &[String], watch_param: bool) -> Target 
             check: Some(check.to_string()),
         },
         ["metrics"] => Target::Metrics,
+        ["admission", "validate"] => Target::Admission(Review::Validate),
+        ["admission", "mutate"] => Target::Admission(Review::Mutate),
         _ => Target::Unknown,
     }
 }

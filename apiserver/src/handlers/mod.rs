@@ -151,60 +151,34 @@ impl Ctx {
         Ok(v)
     }
 
-    /// Validates metadata, prunes and validates against the type's schema; collects warnings or
-    /// fails per `fieldValidation`.
+    /// Runs admission (metadata, schema, type rules) on a write; collects warnings or fails
+    /// per `fieldValidation`.
     pub fn admit(&mut self, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
         let mode = self.query.field_validation()?;
         let r = self.resource.clone();
-        let name = objects::name(obj).to_string();
-        let rule = if r.ty.group.is_empty() && r.ty.plural == "namespaces" {
-            crate::names::NameRule::DnsLabel
-        } else {
-            crate::names::NameRule::DnsSubdomain
-        };
-        let mut errors = crate::names::validate_object_meta(
-            obj.get("metadata").unwrap_or(&Value::Null),
-            r.ty.namespaced,
-            rule,
-        );
-        let admission = crate::schema::admit(obj, old, &r.ty.schema, schema_mode(mode));
-        if !admission.unknown_fields.is_empty() {
+        let outcome = crate::admission::admit(&r, obj, old, schema_mode(mode));
+        if !outcome.unknown_fields.is_empty() {
             match mode {
                 FieldValidation::Strict => {
-                    let list: Vec<String> = admission
-                        .unknown_fields
-                        .iter()
-                        .map(|f| format!("unknown field {f:?}"))
-                        .collect();
-                    return Err(ApiError::bad_request(format!(
-                        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
-                        r.kind(),
-                        r.ty.version,
-                        r.kind(),
-                        list.join(", ")
-                    )));
+                    return Err(crate::admission::strict_error(&r, &outcome.unknown_fields))
                 }
                 FieldValidation::Warn => {
-                    for f in &admission.unknown_fields {
+                    for f in &outcome.unknown_fields {
                         self.warnings.push(format!("unknown field {f:?}"));
                     }
                 }
                 FieldValidation::Ignore => {}
             }
         }
-        errors.extend(admission.errors);
-        if errors.is_empty() {
-            return Ok(());
+        if !outcome.errors.is_empty() {
+            return Err(crate::admission::invalid(
+                &r,
+                objects::name(obj),
+                &outcome.errors,
+            ));
         }
-        let causes = errors
-            .iter()
-            .map(|e| Cause {
-                reason: e.reason().to_string(),
-                message: e.body(),
-                field: e.field.clone(),
-            })
-            .collect();
-        Err(ApiError::invalid(r.kind(), r.ty.group, &name, causes))
+        self.warnings.extend(outcome.warnings);
+        Ok(())
     }
 
     /// Answers with one object in the negotiated representation.

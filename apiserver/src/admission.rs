@@ -1,0 +1,82 @@
+//! Admission of one object: metadata rules, the structural schema (prune, default, validate,
+//! CEL) and the type rules. One function, used by the API server's writes and by the webhook.
+
+use serde_json::Value;
+
+use crate::field_error::FieldError;
+use crate::names::NameRule;
+use crate::registry::Resource;
+use crate::schema::FieldValidation;
+use crate::status::{ApiError, Cause};
+
+/// What admission found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Fields the schema does not declare (already pruned from the object).
+    pub unknown_fields: Vec<String>,
+    /// Problems that refuse the object.
+    pub errors: Vec<FieldError>,
+    /// Problems worth telling the client that do not refuse it.
+    pub warnings: Vec<String>,
+}
+
+fn name_rule(r: &Resource) -> NameRule {
+    if r.ty.group.is_empty() && r.ty.plural == "namespaces" {
+        NameRule::DnsLabel
+    } else {
+        NameRule::DnsSubdomain
+    }
+}
+
+/// Defaults, prunes and validates `obj` (the new state; `old` on update).
+pub fn admit(r: &Resource, obj: &mut Value, old: Option<&Value>, mode: FieldValidation) -> Outcome {
+    let mut errors = crate::names::validate_object_meta(
+        obj.get("metadata").unwrap_or(&Value::Null),
+        r.ty.namespaced,
+        name_rule(r),
+    );
+    crate::rules::default(r.ty.group, r.ty.kind, obj);
+    let schema = crate::schema::admit(obj, old, &r.ty.schema, mode);
+    errors.extend(schema.errors);
+    let rules = crate::rules::validate(r.ty.group, r.ty.kind, obj, old);
+    errors.extend(rules.errors);
+    Outcome {
+        unknown_fields: schema.unknown_fields,
+        errors,
+        warnings: rules.warnings,
+    }
+}
+
+/// The 422 of an object that failed admission: `<Kind>.<group> "<name>" is invalid: ...`.
+pub fn invalid(r: &Resource, name: &str, errors: &[FieldError]) -> ApiError {
+    let mut seen = std::collections::HashSet::new();
+    let causes = errors
+        .iter()
+        .filter(|e| seen.insert(e.to_string()))
+        .map(|e| Cause {
+            reason: e.reason().to_string(),
+            message: e.body(),
+            field: if e.field == "<nil>" {
+                String::new()
+            } else {
+                e.field.clone()
+            },
+        })
+        .collect();
+    ApiError::invalid(r.kind(), r.ty.group, name, causes)
+}
+
+/// The 400 of a strict write with unknown fields.
+pub fn strict_error(r: &Resource, unknown: &[String]) -> ApiError {
+    let list: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect();
+    ApiError::bad_request(format!(
+        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+        r.kind(),
+        r.ty.version,
+        r.kind(),
+        list.join(", ")
+    ))
+}

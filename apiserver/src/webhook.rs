@@ -1,0 +1,242 @@
+//! The admission webhook server: `AdmissionReview` v1 on `/admission/validate` and
+//! `/admission/mutate`, for Platform Mesh kinds held as CRDs in another cluster. It runs the same
+//! admission code as the API server's own writes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::body::Body;
+use crate::dispatch::{error_response, json_response, AppState};
+use crate::objects;
+use crate::query::Query;
+use crate::registry::Resource;
+use crate::schema::FieldValidation;
+use crate::status::ApiError;
+
+pub use crate::request_info::Review;
+
+/// How long a review may take when the caller gives no `timeout` (kube-apiserver's default).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The parts of an `AdmissionRequest` this server reads.
+struct Request {
+    uid: String,
+    group: String,
+    version: String,
+    kind: String,
+    operation: String,
+    object: Option<Value>,
+    old_object: Option<Value>,
+}
+
+fn parse_request(body: &[u8]) -> Result<(String, Request), ApiError> {
+    let review: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("the AdmissionReview could not be decoded: {e}"))
+    })?;
+    let api_version = review
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if api_version != "admission.k8s.io/v1"
+        || review.get("kind").and_then(Value::as_str) != Some("AdmissionReview")
+    {
+        return Err(ApiError::bad_request(format!(
+            "expected an admission.k8s.io/v1 AdmissionReview, got apiVersion {api_version:?}"
+        )));
+    }
+    let req = review
+        .get("request")
+        .filter(|r| r.is_object())
+        .ok_or_else(|| ApiError::bad_request("the AdmissionReview has no request"))?;
+    let s = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
+    let uid = s(req.get("uid"));
+    if uid.is_empty() {
+        return Err(ApiError::bad_request(
+            "the AdmissionReview request has no uid",
+        ));
+    }
+    let kind = req.get("kind");
+    let object = req.get("object").filter(|o| o.is_object()).cloned();
+    let old_object = req.get("oldObject").filter(|o| o.is_object()).cloned();
+    Ok((
+        api_version.to_string(),
+        Request {
+            uid,
+            group: s(kind.and_then(|k| k.get("group"))),
+            version: s(kind.and_then(|k| k.get("version"))),
+            kind: s(kind.and_then(|k| k.get("kind"))),
+            operation: s(req.get("operation")),
+            object,
+            old_object,
+        },
+    ))
+}
+
+fn review_response(api_version: &str, response: Value) -> Response<Body> {
+    json_response(
+        StatusCode::OK,
+        &json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response}),
+    )
+}
+
+fn find_resource(state: &AppState, r: &Request) -> Option<Arc<Resource>> {
+    state
+        .registry
+        .resources()
+        .iter()
+        .find(|res| res.ty.group == r.group && res.ty.version == r.version && res.ty.kind == r.kind)
+        .cloned()
+}
+
+/// Admission of one request: allowed or not, the Status, warnings and the defaulting patch.
+fn decide(resource: &Resource, review: Review, req: &Request) -> Value {
+    let mut response = json!({"uid": req.uid, "allowed": true});
+    let Some(original) = req.object.clone() else {
+        return response;
+    };
+    let mut obj = original.clone();
+    let old = if req.operation == "UPDATE" {
+        req.old_object.as_ref()
+    } else {
+        None
+    };
+    let outcome = crate::admission::admit(resource, &mut obj, old, FieldValidation::Ignore);
+    if !outcome.warnings.is_empty() {
+        response["warnings"] = json!(outcome.warnings);
+    }
+    match review {
+        Review::Validate => {
+            if !outcome.errors.is_empty() {
+                let err =
+                    crate::admission::invalid(resource, objects::name(&original), &outcome.errors);
+                response["allowed"] = json!(false);
+                response["status"] = err.to_status();
+            }
+        }
+        Review::Mutate => {
+            // Only defaults are patched in; pruning is the API server's business.
+            let mut defaulted = original.clone();
+            crate::rules::default(resource.ty.group, resource.ty.kind, &mut defaulted);
+            crate::schema::default(&mut defaulted, &resource.ty.schema);
+            let patch = json_patch::diff(&original, &defaulted);
+            if !patch.0.is_empty() {
+                let bytes = serde_json::to_vec(&patch).unwrap_or_default();
+                response["patchType"] = json!("JSONPatch");
+                response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+            }
+        }
+    }
+    response
+}
+
+/// Answers one review. Never lets a panic or a slow rule hold the caller past its timeout.
+pub async fn serve(
+    state: Arc<AppState>,
+    review: Review,
+    query: &Query,
+    body: Bytes,
+) -> Response<Body> {
+    let (api_version, req) = match parse_request(&body) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let Some(resource) = find_resource(&state, &req) else {
+        return review_response(
+            &api_version,
+            json!({"uid": req.uid, "allowed": true, "warnings": [format!(
+                "platform-mesh does not admit {}/{} {}; check the webhook configuration's rules",
+                req.group, req.version, req.kind
+            )]}),
+        );
+    };
+    if !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
+        return review_response(&api_version, json!({"uid": req.uid, "allowed": true}));
+    }
+    let timeout = query
+        .get("timeout")
+        .and_then(parse_go_duration)
+        .unwrap_or(DEFAULT_TIMEOUT)
+        .saturating_sub(Duration::from_millis(200))
+        .max(Duration::from_millis(100));
+    let uid = req.uid.clone();
+    let work = tokio::task::spawn_blocking(move || decide(&resource, review, &req));
+    let response = match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_panic)) => refused(
+            &uid,
+            500,
+            "InternalError",
+            "admission failed unexpectedly; the object was not admitted",
+        ),
+        Err(_) => refused(
+            &uid,
+            504,
+            "Timeout",
+            "admission did not finish in time; the object was not admitted",
+        ),
+    };
+    review_response(&api_version, response)
+}
+
+fn refused(uid: &str, code: u16, reason: &'static str, message: &str) -> Value {
+    json!({"uid": uid, "allowed": false, "status": ApiError::new(code, reason, message).to_status()})
+}
+
+/// Parses the Go durations kube-apiserver puts in `?timeout=` (`10s`, `1m30s`, `500ms`).
+fn parse_go_duration(s: &str) -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+        let (num, tail) = rest.split_at(digits);
+        let value: f64 = num.parse().ok()?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let secs = match unit {
+            "h" => value * 3600.0,
+            "m" => value * 60.0,
+            "s" => value,
+            "ms" => value / 1000.0,
+            "us" | "µs" => value / 1e6,
+            "ns" => value / 1e9,
+            _ => return None,
+        };
+        total += Duration::from_secs_f64(secs.max(0.0));
+        rest = next;
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("x"), None);
+        assert_eq!(parse_go_duration("10"), None);
+    }
+
+    #[test]
+    fn malformed_reviews_are_bad_requests() {
+        for body in [
+            &b"not json"[..],
+            br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#,
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}"#,
+        ] {
+            let err = parse_request(body).err().map(|e| e.code);
+            assert_eq!(err, Some(400), "{}", String::from_utf8_lossy(body));
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! Shared watch caches: one list+watch per (endpoint, resource type), kept in memory by
+//! cluster, feeding every subscribed controller; stopped when its last user goes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::{debug, warn};
+
+use super::cluster::{CacheSource, Cluster};
+use super::request::{ClusterName, ResourceKind};
+
+/// The annotation kcp puts on every object it returns: the object's logical cluster.
+pub const CLUSTER_ANNOTATION: &str = "kcp.io/cluster";
+
+/// Failures reading from a cache.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The cache did not finish its initial list in time.
+    #[error("cache of {gvr} for cluster {cluster} did not sync in time")]
+    NotSynced {
+        /// The watched resource.
+        gvr: String,
+        /// The cluster asked about.
+        cluster: String,
+    },
+    /// A cached object does not fit the requested type.
+    #[error("cached object does not decode: {0}")]
+    Decode(String),
+}
+
+/// A change a cache saw, delivered to the subscribers of the object's cluster.
+#[derive(Clone, Debug)]
+pub enum CacheEvent {
+    /// The object was added or changed (or listed when subscribing).
+    Applied(Arc<DynamicObject>),
+    /// The object was deleted; this is its last known state.
+    Deleted(Arc<DynamicObject>),
+}
+
+impl CacheEvent {
+    /// The object of the event.
+    pub fn object(&self) -> &Arc<DynamicObject> {
+        match self {
+            CacheEvent::Applied(o) | CacheEvent::Deleted(o) => o,
+        }
+    }
+}
+
+/// Namespace and name of a cached object.
+type ObjectKey = (Option<String>, String);
+
+/// How objects are assigned to clusters.
+#[derive(Clone, Debug)]
+enum Assignment {
+    /// Every object belongs to this cluster.
+    Fixed(ClusterName),
+    /// The `kcp.io/cluster` annotation names the cluster.
+    ByAnnotation,
+}
+
+impl Assignment {
+    fn cluster_of(&self, obj: &DynamicObject) -> Option<ClusterName> {
+        match self {
+            Assignment::Fixed(c) => Some(c.clone()),
+            Assignment::ByAnnotation => obj
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CLUSTER_ANNOTATION))
+                .filter(|c| !c.is_empty())
+                .map(|c| ClusterName::new(c)),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Store {
+    objects: HashMap<ClusterName, HashMap<ObjectKey, Arc<DynamicObject>>>,
+    subscribers: HashMap<ClusterName, Vec<mpsc::UnboundedSender<CacheEvent>>>,
+}
+
+impl Store {
+    fn notify(&mut self, cluster: &ClusterName, event: CacheEvent) {
+        if let Some(subs) = self.subscribers.get_mut(cluster) {
+            subs.retain(|s| s.send(event.clone()).is_ok());
+            if subs.is_empty() {
+                self.subscribers.remove(cluster);
+            }
+        }
+    }
+
+    fn apply(&mut self, cluster: ClusterName, obj: Arc<DynamicObject>) {
+        let key = object_key(&obj);
+        self.objects
+            .entry(cluster.clone())
+            .or_default()
+            .insert(key, obj.clone());
+        self.notify(&cluster, CacheEvent::Applied(obj));
+    }
+
+    fn delete(&mut self, cluster: ClusterName, obj: Arc<DynamicObject>) {
+        let key = object_key(&obj);
+        if let Some(objs) = self.objects.get_mut(&cluster) {
+            objs.remove(&key);
+            if objs.is_empty() {
+                self.objects.remove(&cluster);
+            }
+        }
+        // The deletion carries the newest state of the object.
+        self.notify(&cluster, CacheEvent::Deleted(obj));
+    }
+
+    /// Replaces everything after a (re)list: what vanished is deleted, what changed applied.
+    fn replace(&mut self, listed: HashMap<ClusterName, HashMap<ObjectKey, Arc<DynamicObject>>>) {
+        let old = std::mem::take(&mut self.objects);
+        for (cluster, objs) in &old {
+            for (key, obj) in objs {
+                let still = listed.get(cluster).is_some_and(|m| m.contains_key(key));
+                if !still {
+                    self.notify(cluster, CacheEvent::Deleted(obj.clone()));
+                }
+            }
+        }
+        for (cluster, objs) in &listed {
+            for (key, obj) in objs {
+                let unchanged = old
+                    .get(cluster)
+                    .and_then(|m| m.get(key))
+                    .is_some_and(|prev| {
+                        prev.metadata.resource_version == obj.metadata.resource_version
+                    });
+                if !unchanged {
+                    self.notify(cluster, CacheEvent::Applied(obj.clone()));
+                }
+            }
+        }
+        self.objects = listed;
+    }
+}
+
+fn object_key(obj: &DynamicObject) -> ObjectKey {
+    (
+        obj.metadata.namespace.clone(),
+        obj.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+struct CacheInner {
+    kind: ResourceKind,
+    scope: String,
+    assignment: Assignment,
+    store: RwLock<Store>,
+    synced: watch::Sender<bool>,
+}
+
+/// One list+watch of a resource type at one endpoint, with its objects by cluster. Dropping
+/// the last handle stops the watch.
+pub struct SharedCache {
+    inner: Arc<CacheInner>,
+    _stop: DropGuard,
+}
+
+impl SharedCache {
+    /// The watched resource.
+    pub fn kind(&self) -> &ResourceKind {
+        &self.inner.kind
+    }
+
+    /// Where the watch runs (a cluster instance or a wildcard endpoint).
+    pub fn scope(&self) -> &str {
+        &self.inner.scope
+    }
+
+    /// Registers for the events of `cluster` and returns the objects it has now; both under one
+    /// lock, so nothing is missed or seen twice.
+    pub fn subscribe(
+        &self,
+        cluster: &ClusterName,
+    ) -> (mpsc::UnboundedReceiver<CacheEvent>, Vec<Arc<DynamicObject>>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut store = self
+            .inner
+            .store
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        store
+            .subscribers
+            .entry(cluster.clone())
+            .or_default()
+            .push(tx);
+        let snapshot = store
+            .objects
+            .get(cluster)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        (rx, snapshot)
+    }
+
+    /// One object of `cluster`.
+    pub fn get(
+        &self,
+        cluster: &ClusterName,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<DynamicObject>> {
+        let store = self.inner.store.read().unwrap_or_else(|p| p.into_inner());
+        store
+            .objects
+            .get(cluster)?
+            .get(&(namespace.map(str::to_string), name.to_string()))
+            .cloned()
+    }
+
+    /// Objects of `cluster`, in one namespace or all.
+    pub fn list(&self, cluster: &ClusterName, namespace: Option<&str>) -> Vec<Arc<DynamicObject>> {
+        let store = self.inner.store.read().unwrap_or_else(|p| p.into_inner());
+        store
+            .objects
+            .get(cluster)
+            .map(|m| {
+                m.iter()
+                    .filter(|((ns, _), _)| namespace.is_none() || ns.as_deref() == namespace)
+                    .map(|(_, o)| o.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Clusters that have at least one object in the cache.
+    pub fn clusters(&self) -> Vec<ClusterName> {
+        let store = self.inner.store.read().unwrap_or_else(|p| p.into_inner());
+        store.objects.keys().cloned().collect()
+    }
+
+    /// Whether the initial list finished.
+    pub fn is_synced(&self) -> bool {
+        *self.inner.synced.borrow()
+    }
+
+    /// Waits for the initial list, up to `timeout`; returns whether synced.
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        let mut rx = self.inner.synced.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|s| *s))
+            .await
+            .map(|r| r.is_ok())
+            .unwrap_or(false)
+    }
+}
+
+/// The caches of a manager, shared per (scope, resource type) while anyone uses them.
+#[derive(Clone, Default)]
+pub struct CacheRegistry {
+    caches: Arc<Mutex<HashMap<(String, ResourceKindKey), Weak<SharedCache>>>>,
+}
+
+type ResourceKindKey = (String, String, String);
+
+impl CacheRegistry {
+    /// The running cache of `kind` that serves `cluster`, started if there is none.
+    pub fn get_or_start(&self, cluster: &Cluster, kind: &ResourceKind) -> Arc<SharedCache> {
+        let (scope, client, assignment) = match cluster.cache_source() {
+            CacheSource::Own => (
+                format!("cluster/{}/{}", cluster.name(), cluster.instance()),
+                cluster.client(),
+                Assignment::Fixed(cluster.name().clone()),
+            ),
+            CacheSource::Wildcard { key, client } => {
+                (key.clone(), client.clone(), Assignment::ByAnnotation)
+            }
+        };
+        let kind_key = (
+            kind.api.group.clone(),
+            kind.api.version.clone(),
+            kind.api.plural.clone(),
+        );
+        let mut caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
+        caches.retain(|_, w| w.strong_count() > 0);
+        if let Some(existing) = caches
+            .get(&(scope.clone(), kind_key.clone()))
+            .and_then(Weak::upgrade)
+        {
+            return existing;
+        }
+        let cache = start_cache(scope.clone(), kind.clone(), client, assignment);
+        caches.insert((scope, kind_key), Arc::downgrade(&cache));
+        cache
+    }
+
+    /// How many caches are running.
+    pub fn running(&self) -> usize {
+        let caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
+        caches.values().filter(|w| w.strong_count() > 0).count()
+    }
+}
+
+fn start_cache(
+    scope: String,
+    kind: ResourceKind,
+    client: kube::Client,
+    assignment: Assignment,
+) -> Arc<SharedCache> {
+    let (synced, _) = watch::channel(false);
+    let inner = Arc::new(CacheInner {
+        kind: kind.clone(),
+        scope,
+        assignment,
+        store: RwLock::new(Store::default()),
+        synced,
+    });
+    let stop = CancellationToken::new();
+    let api: Api<DynamicObject> = Api::all_with(client, &kind.api);
+    tokio::spawn(run_watch(inner.clone(), api, stop.clone()));
+    Arc::new(SharedCache {
+        inner,
+        _stop: stop.drop_guard(),
+    })
+}
+
+async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: CancellationToken) {
+    let gvr = inner.kind.gvr();
+    debug!(gvr = %gvr, scope = %inner.scope, "cache started");
+    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    let mut relist: Option<HashMap<ClusterName, HashMap<ObjectKey, Arc<DynamicObject>>>> = None;
+    loop {
+        let next = tokio::select! {
+            _ = stop.cancelled() => break,
+            next = stream.next() => next,
+        };
+        let event = match next {
+            None => break,
+            Some(Err(e)) => {
+                warn!(gvr = %gvr, scope = %inner.scope, error = %e, "watch failed; retrying");
+                continue;
+            }
+            Some(Ok(event)) => event,
+        };
+        match event {
+            Event::Init => relist = Some(HashMap::new()),
+            Event::InitApply(obj) => {
+                if let Some(cluster) = inner.assignment.cluster_of(&obj) {
+                    relist
+                        .get_or_insert_with(HashMap::new)
+                        .entry(cluster)
+                        .or_default()
+                        .insert(object_key(&obj), Arc::new(obj));
+                }
+            }
+            Event::InitDone => {
+                let listed = relist.take().unwrap_or_default();
+                inner
+                    .store
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .replace(listed);
+                inner.synced.send_replace(true);
+            }
+            Event::Apply(obj) => match inner.assignment.cluster_of(&obj) {
+                Some(cluster) => inner
+                    .store
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .apply(cluster, Arc::new(obj)),
+                None => debug!(gvr = %gvr, name = ?obj.metadata.name, "object without cluster annotation skipped"),
+            },
+            Event::Delete(obj) => {
+                if let Some(cluster) = inner.assignment.cluster_of(&obj) {
+                    inner
+                        .store
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .delete(cluster, Arc::new(obj));
+                }
+            }
+        }
+    }
+    debug!(gvr = %gvr, scope = %inner.scope, "cache stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(cluster: &str, ns: &str, name: &str, rv: &str) -> Arc<DynamicObject> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": ns, "resourceVersion": rv,
+                             "annotations": {"kcp.io/cluster": cluster}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn drain(rx: &mut mpsc::UnboundedReceiver<CacheEvent>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            let kind = match e {
+                CacheEvent::Applied(_) => "applied",
+                CacheEvent::Deleted(_) => "deleted",
+            };
+            out.push(format!(
+                "{kind} {}",
+                e.object().metadata.name.clone().unwrap_or_default()
+            ));
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn events_go_only_to_the_subscribers_of_the_objects_cluster() {
+        let mut store = Store::default();
+        let (tx_a, mut rx_a) = mpsc::unbounded_channel();
+        let (tx_b, mut rx_b) = mpsc::unbounded_channel();
+        store.subscribers.insert("a".into(), vec![tx_a]);
+        store.subscribers.insert("b".into(), vec![tx_b]);
+        store.apply("a".into(), obj("a", "default", "x", "1"));
+        store.delete("a".into(), obj("a", "default", "x", "2"));
+        assert_eq!(drain(&mut rx_a), vec!["applied x", "deleted x"]);
+        assert!(drain(&mut rx_b).is_empty());
+        assert!(store.objects.is_empty(), "empty clusters are dropped");
+    }
+
+    #[test]
+    fn relist_reports_vanished_and_changed_objects_only() {
+        let mut store = Store::default();
+        store.apply("a".into(), obj("a", "default", "keep", "1"));
+        store.apply("a".into(), obj("a", "default", "change", "1"));
+        store.apply("a".into(), obj("a", "default", "gone", "1"));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        store.subscribers.insert("a".into(), vec![tx]);
+        let mut listed: HashMap<ClusterName, HashMap<ObjectKey, Arc<DynamicObject>>> =
+            HashMap::new();
+        for o in [
+            obj("a", "default", "keep", "1"),
+            obj("a", "default", "change", "2"),
+            obj("a", "default", "new", "3"),
+        ] {
+            listed
+                .entry("a".into())
+                .or_default()
+                .insert(object_key(&o), o);
+        }
+        store.replace(listed);
+        assert_eq!(
+            drain(&mut rx),
+            vec!["applied change", "applied new", "deleted gone"]
+        );
+    }
+
+    #[test]
+    fn objects_are_placed_by_annotation_or_fixed_cluster() {
+        let o = obj("root:x", "default", "n", "1");
+        assert_eq!(
+            Assignment::ByAnnotation.cluster_of(&o),
+            Some(ClusterName::from("root:x"))
+        );
+        assert_eq!(
+            Assignment::Fixed("mine".into()).cluster_of(&o),
+            Some(ClusterName::from("mine"))
+        );
+        let bare: DynamicObject =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n"}}))
+                .unwrap();
+        assert_eq!(Assignment::ByAnnotation.cluster_of(&bare), None);
+    }
+
+    #[test]
+    fn closed_subscribers_are_pruned() {
+        let mut store = Store::default();
+        let (tx, rx) = mpsc::unbounded_channel();
+        store.subscribers.insert("a".into(), vec![tx]);
+        drop(rx);
+        store.apply("a".into(), obj("a", "default", "x", "1"));
+        assert!(store.subscribers.is_empty());
+    }
+}

@@ -1,0 +1,324 @@
+//! An engaged cluster (its client, where its watches come from, its in-flight reconciles) and
+//! the context a reconciler gets: the cluster's client, typed APIs and cached reads.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::core::NamespaceResourceScope;
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+
+use super::cache::{CacheError, CacheRegistry, SharedCache};
+use super::request::{ClusterName, ResourceKind};
+
+static INSTANCES: AtomicU64 = AtomicU64::new(1);
+
+/// Where the watch caches of a cluster come from.
+#[derive(Clone)]
+pub enum CacheSource {
+    /// One watch per type through the cluster's own client (kubeconfig clusters).
+    Own,
+    /// One wildcard watch per type shared by every cluster with the same `key` (kcp virtual
+    /// workspaces: `<url>/clusters/*`); objects belong to the cluster in their `kcp.io/cluster`
+    /// annotation.
+    Wildcard {
+        /// Identifies the shared watch endpoint, e.g. the wildcard URL.
+        key: String,
+        /// A client whose base URL is the wildcard endpoint.
+        client: kube::Client,
+    },
+}
+
+impl fmt::Debug for CacheSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CacheSource::Own => f.write_str("Own"),
+            CacheSource::Wildcard { key, .. } => f.debug_struct("Wildcard").field("key", key).finish(),
+        }
+    }
+}
+
+/// One cluster as a provider reports it: a name, a client for reads and writes in it, and
+/// where its watches come from.
+///
+/// ```no_run
+/// # async fn f(client: kube::Client) {
+/// use controllers::runtime::Cluster;
+/// let cluster = Cluster::new("a", client).with_fingerprint("sha-of-kubeconfig");
+/// assert_eq!(cluster.name().as_str(), "a");
+/// # }
+/// ```
+pub struct Cluster {
+    name: ClusterName,
+    client: kube::Client,
+    source: CacheSource,
+    fingerprint: String,
+    instance: u64,
+    in_flight: AtomicUsize,
+    idle: Notify,
+    /// Caches started on demand by cached reads, kept while the cluster is alive.
+    retained: Mutex<HashMap<String, Arc<SharedCache>>>,
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.name)
+            .field("source", &self.source)
+            .field("fingerprint", &self.fingerprint)
+            .finish()
+    }
+}
+
+impl Cluster {
+    /// A cluster with its own watches through `client`.
+    pub fn new(name: impl Into<ClusterName>, client: kube::Client) -> Self {
+        Cluster {
+            name: name.into(),
+            client,
+            source: CacheSource::Own,
+            fingerprint: String::new(),
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+            in_flight: AtomicUsize::new(0),
+            idle: Notify::new(),
+            retained: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Watches come from a wildcard endpoint shared with other clusters.
+    pub fn with_shared_cache(mut self, key: impl Into<String>, wildcard: kube::Client) -> Self {
+        self.source = CacheSource::Wildcard {
+            key: key.into(),
+            client: wildcard,
+        };
+        self
+    }
+
+    /// Sets what identifies this cluster's configuration (e.g. a kubeconfig hash): a provider
+    /// re-engages a cluster only when it changes.
+    pub fn with_fingerprint(mut self, fingerprint: impl Into<String>) -> Self {
+        self.fingerprint = fingerprint.into();
+        self
+    }
+
+    /// The cluster's name.
+    pub fn name(&self) -> &ClusterName {
+        &self.name
+    }
+
+    /// The provider's fingerprint of the cluster's configuration.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// A client for this cluster (cheap to clone).
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Where this cluster's watches come from.
+    pub fn cache_source(&self) -> &CacheSource {
+        &self.source
+    }
+
+    /// A process-unique number of this cluster object (a re-engaged cluster gets a new one).
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// A typed API for a namespaced kind in `namespace` of this cluster.
+    pub fn namespaced<K>(&self, namespace: &str) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// A typed API for a cluster-scoped kind, or a namespaced kind across namespaces (list and
+    /// watch only).
+    pub fn all<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        Api::all(self.client.clone())
+    }
+
+    /// A dynamic API for `api` in this cluster.
+    pub fn dynamic_api(&self, api: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, api),
+            None => Api::all_with(self.client.clone(), api),
+        }
+    }
+
+    /// Marks a reconcile as running in this cluster until the guard drops.
+    pub fn begin_reconcile(self: &Arc<Self>) -> ReconcileGuard {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        ReconcileGuard {
+            cluster: self.clone(),
+        }
+    }
+
+    /// Reconciles running in this cluster now.
+    pub fn reconciles_in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no reconcile runs in this cluster or `deadline` passes; returns whether idle.
+    pub async fn wait_idle(&self, deadline: Duration) -> bool {
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.reconciles_in_flight() == 0 {
+                return true;
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(until) => return self.reconciles_in_flight() == 0,
+            }
+        }
+    }
+
+    fn retain(&self, key: String, cache: Arc<SharedCache>) {
+        self.retained
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_insert(cache);
+    }
+}
+
+/// Held while a reconcile runs in a cluster (see [`Cluster::begin_reconcile`]).
+pub struct ReconcileGuard {
+    cluster: Arc<Cluster>,
+}
+
+impl Drop for ReconcileGuard {
+    fn drop(&mut self) {
+        if self.cluster.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.cluster.idle.notify_waiters();
+        }
+    }
+}
+
+/// What a reconciler gets with each request: the request's cluster, its client, and reads
+/// from the shared watch caches of that cluster.
+#[derive(Clone)]
+pub struct ClusterContext {
+    cluster: Arc<Cluster>,
+    caches: CacheRegistry,
+    controller: Arc<str>,
+    sync_timeout: Duration,
+}
+
+impl ClusterContext {
+    /// A context for `controller` reconciling in `cluster`.
+    pub fn new(
+        cluster: Arc<Cluster>,
+        caches: CacheRegistry,
+        controller: impl AsRef<str>,
+        sync_timeout: Duration,
+    ) -> Self {
+        ClusterContext {
+            cluster,
+            caches,
+            controller: Arc::from(controller.as_ref()),
+            sync_timeout,
+        }
+    }
+
+    /// The cluster of the request.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// The cluster's name.
+    pub fn cluster_name(&self) -> &ClusterName {
+        self.cluster.name()
+    }
+
+    /// The name of the controller running the reconcile.
+    pub fn controller(&self) -> &str {
+        &self.controller
+    }
+
+    /// A client for the request's cluster.
+    pub fn client(&self) -> kube::Client {
+        self.cluster.client()
+    }
+
+    /// A typed API for a namespaced kind in the request's cluster.
+    pub fn namespaced<K>(&self, namespace: &str) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    {
+        self.cluster.namespaced(namespace)
+    }
+
+    /// A typed API for a cluster-scoped kind in the request's cluster.
+    pub fn all<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        self.cluster.all()
+    }
+
+    /// The shared watch cache of `kind` for this cluster, started on first use and synced.
+    pub async fn cache(&self, kind: &ResourceKind) -> Result<Arc<SharedCache>, CacheError> {
+        let cache = self.caches.get_or_start(&self.cluster, kind);
+        self.cluster.retain(kind.gvr(), cache.clone());
+        if !cache.wait_synced(self.sync_timeout).await {
+            return Err(CacheError::NotSynced {
+                gvr: kind.gvr(),
+                cluster: self.cluster.name().to_string(),
+            });
+        }
+        Ok(cache)
+    }
+
+    /// Reads one object of type `K` from the cache of this cluster.
+    pub async fn get_cached<K>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, CacheError>
+    where
+        K: kube::Resource<DynamicType = ()> + DeserializeOwned,
+        K::Scope: 'static,
+    {
+        let kind = ResourceKind::of::<K>();
+        let cache = self.cache(&kind).await?;
+        let namespace = namespace.filter(|_| kind.namespaced);
+        match cache.get(self.cluster.name(), namespace, name) {
+            Some(obj) => Ok(Some(decode(&obj)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Lists objects of type `K` in this cluster (one namespace or all) from the cache.
+    pub async fn list_cached<K>(&self, namespace: Option<&str>) -> Result<Vec<K>, CacheError>
+    where
+        K: kube::Resource<DynamicType = ()> + DeserializeOwned,
+        K::Scope: 'static,
+    {
+        let kind = ResourceKind::of::<K>();
+        let cache = self.cache(&kind).await?;
+        cache
+            .list(self.cluster.name(), namespace)
+            .iter()
+            .map(|o| decode(o))
+            .collect()
+    }
+}
+
+/// Turns a cached dynamic object into a typed one.
+fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, CacheError> {
+    let value = serde_json::to_value(obj).map_err(|e| CacheError::Decode(e.to_string()))?;
+    serde_json::from_value(value).map_err(|e| CacheError::Decode(e.to_string()))
+}
