@@ -20,6 +20,7 @@ struct Case {
     message_contains: &'static str,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn case(
     what: &'static str,
     method: Method,

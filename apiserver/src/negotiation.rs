@@ -134,10 +134,8 @@ pub fn aggregated_discovery_version(accept: Option<&str>) -> Option<&'static str
                 _ => continue,
             }
         }
-        if m.param("as").is_none() {
-            // Plain JSON listed before any aggregated clause: the client prefers legacy discovery.
-            return None;
-        }
+        // Plain JSON listed before any aggregated clause: the client prefers legacy discovery.
+        m.param("as")?;
     }
     None
 }

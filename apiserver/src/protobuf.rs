@@ -259,8 +259,11 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Reads `(field number, wire type, value reader)` triples of one message.
-fn fields(buf: &[u8]) -> Result<Vec<(u64, u64, Vec<u8>, u64)>, ProtobufError> {
+/// One field as read: number, wire type, bytes (length-delimited) and varint value.
+type RawField = (u64, u64, Vec<u8>, u64);
+
+/// Reads the fields of one message (varint and length-delimited; others are skipped).
+fn fields(buf: &[u8]) -> Result<Vec<RawField>, ProtobufError> {
     let mut r = Reader { buf };
     let mut out = Vec::new();
     while !r.buf.is_empty() {

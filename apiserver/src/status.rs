@@ -46,7 +46,8 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    pub details: Option<Details>,
+    /// Boxed: errors travel through `Result`s everywhere, and most carry no details.
+    pub details: Option<Box<Details>>,
 }
 
 /// `metav1.StatusDetails`.
@@ -70,8 +71,9 @@ impl ApiError {
         }
     }
 
-    fn with_details(mut self, details: Details) -> Self {
-        self.details = Some(details);
+    /// Attaches `details`.
+    pub fn with_details(mut self, details: Details) -> Self {
+        self.details = Some(Box::new(details));
         self
     }
 

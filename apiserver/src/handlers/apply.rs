@@ -28,8 +28,7 @@ fn patch_options_error(reason: &str, message: &str, field: &str) -> ApiError {
 
 /// The 409 of an apply that conflicts with other managers.
 fn conflict_error(gr: &GroupResource, name: &str, c: &ApplyConflicts) -> ApiError {
-    let mut e = ApiError::new(409, "Conflict", c.message());
-    e.details = Some(Details {
+    ApiError::new(409, "Conflict", c.message()).with_details(Details {
         name: name.to_string(),
         group: gr.group.clone(),
         kind: gr.resource.clone(),
@@ -43,8 +42,7 @@ fn conflict_error(gr: &GroupResource, name: &str, c: &ApplyConflicts) -> ApiErro
             })
             .collect(),
         ..Details::default()
-    });
-    e
+    })
 }
 
 /// The applied configuration, decoded, checked and cut to the part the request may write.

@@ -94,21 +94,18 @@ impl Ctx {
             } => ApiError::gone(format!(
                 "too old resource version: {requested} ({compacted})"
             )),
-            StorageError::FutureRevision { requested, current } => {
-                let mut e = ApiError::timeout(format!(
-                    "Too large resource version: {requested}, current: {current}"
-                ));
-                e.details = Some(crate::status::Details {
-                    causes: vec![Cause {
-                        reason: "ResourceVersionTooLarge".into(),
-                        message: "Too large resource version".into(),
-                        field: String::new(),
-                    }],
-                    retry_after_seconds: Some(1),
-                    ..Default::default()
-                });
-                e
-            }
+            StorageError::FutureRevision { requested, current } => ApiError::timeout(format!(
+                "Too large resource version: {requested}, current: {current}"
+            ))
+            .with_details(crate::status::Details {
+                causes: vec![Cause {
+                    reason: "ResourceVersionTooLarge".into(),
+                    message: "Too large resource version".into(),
+                    field: String::new(),
+                }],
+                retry_after_seconds: Some(1),
+                ..Default::default()
+            }),
             StorageError::Backend(m) => ApiError::internal(format!("storage error: {m}")),
         }
     }
@@ -356,14 +353,16 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
         .ok_or_else(ApiError::path_not_found)?;
     match req.subresource.as_deref() {
         None => {}
-        Some("status") if resource.ty.status_subresource => {
-            if !matches!(req.verb, Verb::Get | Verb::Update | Verb::Patch) {
-                return Err(ApiError::method_not_allowed(
-                    req.verb.as_str(),
-                    &resource.gr,
-                ));
-            }
+        Some("status")
+            if resource.ty.status_subresource
+                && !matches!(req.verb, Verb::Get | Verb::Update | Verb::Patch) =>
+        {
+            return Err(ApiError::method_not_allowed(
+                req.verb.as_str(),
+                &resource.gr,
+            ));
         }
+        Some("status") if resource.ty.status_subresource => {}
         Some(_) => return Err(ApiError::path_not_found()),
     }
     if req.namespace.is_some() && !resource.ty.namespaced {

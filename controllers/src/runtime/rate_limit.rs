@@ -26,6 +26,20 @@ pub trait RateLimiter<T>: Send + Sync {
     fn retries(&self, item: &T) -> u32;
 }
 
+impl<T, L: RateLimiter<T> + ?Sized> RateLimiter<T> for Box<L> {
+    fn when(&self, item: &T) -> Duration {
+        (**self).when(item)
+    }
+
+    fn forget(&self, item: &T) {
+        (**self).forget(item)
+    }
+
+    fn retries(&self, item: &T) -> u32 {
+        (**self).retries(item)
+    }
+}
+
 /// Per-item exponential backoff: `base * 2^failures`, capped at `max`.
 ///
 /// ```
