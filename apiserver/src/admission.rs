@@ -35,10 +35,10 @@ pub fn admit(r: &Resource, obj: &mut Value, old: Option<&Value>, mode: FieldVali
         r.ty.namespaced,
         name_rule(r),
     );
-    crate::rules::default(r.ty.group, r.ty.kind, obj);
+    crate::rules::default(&r.ty.group, &r.ty.kind, obj);
     let schema = crate::schema::admit(obj, old, &r.ty.schema, mode);
     errors.extend(schema.errors);
-    let rules = crate::rules::validate(r.ty.group, r.ty.kind, obj, old);
+    let rules = crate::rules::validate(&r.ty.group, &r.ty.kind, obj, old);
     errors.extend(rules.errors);
     Outcome {
         unknown_fields: schema.unknown_fields,
@@ -63,7 +63,7 @@ pub fn invalid(r: &Resource, name: &str, errors: &[FieldError]) -> ApiError {
             },
         })
         .collect();
-    ApiError::invalid(r.kind(), r.ty.group, name, causes)
+    ApiError::invalid(r.kind(), &r.ty.group, name, causes)
 }
 
 /// The 400 of a strict write with unknown fields.

@@ -14,10 +14,11 @@ use hyper::Request;
 use serde_json::{json, Value};
 
 use crate::body::Body;
+use crate::catalog::Catalog;
 use crate::handlers::{self, ResourceCall};
 use crate::metrics::Metrics;
 use crate::negotiation::aggregated_discovery_version;
-use crate::openapi::{OpenApi, KUBE_VERSION};
+use crate::openapi::KUBE_VERSION;
 use crate::query::Query;
 use crate::registry::Registry;
 use crate::request_info::{self, ClusterTarget, Target};
@@ -38,43 +39,23 @@ pub struct Identity {
 /// Everything a request handler may use. No global state: the server is this value.
 pub struct AppState {
     pub store: Arc<dyn Store>,
-    pub registry: Registry,
-    pub openapi: OpenApi,
+    /// What every logical cluster serves.
+    pub catalog: Catalog,
     pub metrics: Metrics,
     /// `host:port` clients reach the server at (for `/api`).
     pub advertise_address: String,
     pub namespaces: namespaces::NamespaceLifecycle,
-    /// Precomputed discovery documents.
-    discovery: DiscoveryCache,
-}
-
-struct DiscoveryCache {
-    core_v2: Bytes,
-    core_v2beta1: Bytes,
-    apis_v2: Bytes,
-    apis_v2beta1: Bytes,
-    group_list: Bytes,
 }
 
 impl AppState {
     pub fn new(store: Arc<dyn Store>, registry: Registry, advertise_address: String) -> Arc<Self> {
-        let openapi = OpenApi::build(&registry);
-        let enc = |v: Value| Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
-        let discovery = DiscoveryCache {
-            core_v2: enc(discovery::aggregated(&registry, true, "v2")),
-            core_v2beta1: enc(discovery::aggregated(&registry, true, "v2beta1")),
-            apis_v2: enc(discovery::aggregated(&registry, false, "v2")),
-            apis_v2beta1: enc(discovery::aggregated(&registry, false, "v2beta1")),
-            group_list: enc(discovery::group_list(&registry)),
-        };
+        let catalog = Catalog::new(registry.resources().to_vec());
         Arc::new_cyclic(|weak| AppState {
             namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
             store,
-            registry,
-            openapi,
+            catalog,
             metrics: Metrics::new(),
             advertise_address,
-            discovery,
         })
     }
 }
@@ -235,65 +216,66 @@ fn serve_non_resource(
     accept: Option<&str>,
     query: &Query,
 ) -> Response<Body> {
-    let _ = cluster;
+    let view = match cluster {
+        ClusterTarget::Name(c) => state.catalog.view(c),
+        ClusterTarget::Wildcard => state.catalog.builtin_view(),
+    };
+    let docs = view.discovery();
     match target {
         Target::CoreRoot => match aggregated_discovery_version(accept) {
-            Some("v2") => discovery_response(state.discovery.core_v2.clone(), "v2"),
-            Some(_) => discovery_response(state.discovery.core_v2beta1.clone(), "v2beta1"),
+            Some("v2") => discovery_response(docs.core_v2.clone(), "v2"),
+            Some(_) => discovery_response(docs.core_v2beta1.clone(), "v2beta1"),
             None => json_response(
                 StatusCode::OK,
                 &discovery::core_versions(&state.advertise_address),
             ),
         },
         Target::GroupList => match aggregated_discovery_version(accept) {
-            Some("v2") => discovery_response(state.discovery.apis_v2.clone(), "v2"),
-            Some(_) => discovery_response(state.discovery.apis_v2beta1.clone(), "v2beta1"),
-            None => bytes_response(
-                StatusCode::OK,
-                "application/json",
-                state.discovery.group_list.clone(),
-            ),
+            Some("v2") => discovery_response(docs.apis_v2.clone(), "v2"),
+            Some(_) => discovery_response(docs.apis_v2beta1.clone(), "v2beta1"),
+            None => bytes_response(StatusCode::OK, "application/json", docs.group_list.clone()),
         },
-        Target::Group(g) => match discovery::group(&state.registry, &g) {
+        Target::Group(g) => match discovery::group(&view.registry, &g) {
             Some(v) => json_response(StatusCode::OK, &v),
             None => error_response(&ApiError::path_not_found()),
         },
         Target::ResourceList { group, version } => {
-            match discovery::resource_list(&state.registry, &group, &version) {
+            match discovery::resource_list(&view.registry, &group, &version) {
                 Some(v) => json_response(StatusCode::OK, &v),
                 None => error_response(&ApiError::path_not_found()),
             }
         }
         Target::OpenApiV3Root => {
-            bytes_response(StatusCode::OK, "application/json", state.openapi.root())
+            bytes_response(StatusCode::OK, "application/json", view.openapi().root())
         }
-        Target::OpenApiV3Group { group, version } => match state.openapi.document(&group, &version)
-        {
-            Some((doc, hash)) => {
-                let mut r = bytes_response(StatusCode::OK, "application/json", doc);
-                if let Ok(v) = HeaderValue::from_str(&format!("\"{hash}\"")) {
-                    r.headers_mut().insert(header::ETAG, v);
+        Target::OpenApiV3Group { group, version } => {
+            match view.openapi().document(&group, &version) {
+                Some((doc, hash)) => {
+                    let mut r = bytes_response(StatusCode::OK, "application/json", doc);
+                    if let Ok(v) = HeaderValue::from_str(&format!("\"{hash}\"")) {
+                        r.headers_mut().insert(header::ETAG, v);
+                    }
+                    if query.get("hash") == Some(hash) {
+                        r.headers_mut().insert(
+                            header::CACHE_CONTROL,
+                            HeaderValue::from_static("public, immutable"),
+                        );
+                    }
+                    r
                 }
-                if query.get("hash") == Some(hash) {
-                    r.headers_mut().insert(
-                        header::CACHE_CONTROL,
-                        HeaderValue::from_static("public, immutable"),
-                    );
-                }
-                r
+                None => error_response(&ApiError::path_not_found()),
             }
-            None => error_response(&ApiError::path_not_found()),
-        },
+        }
         Target::OpenApiV2 => {
             let wants_proto = accept.is_some_and(|a| a.contains("protobuf"));
             if wants_proto {
                 bytes_response(
                     StatusCode::OK,
                     "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
-                    state.openapi.v2_protobuf(),
+                    view.openapi().v2_protobuf(),
                 )
             } else {
-                bytes_response(StatusCode::OK, "application/json", state.openapi.v2_json())
+                bytes_response(StatusCode::OK, "application/json", view.openapi().v2_json())
             }
         }
         Target::Version => json_response(StatusCode::OK, &version_info()),

@@ -2,6 +2,7 @@
 pub mod admission;
 pub mod apply;
 pub mod body;
+pub mod catalog;
 pub mod client;
 pub mod discovery;
 pub mod dispatch;

@@ -45,7 +45,12 @@ impl NamespaceLifecycle {
     }
 
     fn namespaces(state: &AppState) -> Option<std::sync::Arc<Resource>> {
-        state.registry.lookup("", "v1", "namespaces").cloned()
+        state
+            .catalog
+            .builtin_view()
+            .registry
+            .lookup("", "v1", "namespaces")
+            .cloned()
     }
 
     /// Makes sure the cluster has its `default` namespace (created on first use).
@@ -162,12 +167,8 @@ impl NamespaceLifecycle {
 /// One pass over a terminating namespace: deletes what it can; true once the namespace is gone.
 async fn sweep(state: &AppState, cluster: &str, namespace: &str) -> Result<bool, StorageError> {
     let mut remaining = 0usize;
-    for r in state
-        .registry
-        .resources()
-        .iter()
-        .filter(|r| r.ty.namespaced)
-    {
+    let view = state.catalog.view(cluster);
+    for r in view.registry.resources().iter().filter(|r| r.ty.namespaced) {
         let (items, _) = list_keys(
             state.store.as_ref(),
             &r.prefix(Some(cluster), Some(namespace)),
@@ -205,12 +206,7 @@ async fn sweep(state: &AppState, cluster: &str, namespace: &str) -> Result<bool,
     if remaining > 0 {
         // Check again: what had no finalizers is gone now.
         let mut left = 0;
-        for r in state
-            .registry
-            .resources()
-            .iter()
-            .filter(|r| r.ty.namespaced)
-        {
+        for r in view.registry.resources().iter().filter(|r| r.ty.namespaced) {
             left += list_keys(
                 state.store.as_ref(),
                 &r.prefix(Some(cluster), Some(namespace)),

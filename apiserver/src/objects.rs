@@ -270,7 +270,7 @@ pub fn prepare_for_update(
         }
     }
     if !causes.is_empty() {
-        return Err(ApiError::invalid(r.kind(), r.ty.group, name(old), causes));
+        return Err(ApiError::invalid(r.kind(), &r.ty.group, name(old), causes));
     }
     if spec_changed(old, new, r.ty.status_subresource) {
         let g = meta(old)

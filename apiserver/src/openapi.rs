@@ -187,7 +187,7 @@ fn group_version_document(registry: &Registry, group: &str, version: &str) -> Va
     };
     for r in registry.group_version(group, version) {
         let t = &r.ty;
-        let def = definition_name(group, version, t.kind);
+        let def = definition_name(group, version, &t.kind);
         let list_def = format!("{def}List");
         let obj_ref = format!("#/components/schemas/{def}");
         let list_ref = format!("#/components/schemas/{list_def}");

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use api::serving::{ColumnSource, PrinterColumn, ResourceType};
+use serde_json::Value;
 
 use crate::status::GroupResource;
 use crate::table::{ColumnSpec, Source};
@@ -22,10 +23,53 @@ pub const RESOURCE_VERBS: &[&str] = &[
 /// Verbs of the status subresource.
 pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
+/// What the server knows about one type it serves: built in, from a CRD, or bound from an
+/// APIExport. Owned, because CRDs and bindings add types at run time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypeInfo {
+    /// `""` for the core group.
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub list_kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    pub namespaced: bool,
+    pub status_subresource: bool,
+    /// Only the built-in core kinds accept strategic merge patches.
+    pub strategic_merge_patch: bool,
+    pub printer_columns: Vec<PrinterColumn>,
+    /// The structural schema of the whole object.
+    pub schema: Value,
+}
+
+impl From<ResourceType> for TypeInfo {
+    fn from(t: ResourceType) -> Self {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        TypeInfo {
+            group: t.group.to_string(),
+            version: t.version.to_string(),
+            kind: t.kind.to_string(),
+            list_kind: t.list_kind.to_string(),
+            plural: t.plural.to_string(),
+            singular: t.singular.to_string(),
+            short_names: strings(t.short_names),
+            categories: strings(t.categories),
+            namespaced: t.namespaced,
+            status_subresource: t.status_subresource,
+            strategic_merge_patch: t.strategic_merge_patch,
+            printer_columns: t.printer_columns,
+            schema: t.schema,
+        }
+    }
+}
+
 /// One served resource type.
 #[derive(Debug)]
 pub struct Resource {
-    pub ty: ResourceType,
+    pub ty: TypeInfo,
     pub gr: GroupResource,
     /// `v1` for core, `<group>/<version>` otherwise.
     pub api_version: String,
@@ -35,22 +79,30 @@ pub struct Resource {
 }
 
 impl Resource {
-    fn new(ty: ResourceType) -> Self {
+    /// A resource stored under its own group and plural.
+    pub fn new(ty: TypeInfo) -> Self {
+        let storage = ty.plural.clone();
+        Self::with_storage_name(ty, &storage)
+    }
+
+    /// A resource stored under `storage` instead of its plural (bound resources add the
+    /// APIExport's identity, so two exports of the same group and resource never mix).
+    pub fn with_storage_name(ty: TypeInfo, storage: &str) -> Self {
         let api_version = if ty.group.is_empty() {
-            ty.version.to_string()
+            ty.version.clone()
         } else {
             format!("{}/{}", ty.group, ty.version)
         };
         let key_group = if ty.group.is_empty() {
             "core"
         } else {
-            ty.group
+            ty.group.as_str()
         };
         let columns = compile_columns(&ty.printer_columns);
         Resource {
-            gr: GroupResource::new(ty.group, ty.plural),
+            gr: GroupResource::new(ty.group.clone(), ty.plural.clone()),
             api_version,
-            key_prefix: format!("/{key_group}/{}/", ty.plural),
+            key_prefix: format!("/{key_group}/{storage}/"),
             columns,
             ty,
         }
@@ -79,7 +131,7 @@ impl Resource {
     }
 
     pub fn kind(&self) -> &str {
-        self.ty.kind
+        &self.ty.kind
     }
 }
 
@@ -113,6 +165,14 @@ fn compile_columns(columns: &[PrinterColumn]) -> Vec<ColumnSpec> {
         .collect()
 }
 
+/// The built-in resources, shared by every logical cluster's view.
+pub fn builtin_resources() -> Vec<Arc<Resource>> {
+    api::serving::served_types()
+        .into_iter()
+        .map(|t| Arc::new(Resource::new(TypeInfo::from(t))))
+        .collect()
+}
+
 /// A served API group and its versions in preference order.
 #[derive(Clone, Debug)]
 pub struct Group {
@@ -129,29 +189,39 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn new(types: Vec<ResourceType>) -> Self {
+    /// A registry of the given resources; a later one with the same group/version/plural wins
+    /// the lookup, the first keeps its place in listings.
+    pub fn new(list: Vec<Arc<Resource>>) -> Self {
         let mut resources = Vec::new();
         let mut by_gvr = HashMap::new();
         let mut groups: Vec<Group> = Vec::new();
-        for ty in types {
-            let r = Arc::new(Resource::new(ty));
-            by_gvr.insert(
-                (
-                    r.ty.group.to_string(),
-                    r.ty.version.to_string(),
-                    r.ty.plural.to_string(),
-                ),
-                r.clone(),
-            );
+        for r in list {
+            if by_gvr
+                .insert(
+                    (
+                        r.ty.group.clone(),
+                        r.ty.version.clone(),
+                        r.ty.plural.clone(),
+                    ),
+                    r.clone(),
+                )
+                .is_some()
+            {
+                resources.retain(|o: &Arc<Resource>| {
+                    !(o.ty.group == r.ty.group
+                        && o.ty.version == r.ty.version
+                        && o.ty.plural == r.ty.plural)
+                });
+            }
             match groups.iter_mut().find(|g| g.name == r.ty.group) {
                 Some(g) => {
-                    if !g.versions.iter().any(|v| v == r.ty.version) {
-                        g.versions.push(r.ty.version.to_string());
+                    if !g.versions.iter().any(|v| *v == r.ty.version) {
+                        g.versions.push(r.ty.version.clone());
                     }
                 }
                 None => groups.push(Group {
-                    name: r.ty.group.to_string(),
-                    versions: vec![r.ty.version.to_string()],
+                    name: r.ty.group.clone(),
+                    versions: vec![r.ty.version.clone()],
                 }),
             }
             resources.push(r);
@@ -165,7 +235,7 @@ impl Registry {
 
     /// The registry of everything this server serves.
     pub fn builtin() -> Self {
-        Registry::new(api::serving::served_types())
+        Registry::new(builtin_resources())
     }
 
     pub fn lookup(&self, group: &str, version: &str, resource: &str) -> Option<&Arc<Resource>> {

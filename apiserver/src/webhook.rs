@@ -86,6 +86,8 @@ fn review_response(api_version: &str, response: Value) -> Response<Body> {
 
 fn find_resource(state: &AppState, r: &Request) -> Option<Arc<Resource>> {
     state
+        .catalog
+        .builtin_view()
         .registry
         .resources()
         .iter()
@@ -121,7 +123,7 @@ fn decide(resource: &Resource, review: Review, req: &Request) -> Value {
         Review::Mutate => {
             // Only defaults are patched in; pruning is the API server's business.
             let mut defaulted = original.clone();
-            crate::rules::default(resource.ty.group, resource.ty.kind, &mut defaulted);
+            crate::rules::default(&resource.ty.group, &resource.ty.kind, &mut defaulted);
             crate::schema::default(&mut defaulted, &resource.ty.schema);
             let patch = json_patch::diff(&original, &defaulted);
             if !patch.0.is_empty() {

@@ -35,7 +35,10 @@ pub(crate) struct ListFilter {
 /// Field selector labels every type supports, plus a few per built-in kind.
 fn selectable_fields(ctx: &Ctx) -> Vec<&'static str> {
     let mut f = vec!["metadata.name", "metadata.namespace"];
-    match (ctx.resource.ty.group, ctx.resource.ty.kind) {
+    match (
+        ctx.resource.ty.group.as_str(),
+        ctx.resource.ty.kind.as_str(),
+    ) {
         ("", "Secret") => f.push("type"),
         ("", "Namespace") => f.push("status.phase"),
         ("", "Event") => f.extend([
@@ -424,7 +427,7 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             let mut out = BytesMut::with_capacity(size + 256);
             out.put_slice(b"{\"kind\":");
             out.put_slice(
-                serde_json::to_string(r.ty.list_kind)
+                serde_json::to_string(&r.ty.list_kind)
                     .unwrap_or_default()
                     .as_bytes(),
             );

@@ -345,12 +345,21 @@ pub async fn serve(call: ResourceCall) -> Response<Body> {
 
 async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     let req = call.request;
-    let resource = call
-        .state
-        .registry
-        .lookup(&req.group, &req.version, &req.resource)
-        .cloned()
-        .ok_or_else(ApiError::path_not_found)?;
+    let resource = match &call.cluster {
+        ClusterTarget::Name(c) => call
+            .state
+            .catalog
+            .view(c)
+            .registry
+            .lookup(&req.group, &req.version, &req.resource)
+            .cloned(),
+        ClusterTarget::Wildcard => {
+            call.state
+                .catalog
+                .wildcard_lookup(&req.group, &req.version, &req.resource)
+        }
+    }
+    .ok_or_else(ApiError::path_not_found)?;
     match req.subresource.as_deref() {
         None => {}
         Some("status")

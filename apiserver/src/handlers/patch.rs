@@ -47,7 +47,7 @@ pub(super) async fn patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     };
     let patch_doc: Value = serde_json::from_slice(&ctx.body).map_err(|e| bad(e.to_string()))?;
     let kind = ctx.resource.kind().to_string();
-    let group = ctx.resource.ty.group.to_string();
+    let group = ctx.resource.ty.group.clone();
     let name = ctx.name().to_string();
     let invalid = move |why: String| {
         ApiError::invalid(
@@ -94,7 +94,7 @@ pub(super) async fn patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
                 return Err(bad("a strategic merge patch must be a JSON object".into()));
             }
             let keys =
-                crate::strategic_merge::merge_keys_for(ctx.resource.ty.group, ctx.resource.kind());
+                crate::strategic_merge::merge_keys_for(&ctx.resource.ty.group, ctx.resource.kind());
             write_loop(ctx, Tracking::Update, |current| {
                 crate::strategic_merge::apply(current, &patch_doc, &keys)
                     .map_err(|e| invalid(e.to_string()))

@@ -1,0 +1,130 @@
+//! The API surface of every logical cluster: the built-in types plus the cluster's own CRDs and
+//! bound APIs, each view with its discovery and OpenAPI documents computed once per change.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::discovery;
+use crate::openapi::OpenApi;
+use crate::registry::{Registry, Resource};
+
+/// Discovery documents of one view, encoded once.
+#[derive(Debug)]
+pub struct DiscoveryDocs {
+    pub core_v2: Bytes,
+    pub core_v2beta1: Bytes,
+    pub apis_v2: Bytes,
+    pub apis_v2beta1: Bytes,
+    pub group_list: Bytes,
+}
+
+/// What one logical cluster serves.
+#[derive(Debug)]
+pub struct ApiView {
+    pub registry: Registry,
+    openapi: OnceLock<OpenApi>,
+    discovery: OnceLock<DiscoveryDocs>,
+}
+
+fn encode(v: Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+}
+
+impl ApiView {
+    pub fn new(resources: Vec<Arc<Resource>>) -> Self {
+        ApiView {
+            registry: Registry::new(resources),
+            openapi: OnceLock::new(),
+            discovery: OnceLock::new(),
+        }
+    }
+
+    /// The OpenAPI documents, built on first use.
+    pub fn openapi(&self) -> &OpenApi {
+        self.openapi.get_or_init(|| OpenApi::build(&self.registry))
+    }
+
+    /// The discovery documents, built on first use.
+    pub fn discovery(&self) -> &DiscoveryDocs {
+        self.discovery.get_or_init(|| DiscoveryDocs {
+            core_v2: encode(discovery::aggregated(&self.registry, true, "v2")),
+            core_v2beta1: encode(discovery::aggregated(&self.registry, true, "v2beta1")),
+            apis_v2: encode(discovery::aggregated(&self.registry, false, "v2")),
+            apis_v2beta1: encode(discovery::aggregated(&self.registry, false, "v2beta1")),
+            group_list: encode(discovery::group_list(&self.registry)),
+        })
+    }
+}
+
+/// Every cluster's view. Clusters without types of their own share the built-in view.
+#[derive(Debug)]
+pub struct Catalog {
+    builtin: Vec<Arc<Resource>>,
+    default_view: Arc<ApiView>,
+    clusters: RwLock<HashMap<String, Arc<ApiView>>>,
+}
+
+impl Catalog {
+    pub fn new(builtin: Vec<Arc<Resource>>) -> Self {
+        Catalog {
+            default_view: Arc::new(ApiView::new(builtin.clone())),
+            builtin,
+            clusters: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The view of the built-in types only.
+    pub fn builtin_view(&self) -> Arc<ApiView> {
+        self.default_view.clone()
+    }
+
+    /// The view of one cluster.
+    pub fn view(&self, cluster: &str) -> Arc<ApiView> {
+        self.clusters
+            .read()
+            .ok()
+            .and_then(|m| m.get(cluster).cloned())
+            .unwrap_or_else(|| self.default_view.clone())
+    }
+
+    /// Replaces the cluster's own types (CRDs, bound APIs); none returns it to the built-in view.
+    pub fn set_cluster_resources(&self, cluster: &str, extra: Vec<Arc<Resource>>) {
+        let Ok(mut m) = self.clusters.write() else {
+            return;
+        };
+        if extra.is_empty() {
+            m.remove(cluster);
+            return;
+        }
+        let mut all = self.builtin.clone();
+        all.extend(extra);
+        m.insert(cluster.to_string(), Arc::new(ApiView::new(all)));
+    }
+
+    /// The clusters that have types of their own.
+    pub fn clusters_with_types(&self) -> Vec<String> {
+        self.clusters
+            .read()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// A resource for a wildcard (`/clusters/*`) request: built in, or the first cluster that
+    /// serves it.
+    pub fn wildcard_lookup(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &str,
+    ) -> Option<Arc<Resource>> {
+        if let Some(r) = self.default_view.registry.lookup(group, version, resource) {
+            return Some(r.clone());
+        }
+        let m = self.clusters.read().ok()?;
+        m.values()
+            .find_map(|v| v.registry.lookup(group, version, resource).cloned())
+    }
+}
