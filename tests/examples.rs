@@ -43,9 +43,15 @@ fn run_walkthrough(example: &str, version: &str) {
     let bin_dir = home.path().join("bin");
     std::fs::create_dir_all(&bin_dir).expect("bin dir");
     std::os::unix::fs::symlink(&bin, bin_dir.join("kubectl")).expect("symlink kubectl");
+    // The kubectl ws plugin of this repository.
+    let plugin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_kubectl-ws"))
+        .parent()
+        .expect("plugin directory")
+        .to_path_buf();
     let path = format!(
-        "{}:{}",
+        "{}:{}:{}",
         bin_dir.display(),
+        plugin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
     for cmd in cmds {
@@ -83,6 +89,8 @@ walkthrough! {
     quickstart_kubectl_1_27 => "quickstart", "1.27";
     quickstart_kubectl_1_30 => "quickstart", "1.30";
     quickstart_kubectl_1_33 => "quickstart", "1.33";
+    workspaces_kubectl_1_27 => "workspaces", "1.27";
+    workspaces_kubectl_1_33 => "workspaces", "1.33";
 }
 
 #[test]

@@ -13,6 +13,7 @@ use common::{kubectl_binary, Kubectl, Server};
 const PLATFORM_MESH: &str = include_str!("../examples/quickstart/platformmesh.yaml");
 const SETTINGS: &str = include_str!("../examples/quickstart/settings.yaml");
 const PROVIDER: &str = include_str!("../examples/quickstart/provider.yaml");
+const TEAM_WORKSPACE: &str = include_str!("../examples/quickstart/team-workspace.yaml");
 
 fn stderr_of(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -320,16 +321,37 @@ fn matrix(version: &str) {
 
     // Another logical cluster, and the read-only wildcard.
     let base = server.url();
-    let team = format!("--server={base}/clusters/team-a");
+    let ws = k.ok_stdin(&["create", "-f", "-"], TEAM_WORKSPACE);
+    assert!(
+        ws.contains("workspace.tenancy.kcp.io/team-a created"),
+        "{ws}"
+    );
+    let team = format!("--server={base}/clusters/root:team-a");
     k.ok(&[&team, "create", "cm", "only-in-team-a"]);
     assert!(k.ok(&[&team, "get", "ns"]).contains("default"));
     let root_cms = k.ok(&["get", "cm", "-o", "name"]);
     assert!(!root_cms.contains("only-in-team-a"), "{root_cms}");
     let wildcard = format!("--server={base}/clusters/*");
     let across = k.ok(&[&wildcard, "get", "cm", "-A", "-o", "jsonpath={range .items[*]}{.metadata.annotations.kcp\\.io/cluster}/{.metadata.name}{\"\\n\"}{end}"]);
+    // Objects carry their logical cluster's name, an opaque one for team-a.
+    let team_cluster = k.ok(&[
+        &team,
+        "get",
+        "logicalcluster",
+        "cluster",
+        "-o",
+        "jsonpath={.metadata.annotations.kcp\\.io/cluster}",
+    ]);
+    assert!(!team_cluster.is_empty() && team_cluster != "root");
     assert!(
-        across.contains("team-a/only-in-team-a") && across.contains("root/settings"),
+        across.contains(&format!("{team_cluster}/only-in-team-a"))
+            && across.contains("root/settings"),
         "{across}"
+    );
+    let unknown = k.run(&[&format!("--server={base}/clusters/root:nope"), "get", "cm"]);
+    assert!(
+        !unknown.status.success(),
+        "an unknown workspace must be refused"
     );
     let refused = k.run(&[&wildcard, "create", "cm", "nope"]);
     assert!(

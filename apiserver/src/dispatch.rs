@@ -45,6 +45,8 @@ pub struct AppState {
     /// `host:port` clients reach the server at (for `/api`).
     pub advertise_address: String,
     pub namespaces: namespaces::NamespaceLifecycle,
+    /// The workspace tree and the hooks of the tenancy types.
+    pub tenancy: crate::tenancy::Tenancy,
 }
 
 impl AppState {
@@ -52,6 +54,7 @@ impl AppState {
         let catalog = Catalog::new(registry.resources().to_vec());
         Arc::new_cyclic(|weak| AppState {
             namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
+            tenancy: crate::tenancy::Tenancy::new(weak.clone()),
             store,
             catalog,
             metrics: Metrics::new(),
@@ -133,6 +136,37 @@ async fn route(
     if identity.is_none() && !is_public(&info.target) {
         return error_response(&ApiError::unauthorized());
     }
+    let mut info = info;
+    if !matches!(
+        info.target,
+        Target::Health { .. } | Target::Version | Target::Metrics | Target::Admission(_)
+    ) {
+        info.cluster = match state.tenancy.resolve(info.cluster) {
+            Ok(c) => c,
+            Err(e) => return error_response(&e),
+        };
+    }
+    // The API surface the request sees: its cluster's, or an APIExport's virtual workspace.
+    let mut forced_selector = None;
+    let view = match &info.virtual_workspace {
+        Some((export_cluster, export)) => {
+            match crate::tenancy::export_view(state, export_cluster, export).await {
+                Ok((view, identity)) => {
+                    forced_selector = Some(format!(
+                        "{}={}",
+                        crate::tenancy::BOUND_EXPORT_LABEL,
+                        identity.get(..32).unwrap_or(&identity)
+                    ));
+                    view
+                }
+                Err(e) => return error_response(&e),
+            }
+        }
+        None => match &info.cluster {
+            ClusterTarget::Name(c) => state.catalog.view(c),
+            ClusterTarget::Wildcard => state.catalog.builtin_view(),
+        },
+    };
     let accept = parts
         .headers
         .get(header::ACCEPT)
@@ -156,6 +190,9 @@ async fn route(
             };
             let call = ResourceCall {
                 state: state.clone(),
+                view,
+                virtual_workspace: info.virtual_workspace.is_some(),
+                forced_selector,
                 cluster: info.cluster,
                 request: rr,
                 query,
@@ -187,7 +224,7 @@ async fn route(
                     &crate::status::GroupResource::new("", parts.uri.path()),
                 ));
             }
-            serve_non_resource(state, &info.cluster, other, accept.as_deref(), &query)
+            serve_non_resource(state, &view, other, accept.as_deref(), &query)
         }
     }
 }
@@ -211,15 +248,11 @@ async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
 
 fn serve_non_resource(
     state: &AppState,
-    cluster: &ClusterTarget,
+    view: &crate::catalog::ApiView,
     target: Target,
     accept: Option<&str>,
     query: &Query,
 ) -> Response<Body> {
-    let view = match cluster {
-        ClusterTarget::Name(c) => state.catalog.view(c),
-        ClusterTarget::Wildcard => state.catalog.builtin_view(),
-    };
     let docs = view.discovery();
     match target {
         Target::CoreRoot => match aggregated_discovery_version(accept) {

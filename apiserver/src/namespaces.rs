@@ -90,6 +90,13 @@ impl NamespaceLifecycle {
         Ok(())
     }
 
+    /// Forgets a cluster that was deleted (its `default` namespace is gone with it).
+    pub fn forget_cluster(&self, cluster: &str) {
+        if let Ok(mut s) = self.initialized.lock() {
+            s.remove(cluster);
+        }
+    }
+
     /// Refuses creating content in a namespace that does not exist (404) or is terminating (403).
     pub async fn check_for_create(&self, cluster: &str, namespace: &str) -> Result<(), ApiError> {
         let Some(state) = self.state.upgrade() else {

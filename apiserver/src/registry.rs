@@ -169,7 +169,9 @@ fn compile_columns(columns: &[PrinterColumn]) -> Vec<ColumnSpec> {
 pub fn builtin_resources() -> Vec<Arc<Resource>> {
     api::serving::served_types()
         .into_iter()
-        .map(|t| Arc::new(Resource::new(TypeInfo::from(t))))
+        .map(TypeInfo::from)
+        .chain(crate::kcp_types::kcp_types())
+        .map(|t| Arc::new(Resource::new(t)))
         .collect()
 }
 

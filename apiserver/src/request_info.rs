@@ -117,6 +117,9 @@ pub struct ResourceRequest {
 pub struct RequestInfo {
     pub cluster: ClusterTarget,
     pub target: Target,
+    /// `/services/apiexport/<cluster>/<export>/...`: the APIExport virtual workspace
+    /// (the export's logical-cluster name and the export's name).
+    pub virtual_workspace: Option<(String, String)>,
 }
 
 /// Whether `s` is a valid logical-cluster name or path (`root`, `root:orgs:acme`, `system:admin`).
@@ -164,11 +167,30 @@ pub fn parse(method: &Method, raw_path: &str, watch_param: bool) -> Result<Reque
     let segs = segments(raw_path)?;
     let mut parts: &[String] = &segs;
     let mut cluster = ClusterTarget::Name(ROOT_CLUSTER.to_string());
+    let mut virtual_workspace = None;
+    if parts.first().map(String::as_str) == Some("services") {
+        match parts {
+            [_, kind, export_cluster, export, clusters, ..]
+                if kind == "apiexport" && clusters == "clusters" =>
+            {
+                virtual_workspace = Some((export_cluster.clone(), export.clone()));
+                parts = &parts[4..];
+            }
+            _ => {
+                return Ok(RequestInfo {
+                    cluster,
+                    target: Target::Unknown,
+                    virtual_workspace: None,
+                })
+            }
+        }
+    }
     if parts.first().map(String::as_str) == Some("clusters") {
         let Some(c) = parts.get(1) else {
             return Ok(RequestInfo {
                 cluster,
                 target: Target::Unknown,
+                virtual_workspace,
             });
         };
         cluster = if c == "*" {
@@ -183,7 +205,11 @@ pub fn parse(method: &Method, raw_path: &str, watch_param: bool) -> Result<Reque
         parts = &parts[2..];
     }
     let target = parse_target(method, parts, watch_param);
-    Ok(RequestInfo { cluster, target })
+    Ok(RequestInfo {
+        cluster,
+        target,
+        virtual_workspace,
+    })
 }
 
 fn parse_target(method: &Method, parts: &[String], watch_param: bool) -> Target {
@@ -398,6 +424,30 @@ mod tests {
                 check: Some("ping".into())
             }
         );
+    }
+
+    #[test]
+    fn virtual_workspace_urls() {
+        let info = parse(
+            &Method::GET,
+            "/services/apiexport/c1/widgets.example.io/clusters/*/apis/example.io/v1/widgets",
+            false,
+        )
+        .expect("parse");
+        assert_eq!(
+            info.virtual_workspace,
+            Some(("c1".to_string(), "widgets.example.io".to_string()))
+        );
+        assert_eq!(info.cluster, ClusterTarget::Wildcard);
+        assert!(matches!(
+            info.target,
+            Target::Resource(ResourceRequest {
+                verb: Verb::List,
+                ..
+            })
+        ));
+        let other = parse(&Method::GET, "/services/other/x", false).expect("parse");
+        assert_eq!(other.target, Target::Unknown);
     }
 
     #[test]

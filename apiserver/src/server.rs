@@ -257,6 +257,7 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
         .ensure_cluster(crate::request_info::ROOT_CLUSTER)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    state.tenancy.bootstrap().await?;
     state.namespaces.resume().await?;
     let kubeconfig = opts.data_dir.join("admin.kubeconfig");
     certs::write_kubeconfig(

@@ -1,1 +1,8 @@
-//! Multi-cluster runtime and reconcilers (grows with the controller issues).
+//! Multi-cluster controller runtime (`runtime`) and the cluster providers it runs over
+//! (`providers`: kubeconfig files and Secrets, kcp APIExport endpoint slices, kcp paths).
+
+pub mod providers;
+pub mod runtime;
+
+#[cfg(test)]
+pub(crate) mod e2e;

@@ -184,12 +184,22 @@ pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiErro
             objects::prepare_for_create(&mut obj, &resource, &cluster);
             apply::set_managed_fields(&mut obj, &managed);
             ctx.admit(&mut obj, None)?;
+            ctx.state
+                .tenancy
+                .prepare(&resource, &cluster, &mut obj, None)
+                .await?;
             if ctx.dry_run()? {
                 return Ok(ctx.respond_value(StatusCode::CREATED, &obj));
             }
             let key = ctx.key()?;
             match ctx.state.store.create(&key, objects::encoder(obj)).await {
-                Ok(kv) => Ok(ctx.respond_object(StatusCode::CREATED, kv.value)),
+                Ok(kv) => {
+                    ctx.state
+                        .tenancy
+                        .after_write_bytes(&resource, &cluster, &kv.value, false)
+                        .await;
+                    Ok(ctx.respond_object(StatusCode::CREATED, kv.value))
+                }
                 Err(e) => Err(ctx.storage_error(e)),
             }
         }

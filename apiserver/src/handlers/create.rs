@@ -89,6 +89,10 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     objects::prepare_for_create(&mut obj, &resource, &cluster);
     ctx.admit(&mut obj, None)?;
     ctx.record_update(None, &mut obj)?;
+    ctx.state
+        .tenancy
+        .prepare(&resource, &cluster, &mut obj, None)
+        .await?;
     let dry_run = ctx.dry_run()?;
     let mut attempt = 0;
     loop {
@@ -104,7 +108,13 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
             .create(&key, objects::encoder(obj.clone()))
             .await
         {
-            Ok(kv) => return Ok(ctx.respond_object(StatusCode::CREATED, kv.value)),
+            Ok(kv) => {
+                ctx.state
+                    .tenancy
+                    .after_write_bytes(&resource, &cluster, &kv.value, false)
+                    .await;
+                return Ok(ctx.respond_object(StatusCode::CREATED, kv.value));
+            }
             Err(StorageError::AlreadyExists(_))
                 if generate.is_some() && attempt + 1 < GENERATE_NAME_ATTEMPTS =>
             {

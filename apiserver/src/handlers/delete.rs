@@ -164,6 +164,10 @@ async fn delete_one(
                     if is_namespace {
                         ctx.state.namespaces.terminate(ctx.cluster_name()?, &name);
                     }
+                    ctx.state
+                        .tenancy
+                        .after_write_bytes(&resource, ctx.cluster_name()?, &kv.value, false)
+                        .await;
                     return Ok(Deleted::Pending(kv.value));
                 }
                 Err(StorageError::Conflict { .. }) => {}
@@ -183,6 +187,10 @@ async fn delete_one(
                     ctx.state
                         .namespaces
                         .object_removed(ctx.cluster_name()?, &resource);
+                    ctx.state
+                        .tenancy
+                        .after_write_bytes(&resource, ctx.cluster_name()?, &event.value, true)
+                        .await;
                     return Ok(Deleted::Gone(event.value));
                 }
                 Err(StorageError::Conflict { .. }) => {}

@@ -70,13 +70,19 @@ fn selectable_fields(ctx: &Ctx) -> Vec<&'static str> {
 
 impl ListFilter {
     pub fn from_query(ctx: &Ctx) -> Result<Self, ApiError> {
-        let label = match ctx
+        let user = ctx
             .query
             .get("labelSelector")
-            .filter(|s| !s.trim().is_empty())
-        {
+            .filter(|s| !s.trim().is_empty());
+        let combined = match (user, ctx.forced_selector.as_deref()) {
+            (Some(u), Some(f)) => Some(format!("{u},{f}")),
+            (Some(u), None) => Some(u.to_string()),
+            (None, Some(f)) => Some(f.to_string()),
+            (None, None) => None,
+        };
+        let label = match combined {
             Some(s) => {
-                Some(LabelSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?)
+                Some(LabelSelector::parse(&s).map_err(|e| ApiError::bad_request(e.to_string()))?)
             }
             None => None,
         };

@@ -32,6 +32,12 @@ pub(crate) use list::list_keys;
 /// One resource request with everything the verb handlers need.
 pub struct ResourceCall {
     pub state: Arc<AppState>,
+    /// The API surface the request sees.
+    pub view: Arc<crate::catalog::ApiView>,
+    /// Whether the request came through an APIExport virtual workspace.
+    pub virtual_workspace: bool,
+    /// A label selector every list and watch must also satisfy (virtual workspaces).
+    pub forced_selector: Option<String>,
     pub cluster: ClusterTarget,
     pub request: ResourceRequest,
     pub query: Query,
@@ -51,6 +57,8 @@ pub(crate) struct Ctx {
     pub body: Bytes,
     pub negotiated: Negotiated,
     pub warnings: Vec<String>,
+    /// A label selector lists and watches must also satisfy.
+    pub forced_selector: Option<String>,
 }
 
 impl Ctx {
@@ -345,21 +353,31 @@ pub async fn serve(call: ResourceCall) -> Response<Body> {
 
 async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     let req = call.request;
-    let resource = match &call.cluster {
-        ClusterTarget::Name(c) => call
-            .state
-            .catalog
-            .view(c)
-            .registry
-            .lookup(&req.group, &req.version, &req.resource)
-            .cloned(),
-        ClusterTarget::Wildcard => {
+    let resource = match (&call.cluster, call.virtual_workspace) {
+        (ClusterTarget::Wildcard, false) => {
             call.state
                 .catalog
                 .wildcard_lookup(&req.group, &req.version, &req.resource)
         }
+        _ => call
+            .view
+            .registry
+            .lookup(&req.group, &req.version, &req.resource)
+            .cloned(),
     }
     .ok_or_else(ApiError::path_not_found)?;
+    // Bindings seen through a virtual workspace are read-only and only those of the export.
+    let forced_selector = if call.virtual_workspace && resource.ty.group == "apis.kcp.io" {
+        if !req.verb.is_read_only() {
+            return Err(ApiError::method_not_allowed(
+                req.verb.as_str(),
+                &resource.gr,
+            ));
+        }
+        call.forced_selector.clone()
+    } else {
+        None
+    };
     match req.subresource.as_deref() {
         None => {}
         Some("status")
@@ -410,6 +428,7 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
         body: call.body,
         negotiated,
         warnings: Vec::new(),
+        forced_selector,
     };
     match ctx.req.verb {
         Verb::Get => get::get(&ctx).await,

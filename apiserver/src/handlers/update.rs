@@ -80,6 +80,11 @@ pub(super) async fn write_loop(
         if tracking == Tracking::Update {
             ctx.record_update(Some(&old), &mut new)?;
         }
+        let cluster = ctx.cluster_name()?.to_string();
+        ctx.state
+            .tenancy
+            .prepare(&resource, &cluster, &mut new, Some(&old))
+            .await?;
         if objects::same_object(&new, &old) {
             return Ok(ctx.respond_object(StatusCode::OK, current.value));
         }
@@ -96,9 +101,11 @@ pub(super) async fn write_loop(
                 .await
             {
                 Ok(event) => {
+                    ctx.state.namespaces.object_removed(&cluster, &resource);
                     ctx.state
-                        .namespaces
-                        .object_removed(ctx.cluster_name()?, &resource);
+                        .tenancy
+                        .after_write_bytes(&resource, &cluster, &event.value, true)
+                        .await;
                     Ok(ctx.respond_object(StatusCode::OK, event.value))
                 }
                 Err(StorageError::Conflict { .. }) if !precondition => continue,
@@ -114,7 +121,13 @@ pub(super) async fn write_loop(
             .update(&key, current.mod_revision, objects::encoder(new))
             .await
         {
-            Ok(kv) => return Ok(ctx.respond_object(StatusCode::OK, kv.value)),
+            Ok(kv) => {
+                ctx.state
+                    .tenancy
+                    .after_write_bytes(&resource, &cluster, &kv.value, false)
+                    .await;
+                return Ok(ctx.respond_object(StatusCode::OK, kv.value));
+            }
             Err(StorageError::Conflict { .. }) if !precondition => continue,
             Err(StorageError::NotFound(_)) if !precondition => continue,
             Err(e) => return Err(ctx.storage_error(e)),

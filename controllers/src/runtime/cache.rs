@@ -185,11 +185,7 @@ impl SharedCache {
         cluster: &ClusterName,
     ) -> (mpsc::UnboundedReceiver<CacheEvent>, Vec<Arc<DynamicObject>>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut store = self
-            .inner
-            .store
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut store = self.inner.store.write().unwrap_or_else(|p| p.into_inner());
         store
             .subscribers
             .entry(cluster.clone())
@@ -368,7 +364,9 @@ async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: Cancel
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
                     .apply(cluster, Arc::new(obj)),
-                None => debug!(gvr = %gvr, name = ?obj.metadata.name, "object without cluster annotation skipped"),
+                None => {
+                    debug!(gvr = %gvr, name = ?obj.metadata.name, "object without cluster annotation skipped")
+                }
             },
             Event::Delete(obj) => {
                 if let Some(cluster) = inner.assignment.cluster_of(&obj) {
@@ -468,9 +466,10 @@ mod tests {
             Assignment::Fixed("mine".into()).cluster_of(&o),
             Some(ClusterName::from("mine"))
         );
-        let bare: DynamicObject =
-            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n"}}))
-                .unwrap();
+        let bare: DynamicObject = serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n"}}),
+        )
+        .unwrap();
         assert_eq!(Assignment::ByAnnotation.cluster_of(&bare), None);
     }
 

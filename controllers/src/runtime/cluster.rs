@@ -37,7 +37,9 @@ impl fmt::Debug for CacheSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CacheSource::Own => f.write_str("Own"),
-            CacheSource::Wildcard { key, .. } => f.debug_struct("Wildcard").field("key", key).finish(),
+            CacheSource::Wildcard { key, .. } => {
+                f.debug_struct("Wildcard").field("key", key).finish()
+            }
         }
     }
 }
@@ -57,6 +59,7 @@ pub struct Cluster {
     client: kube::Client,
     source: CacheSource,
     fingerprint: String,
+    aliases: Vec<String>,
     instance: u64,
     in_flight: AtomicUsize,
     idle: Notify,
@@ -82,6 +85,7 @@ impl Cluster {
             client,
             source: CacheSource::Own,
             fingerprint: String::new(),
+            aliases: Vec::new(),
             instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
@@ -103,6 +107,20 @@ impl Cluster {
     pub fn with_fingerprint(mut self, fingerprint: impl Into<String>) -> Self {
         self.fingerprint = fingerprint.into();
         self
+    }
+
+    /// Adds another name the cluster is known by (e.g. a kcp workspace path).
+    pub fn with_alias(mut self, alias: impl Into<String>) -> Self {
+        let alias = alias.into();
+        if !alias.is_empty() && !self.aliases.contains(&alias) {
+            self.aliases.push(alias);
+        }
+        self
+    }
+
+    /// Other names the cluster is known by.
+    pub fn aliases(&self) -> &[String] {
+        &self.aliases
     }
 
     /// The cluster's name.

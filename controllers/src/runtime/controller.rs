@@ -185,7 +185,10 @@ impl<R: Reconciler> Controller<R> {
         &self.name
     }
 
-    pub(crate) fn build(self, metrics: &Metrics) -> Result<Arc<RunningController<R>>, ControllerError> {
+    pub(crate) fn build(
+        self,
+        metrics: &Metrics,
+    ) -> Result<Arc<RunningController<R>>, ControllerError> {
         let Some((primary, predicate)) = self.primary else {
             return Err(ControllerError::NoPrimary(self.name));
         };
@@ -275,7 +278,8 @@ impl<R: Reconciler> RunningController<R> {
                 self.queue.forget(&req);
                 match action.requeue {
                     Some(delay) => {
-                        self.metrics.reconciled(&self.name, "requeue_after", seconds);
+                        self.metrics
+                            .reconciled(&self.name, "requeue_after", seconds);
                         self.queue.add_after(req, delay);
                     }
                     None => self.metrics.reconciled(&self.name, "success", seconds),
@@ -292,11 +296,6 @@ impl<R: Reconciler> RunningController<R> {
                 self.queue.add_rate_limited(req);
             }
         }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn queue(&self) -> &WorkQueue<Request> {
-        &self.queue
     }
 }
 

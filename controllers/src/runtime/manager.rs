@@ -182,7 +182,11 @@ impl Manager {
         let name = cluster.name().clone();
         let stop = root.child_token();
         let replaced = {
-            let mut engaged = self.inner.engaged.write().unwrap_or_else(|p| p.into_inner());
+            let mut engaged = self
+                .inner
+                .engaged
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
             if engaged
                 .get(&name)
                 .is_some_and(|e| Arc::ptr_eq(&e.cluster, &cluster))
@@ -216,7 +220,11 @@ impl Manager {
 
     fn disengage(&self, name: &ClusterName, ack: DisengageAck) {
         let removed = {
-            let mut engaged = self.inner.engaged.write().unwrap_or_else(|p| p.into_inner());
+            let mut engaged = self
+                .inner
+                .engaged
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
             let removed = engaged.remove(name);
             self.inner.metrics.set_engaged_clusters(engaged.len());
             removed
@@ -309,11 +317,18 @@ impl Manager {
             }
         }
         if !provider_done {
-            if tokio::time::timeout(deadline, &mut provider_task).await.is_err() {
+            if tokio::time::timeout(deadline, &mut provider_task)
+                .await
+                .is_err()
+            {
                 provider_task.abort();
             }
         }
-        let mut engaged = self.inner.engaged.write().unwrap_or_else(|p| p.into_inner());
+        let mut engaged = self
+            .inner
+            .engaged
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
         engaged.clear();
         self.inner.metrics.set_engaged_clusters(0);
         result

@@ -52,7 +52,11 @@ fn group_of(api_version: &str) -> &str {
 /// let reqs = owner_requests(&"a".into(), &child, &ResourceKind::of::<ConfigMap>());
 /// assert_eq!(reqs[0].to_string(), "a|ns/owner");
 /// ```
-pub fn owner_requests(cluster: &ClusterName, obj: &DynamicObject, owner: &ResourceKind) -> Vec<Request> {
+pub fn owner_requests(
+    cluster: &ClusterName,
+    obj: &DynamicObject,
+    owner: &ResourceKind,
+) -> Vec<Request> {
     let Some(refs) = obj.metadata.owner_references.as_ref() else {
         return Vec::new();
     };
@@ -122,7 +126,11 @@ impl CrossClusterKeys {
 ///                     "platform-mesh.io/source/name": "orig"}}})).unwrap();
 /// assert_eq!(annotated_target(&keys, &"provider".into(), &obj)[0].to_string(), "consumer|default/orig");
 /// ```
-pub fn annotated_target(keys: &CrossClusterKeys, cluster: &ClusterName, obj: &DynamicObject) -> Vec<Request> {
+pub fn annotated_target(
+    keys: &CrossClusterKeys,
+    cluster: &ClusterName,
+    obj: &DynamicObject,
+) -> Vec<Request> {
     let Some(annotations) = obj.metadata.annotations.as_ref() else {
         return Vec::new();
     };
@@ -181,12 +189,15 @@ mod tests {
 
     #[test]
     fn request_for_namespaced_and_cluster_scoped() {
-        let cm = object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}}));
+        let cm = object(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}}),
+        );
         assert_eq!(
             request_for(&"a".into(), &cm),
             Some(Request::namespaced("a", "n", "c"))
         );
-        let ns = object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}));
+        let ns =
+            object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}));
         assert_eq!(
             request_for(&"a".into(), &ns),
             Some(Request::cluster_scoped("a", "n"))
@@ -229,35 +240,47 @@ mod tests {
             vec![Request::cluster_scoped("b", "pm")]
         );
         assert!(owner_requests(&"b".into(), &child, &ResourceKind::of::<Namespace>()).is_empty());
-        let orphan = object(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "o"}}));
+        let orphan =
+            object(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "o"}}));
         assert!(owner_requests(&"b".into(), &orphan, &owner).is_empty());
     }
 
     #[test]
     fn annotated_target_crosses_clusters_and_defaults_to_the_own_cluster() {
         let keys = CrossClusterKeys::with_prefix("x.io/src");
-        let other = object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c",
-            "annotations": {"x.io/src/cluster": "consumer", "x.io/src/name": "orig"}}}));
+        let other = object(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c",
+            "annotations": {"x.io/src/cluster": "consumer", "x.io/src/name": "orig"}}}),
+        );
         assert_eq!(
             annotated_target(&keys, &"provider".into(), &other),
             vec![Request::cluster_scoped("consumer", "orig")]
         );
-        let same = object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c",
-            "annotations": {"x.io/src/namespace": "ns", "x.io/src/name": "orig"}}}));
+        let same = object(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c",
+            "annotations": {"x.io/src/namespace": "ns", "x.io/src/name": "orig"}}}),
+        );
         assert_eq!(
             annotated_target(&keys, &"provider".into(), &same),
             vec![Request::namespaced("provider", "ns", "orig")]
         );
-        let none = object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c",
-            "annotations": {"x.io/src/cluster": "consumer", "x.io/src/name": ""}}}));
+        let none = object(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c",
+            "annotations": {"x.io/src/cluster": "consumer", "x.io/src/name": ""}}}),
+        );
         assert!(annotated_target(&keys, &"provider".into(), &none).is_empty());
     }
 
     #[test]
     fn fixed_target_and_label_predicate() {
         let map = to_fixed(Request::cluster_scoped("home", "cfg"));
-        let o = object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"debug": "me"}}}));
-        assert_eq!(map(&"a".into(), &o), vec![Request::cluster_scoped("home", "cfg")]);
+        let o = object(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"debug": "me"}}}),
+        );
+        assert_eq!(
+            map(&"a".into(), &o),
+            vec![Request::cluster_scoped("home", "cfg")]
+        );
         assert!(label_equals("debug", "me")(&o));
         assert!(!label_equals("debug", "")(&o));
         assert!(!label_equals("debug", "you")(&o));

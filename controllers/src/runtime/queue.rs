@@ -107,10 +107,7 @@ where
     }
 
     fn lock(&self) -> MutexGuard<'_, QueueState<T>> {
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Queues `item` unless it is already queued; ignored after shutdown.

@@ -232,7 +232,11 @@ mod tests {
         let b = ItemExponentialBackoff::new(DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_MAX);
         let delays: Vec<_> = (0..5).map(|_| b.when(&"a").as_millis()).collect();
         assert_eq!(delays, vec![5, 10, 20, 40, 80]);
-        assert_eq!(b.when(&"b"), Duration::from_millis(5), "items are independent");
+        assert_eq!(
+            b.when(&"b"),
+            Duration::from_millis(5),
+            "items are independent"
+        );
         for _ in 0..40 {
             b.when(&"a");
         }

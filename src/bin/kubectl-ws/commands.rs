@@ -148,7 +148,7 @@ pub fn current(flag: Option<&Path>) -> Result<()> {
 
 /// Switches the kubeconfig to `path` (already checked), remembering the previous workspace.
 fn enter(s: &mut Session, path: &WsPath, ws: Option<&Value>) -> Result<()> {
-    let from = s.kubeconfig.current_context_name()?.to_string();
+    let from = s.kubeconfig.current_context_name()?;
     let url = workspace_url(&s.server.base, path);
     s.kubeconfig.switch(&from, Some(&url))?;
     s.kubeconfig.save()?;

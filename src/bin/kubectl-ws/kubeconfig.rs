@@ -177,7 +177,8 @@ impl Kubeconfig {
     /// The server URL of context `name`.
     pub fn server_of(&self, name: &str) -> Result<String> {
         let (cluster_name, cluster) = self.cluster_of(self.context(name)?)?;
-        str_field(cluster, "server").ok_or_else(|| anyhow!("cluster {cluster_name:?} has no server URL"))
+        str_field(cluster, "server")
+            .ok_or_else(|| anyhow!("cluster {cluster_name:?} has no server URL"))
     }
 
     /// The server URL of the current context.
@@ -461,6 +462,31 @@ users:
             k.credentials().unwrap().token.as_deref(),
             Some("file-token")
         );
+    }
+
+    #[test]
+    fn unquoted_names_stay_names() {
+        let text = "\
+clusters:
+- name: on
+  cluster: {server: 'https://h:1', certificate-authority-data: Q0E=}
+- name: 7
+  cluster: {server: 'https://h:2'}
+contexts:
+- name: y
+  context: {cluster: on, user: 0123}
+- name: n
+  context: {cluster: 7}
+current-context: y
+users:
+- name: 0123
+  user: {token: t}
+";
+        let mut k = Kubeconfig::parse(text, Path::new("k")).unwrap();
+        assert_eq!(k.current_server().unwrap(), "https://h:1");
+        assert_eq!(k.credentials().unwrap().token.as_deref(), Some("t"));
+        k.doc["current-context"] = json!("n");
+        assert_eq!(k.current_server().unwrap(), "https://h:2");
     }
 
     #[test]

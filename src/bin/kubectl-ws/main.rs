@@ -127,7 +127,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(normalize_args(std::env::args_os().collect()));
+    let cli = match Cli::try_parse_from(normalize_args(std::env::args_os().collect())) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help goes to stdout with success; usage errors exit with 1 like every other error.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1,0 +1,147 @@
+//! Leader election between two candidates on one Lease: one leads, the other takes over once
+//! the leader stops renewing, or at once when the leader releases.
+
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject};
+use tokio_util::sync::CancellationToken;
+
+use super::TestServer;
+use crate::runtime::leader::{LeaderElectionConfig, LeaderElector};
+
+fn fast(identity: &str) -> LeaderElectionConfig {
+    LeaderElectionConfig {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+        ..LeaderElectionConfig::new("default", "e2e-leader", identity)
+    }
+}
+
+async fn lease_json(client: &kube::Client) -> serde_json::Value {
+    let ar = ApiResource::erase::<k8s_openapi::api::coordination::v1::Lease>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    api.get("e2e-leader").await.expect("lease").data["spec"].clone()
+}
+
+fn is_micro_time(v: &serde_json::Value) -> bool {
+    let Some(s) = v.as_str() else { return false };
+    let b = s.as_bytes();
+    s.len() == 27
+        && b[4] == b'-'
+        && b[10] == b'T'
+        && b[19] == b'.'
+        && b[26] == b'Z'
+        && b[20..26].iter().all(u8::is_ascii_digit)
+}
+
+#[tokio::test]
+async fn one_leader_then_failover_when_it_stops_renewing() {
+    let ts = TestServer::start().await;
+    let client = ts.client("root").await;
+    let stop = CancellationToken::new();
+
+    let a = LeaderElector::new(client.clone(), fast("candidate-a"));
+    let leading_a = a.acquire(&stop).await.expect("a leads");
+    let spec = lease_json(&client).await;
+    assert_eq!(spec["holderIdentity"], "candidate-a");
+    assert_eq!(spec["leaseDurationSeconds"], 2);
+    assert_eq!(spec["leaseTransitions"], 0);
+    assert!(
+        is_micro_time(&spec["acquireTime"]),
+        "{}",
+        spec["acquireTime"]
+    );
+    assert!(is_micro_time(&spec["renewTime"]), "{}", spec["renewTime"]);
+
+    let b_task = tokio::spawn({
+        let (client, stop) = (client.clone(), stop.clone());
+        async move {
+            LeaderElector::new(client, fast("candidate-b"))
+                .acquire(&stop)
+                .await
+        }
+    });
+    // While a renews, b waits (well past one lease duration).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!b_task.is_finished(), "b must not lead while a renews");
+    assert!(!leading_a.is_lost());
+    let renewed = lease_json(&client).await;
+    assert_ne!(renewed["renewTime"], spec["renewTime"], "a keeps renewing");
+    assert_eq!(renewed["acquireTime"], spec["acquireTime"]);
+
+    // a crashes: b takes over after the lease expires.
+    leading_a.abandon();
+    let leading_b = tokio::time::timeout(Duration::from_secs(8), b_task)
+        .await
+        .expect("b takes over in time")
+        .unwrap()
+        .expect("b leads");
+    let spec = lease_json(&client).await;
+    assert_eq!(spec["holderIdentity"], "candidate-b");
+    assert_eq!(spec["leaseTransitions"], 1);
+
+    // A graceful release hands over without waiting for expiry.
+    let c_task = tokio::spawn({
+        let (client, stop) = (client.clone(), stop.clone());
+        async move {
+            LeaderElector::new(client, fast("candidate-c"))
+                .acquire(&stop)
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = tokio::time::Instant::now();
+    leading_b.release().await.unwrap();
+    let leading_c = tokio::time::timeout(Duration::from_secs(3), c_task)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("c leads");
+    assert!(
+        released_at.elapsed() < Duration::from_millis(1500),
+        "took over without waiting for expiry"
+    );
+    assert_eq!(lease_json(&client).await["leaseTransitions"], 2);
+
+    // A candidate that is told to stop gives up waiting.
+    let d_stop = CancellationToken::new();
+    d_stop.cancel();
+    assert!(LeaderElector::new(client.clone(), fast("candidate-d"))
+        .acquire(&d_stop)
+        .await
+        .is_none());
+    leading_c.release().await.unwrap();
+    stop.cancel();
+    ts.stop().await;
+}
+
+#[tokio::test]
+async fn a_leader_whose_lease_was_taken_notices_the_loss() {
+    let ts = TestServer::start().await;
+    let client = ts.client("root").await;
+    let stop = CancellationToken::new();
+    let leading = LeaderElector::new(client.clone(), fast("first"))
+        .acquire(&stop)
+        .await
+        .expect("leads");
+    let lost = leading.lost();
+    // Someone else writes the lease (e.g. after a network partition healed).
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "default");
+    let patch = serde_json::json!({"spec": {"holderIdentity": "intruder",
+        "renewTime": crate::runtime::lease::now_micro()}});
+    leases
+        .patch(
+            "e2e-leader",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), lost.cancelled())
+        .await
+        .expect("loss noticed");
+    assert!(leading.is_lost());
+    ts.stop().await;
+}

@@ -1,0 +1,174 @@
+//! The kcp APIExport provider's engagement and shared caches against this server's wildcard
+//! endpoint (`/clusters/*`): clusters with a Ready APIBinding are engaged, one wildcard cache
+//! per type serves all of them, and workspace paths resolve to cluster names.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
+use tokio_util::sync::CancellationToken;
+
+use super::{create_config_map, eventually, TestServer};
+use crate::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
+use crate::runtime::{
+    Action, ClusterContext, ClusterName, Controller, Manager, ManagerOptions, Reconciler, Request,
+};
+
+fn kcp(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "apis.kcp.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "apis.kcp.io/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+async fn create(client: kube::Client, ar: &ApiResource, body: serde_json::Value) {
+    let api: Api<DynamicObject> = Api::all_with(client, ar);
+    let obj: DynamicObject = serde_json::from_value(body).unwrap();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create");
+}
+
+fn binding(export_path: &str, export: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding",
+        "metadata": {"name": export},
+        "spec": {"reference": {"export": {"path": export_path, "name": export}}}})
+}
+
+/// Records every request and reads its object from the shared cache.
+struct Record {
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Reconciler for Record {
+    type Error = crate::runtime::CacheError;
+
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, Self::Error> {
+        let cm: Option<ConfigMap> = ctx.get_cached(req.namespace.as_deref(), &req.name).await?;
+        if cm.is_some() {
+            self.seen.lock().unwrap().push(req.to_string());
+        }
+        Ok(Action::await_change())
+    }
+}
+
+#[tokio::test]
+async fn bound_clusters_share_one_wildcard_cache_and_resolve_by_path() {
+    let ts = TestServer::start().await;
+    ts.workspace("provider").await;
+    let c1 = ts.workspace("c1").await;
+    let c2 = ts.workspace("c2").await;
+    let c3 = ts.workspace("c3").await;
+    create(
+        ts.client("root:provider").await,
+        &kcp("APIExport", "apiexports"),
+        serde_json::json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
+            "metadata": {"name": "example.io"}, "spec": {}}),
+    )
+    .await;
+    let bindings = kcp("APIBinding", "apibindings");
+    create(
+        ts.client("root:c1").await,
+        &bindings,
+        binding("root:provider", "example.io"),
+    )
+    .await;
+    create(
+        ts.client("root:c2").await,
+        &bindings,
+        binding("root:provider", "example.io"),
+    )
+    .await;
+    create(
+        ts.client("root:c3").await,
+        &bindings,
+        binding("root:provider", "missing.io"),
+    )
+    .await;
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let manager = Manager::new(ManagerOptions::default());
+    manager
+        .add(
+            Controller::new("record", Record { seen: seen.clone() })
+                .for_::<ConfigMap>()
+                .workers(2),
+        )
+        .unwrap();
+    let provider = Arc::new(PathAware::new(ApiExportProvider::new(
+        ts.root_config().await,
+        ApiExportOptions::for_urls(vec![ts.root_url()]),
+    )));
+    let stop = CancellationToken::new();
+    let run = tokio::spawn({
+        let (m, stop, p) = (manager.clone(), stop.clone(), provider.clone());
+        async move { m.run(p, async move { stop.cancelled().await }).await }
+    });
+
+    let (n1, n2, n3) = (
+        ClusterName::from(c1.as_str()),
+        ClusterName::from(c2.as_str()),
+        ClusterName::from(c3.as_str()),
+    );
+    eventually(Duration::from_secs(15), "bound clusters engaged", || {
+        let engaged = manager.engaged_clusters();
+        let ok = engaged.contains(&n1) && engaged.contains(&n2);
+        async move { ok }
+    })
+    .await;
+    assert!(
+        !manager.engaged_clusters().contains(&n3),
+        "a binding that is not Ready engages nothing"
+    );
+    // Writes go to <url>/clusters/<name>; the path resolves to the name.
+    let by_path = manager.cluster("root:c1").expect("path resolves");
+    assert_eq!(by_path.name(), &n1);
+    assert_eq!(provider.paths_of(&c1), vec!["root:c1".to_string()]);
+
+    create_config_map(&ts.client("root:c1").await, "x", &[]).await;
+    create_config_map(&ts.client("root:c2").await, "y", &[]).await;
+    create_config_map(&ts.client("root:c3").await, "z", &[]).await;
+    let (want1, want2) = (format!("{c1}|default/x"), format!("{c2}|default/y"));
+    eventually(
+        Duration::from_secs(10),
+        "objects of bound clusters reconciled",
+        || {
+            let s = seen.lock().unwrap().clone();
+            let ok = s.contains(&want1) && s.contains(&want2);
+            async move { ok }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.starts_with(&format!("{c3}|"))),
+        "unbound cluster reconciled"
+    );
+    // One wildcard cache serves the ConfigMaps of every engaged cluster, watches and reads alike.
+    assert_eq!(manager.caches().running(), 1);
+
+    // The last binding of a cluster going away disengages it.
+    let api: Api<DynamicObject> = Api::all_with(ts.client("root:c2").await, &bindings);
+    api.delete("example.io", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "c2 disengaged", || {
+        let gone = !manager.engaged_clusters().contains(&n2);
+        async move { gone }
+    })
+    .await;
+    assert!(manager.cluster("root:c2").is_none());
+    assert!(manager.engaged_clusters().contains(&n1));
+
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    ts.stop().await;
+}

@@ -1,0 +1,141 @@
+//! End-to-end test of the APIExport provider through a real endpoint slice and the APIExport
+//! virtual workspace. Enabled with `--features kcp-e2e` once the server serves
+//! `/services/apiexport/<cluster>/<export>/clusters/{*,<name>}/...` (see the module docs of kcp).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
+use tokio_util::sync::CancellationToken;
+
+use crate::e2e::{eventually, TestServer};
+use crate::providers::kcp::{api_binding_kind, ApiExportOptions, ApiExportProvider, PathAware};
+use crate::runtime::{
+    Action, ClusterContext, ClusterName, Controller, Manager, ManagerOptions, Reconciler, Request,
+};
+
+fn kcp(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "apis.kcp.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "apis.kcp.io/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+async fn create(client: kube::Client, ar: &ApiResource, body: serde_json::Value) {
+    let api: Api<DynamicObject> = Api::all_with(client, ar);
+    let obj: DynamicObject = serde_json::from_value(body).expect("object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create");
+}
+
+/// Records the APIBindings it is asked about (the virtual workspace always serves them).
+struct RecordBindings {
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Reconciler for RecordBindings {
+    type Error = kube::Error;
+
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, kube::Error> {
+        // A write-path read through <url>/clusters/<name>.
+        let api = ctx.cluster().dynamic_api(&api_binding_kind().api, None);
+        if api.get_opt(&req.name).await?.is_some() {
+            self.seen.lock().expect("lock").push(req.to_string());
+        }
+        Ok(Action::await_change())
+    }
+}
+
+#[tokio::test]
+async fn clusters_binding_an_export_are_engaged_through_its_endpoint_slice() {
+    let ts = TestServer::start().await;
+    ts.workspace("provider").await;
+    let c1 = ts.workspace("c1").await;
+    let c2 = ts.workspace("c2").await;
+    create(
+        ts.client("root:provider").await,
+        &kcp("APIExport", "apiexports"),
+        serde_json::json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
+            "metadata": {"name": "example.io"}, "spec": {}}),
+    )
+    .await;
+    let bindings = kcp("APIBinding", "apibindings");
+    for ws in ["root:c1", "root:c2"] {
+        create(ts.client(ws).await, &bindings, serde_json::json!({
+            "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding", "metadata": {"name": "example.io"},
+            "spec": {"reference": {"export": {"path": "root:provider", "name": "example.io"}}}})).await;
+    }
+
+    // The home config points at the workspace holding the slice; the slice's URLs are used verbatim.
+    let home = kube::Config::from_custom_kubeconfig(
+        ts.kubeconfig_for("root:provider"),
+        &Default::default(),
+    )
+    .await
+    .expect("home config");
+    let provider = Arc::new(PathAware::new(ApiExportProvider::new(
+        home,
+        ApiExportOptions::for_slice("example.io"),
+    )));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let manager = Manager::new(ManagerOptions::default());
+    manager
+        .add(
+            Controller::new("bindings", RecordBindings { seen: seen.clone() })
+                .for_kind(api_binding_kind()),
+        )
+        .expect("controller");
+    let stop = CancellationToken::new();
+    let run = tokio::spawn({
+        let (m, stop, p) = (manager.clone(), stop.clone(), provider.clone());
+        async move { m.run(p, async move { stop.cancelled().await }).await }
+    });
+
+    let (n1, n2) = (
+        ClusterName::from(c1.as_str()),
+        ClusterName::from(c2.as_str()),
+    );
+    eventually(Duration::from_secs(20), "both consumers engaged", || {
+        let e = manager.engaged_clusters();
+        let ok = e.contains(&n1) && e.contains(&n2);
+        async move { ok }
+    })
+    .await;
+    let want = format!("{c1}|example.io");
+    eventually(
+        Duration::from_secs(10),
+        "binding reconciled through the virtual workspace",
+        || {
+            let ok = seen.lock().expect("lock").contains(&want);
+            async move { ok }
+        },
+    )
+    .await;
+    assert_eq!(
+        manager.caches().running(),
+        1,
+        "one wildcard cache at <url>/clusters/*"
+    );
+    assert_eq!(
+        manager.cluster("root:c2").map(|c| c.name().clone()),
+        Some(n2.clone())
+    );
+
+    let api: Api<DynamicObject> = Api::all_with(ts.client("root:c2").await, &bindings);
+    api.delete("example.io", &DeleteParams::default())
+        .await
+        .expect("delete binding");
+    eventually(Duration::from_secs(10), "c2 disengaged", || {
+        let gone = !manager.engaged_clusters().contains(&n2);
+        async move { gone }
+    })
+    .await;
+
+    stop.cancel();
+    run.await.expect("join").expect("manager");
+    ts.stop().await;
+}

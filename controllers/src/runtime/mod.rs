@@ -1,0 +1,29 @@
+//! A multi-cluster controller runtime in the spirit of multicluster-runtime: providers engage
+//! clusters, the manager runs controllers over them with shared caches, queues and metrics.
+
+pub mod cache;
+pub mod cluster;
+pub mod controller;
+pub mod leader;
+pub mod lease;
+pub mod manager;
+pub mod mapping;
+pub mod metrics;
+pub mod provider;
+pub mod queue;
+pub mod rate_limit;
+pub mod request;
+pub mod sharding;
+
+pub use cache::{CacheError, CacheEvent, CacheRegistry, SharedCache, CLUSTER_ANNOTATION};
+pub use cluster::{CacheSource, Cluster, ClusterContext, ReconcileGuard};
+pub use controller::{Controller, ControllerError, Reconciler};
+pub use manager::{Manager, ManagerError, ManagerOptions};
+pub use metrics::Metrics;
+pub use provider::{ClusterEvent, ClusterProvider, ClusterSink, DisengageAck, ProviderError};
+pub use queue::{QueueMetrics, WorkQueue};
+pub use rate_limit::{
+    default_controller_rate_limiter, ItemExponentialBackoff, MaxOfRateLimiter, RateLimiter,
+    TokenBucket,
+};
+pub use request::{Action, ClusterName, Request, ResourceKind};

