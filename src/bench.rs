@@ -22,6 +22,8 @@ pub struct BenchOptions {
     pub list_objects: usize,
     pub rss_objects: usize,
     pub writers: usize,
+    /// Workspaces created (and then deleted as one tree).
+    pub workspaces: usize,
 }
 
 /// A child server process that is killed when dropped.
@@ -322,6 +324,8 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     })
     .await?;
     drop(server);
+
+    let tenancy = workspace_tree(&tmp.join("workspaces"), opts.workspaces, opts.writers).await?;
     let _ = std::fs::remove_dir_all(&tmp);
 
     let ratio = get_load.per_second() / bare_load.per_second();
@@ -373,6 +377,20 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
         ms(bare_200.p50),
         ms(bare_200.p99)
     );
+    println!(
+        "| workspaces created, {} under one parent, {} clients | {:.0} workspaces/s ({:.1} s; all Ready after {:.1} s) | kcp: 8 workspaces/s; target 1,000/s |",
+        opts.workspaces, opts.writers, tenancy.created_per_second, tenancy.create_seconds, tenancy.ready_seconds
+    );
+    println!(
+        "| RSS per empty workspace | {:.1} KiB ({:.0} MiB before, {:.0} MiB after) | kcp: 9.8 MiB; target 16 KiB |",
+        tenancy.rss_per_workspace / 1024.0,
+        tenancy.rss_before as f64 / 1048576.0,
+        tenancy.rss_after as f64 / 1048576.0
+    );
+    println!(
+        "| delete the {}-workspace tree | {:.1} s | kcp: about 1 hour for 10,000; target < 10 s |",
+        opts.workspaces, tenancy.delete_seconds
+    );
     if get_load.errors + bare_load.errors + creates.errors + reviews.errors > 0 {
         println!(
             "errors: get {}, bare {}, creates {}",
@@ -380,6 +398,110 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Figures of the workspace measurements.
+struct TenancyFigures {
+    created_per_second: f64,
+    create_seconds: f64,
+    ready_seconds: f64,
+    rss_before: u64,
+    rss_after: u64,
+    rss_per_workspace: f64,
+    delete_seconds: f64,
+}
+
+/// Creates `n` workspaces below `root:orgs:bulk` with `writers` clients, waits until all are
+/// Ready, reads the RSS, then deletes `bulk` and times until it is gone.
+async fn workspace_tree(dir: &Path, n: usize, writers: usize) -> anyhow::Result<TenancyFigures> {
+    let server = ChildServer::start(&["serve"], dir)?;
+    let client = server.client()?;
+    let mut conn = client.connect().await?;
+    let ws = |name: &str| json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": name}});
+    let r = conn
+        .post_json(
+            "/clusters/root:orgs/apis/tenancy.kcp.io/v1alpha1/workspaces",
+            &ws("bulk"),
+        )
+        .await?;
+    if r.status != 201 {
+        return Err(anyhow!(
+            "creating bulk: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before = server.rss_bytes();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = client.connect().await?;
+            let mut i = w;
+            while i < n {
+                let r = conn
+                    .post_json("/clusters/root:orgs:bulk/apis/tenancy.kcp.io/v1alpha1/workspaces", &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": format!("ws-{i:06}")}}))
+                    .await?;
+                if r.status != 201 {
+                    return Err(anyhow!("create workspace: {} {}", r.status, String::from_utf8_lossy(&r.body)));
+                }
+                i += writers;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let create_seconds = started.elapsed().as_secs_f64();
+    // Wait until every workspace is Ready.
+    let ready_seconds = loop {
+        let list = conn
+            .get("/clusters/root:orgs:bulk/apis/tenancy.kcp.io/v1alpha1/workspaces")
+            .await?;
+        let ready = list.json()["items"].as_array().map_or(0, |a| {
+            a.iter().filter(|w| w["status"]["phase"] == "Ready").count()
+        });
+        if ready >= n || started.elapsed() > Duration::from_secs(600) {
+            break started.elapsed().as_secs_f64();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_after = server.rss_bytes();
+    let started = Instant::now();
+    let r = conn
+        .send(
+            Method::DELETE,
+            "/clusters/root:orgs/apis/tenancy.kcp.io/v1alpha1/workspaces/bulk",
+            None,
+            Vec::new(),
+        )
+        .await?;
+    if !r.status.is_success() {
+        return Err(anyhow!("delete bulk: {}", r.status));
+    }
+    loop {
+        let r = conn
+            .get("/clusters/root:orgs/apis/tenancy.kcp.io/v1alpha1/workspaces/bulk")
+            .await?;
+        if r.status == 404 || started.elapsed() > Duration::from_secs(1200) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let delete_seconds = started.elapsed().as_secs_f64();
+    Ok(TenancyFigures {
+        created_per_second: n as f64 / create_seconds,
+        create_seconds,
+        ready_seconds,
+        rss_before,
+        rss_after,
+        rss_per_workspace: rss_after.saturating_sub(rss_before) as f64 / n.max(1) as f64,
+        delete_seconds,
+    })
 }
 
 /// A PlatformMesh as the upstream e2e setup writes it.

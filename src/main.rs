@@ -59,6 +59,9 @@ enum Command {
         /// Concurrent writers for the durable-create and loading measurements.
         #[arg(long, default_value_t = 64)]
         writers: usize,
+        /// Workspaces created and then deleted as one tree.
+        #[arg(long, default_value_t = 10_000)]
+        workspaces: usize,
     },
     /// The benchmark's baseline server (a fixed 1 KiB JSON over hyper+rustls).
     #[command(hide = true)]
@@ -138,6 +141,7 @@ fn main() -> anyhow::Result<()> {
             list_objects,
             rss_objects,
             writers,
+            workspaces,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(bench::run(bench::BenchOptions {
@@ -146,6 +150,7 @@ fn main() -> anyhow::Result<()> {
                 list_objects,
                 rss_objects,
                 writers,
+                workspaces,
             }))
         }
         Command::BenchBareServer { listen, data_dir } => {

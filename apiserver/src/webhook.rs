@@ -166,10 +166,19 @@ pub async fn serve(
         .saturating_sub(Duration::from_millis(200))
         .max(Duration::from_millis(100));
     let uid = req.uid.clone();
-    let work = tokio::task::spawn_blocking(move || decide(&resource, review, &req));
-    let response = match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(_panic)) => refused(
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move || {
+        let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            decide(&resource, review, &req)
+        }));
+        let _ = tx.send(decided.ok());
+    });
+    if admission_pool().send(job).is_err() {
+        return error_response(&ApiError::internal("the admission workers are gone"));
+    }
+    let response = match tokio::time::timeout(timeout, rx).await {
+        Ok(Ok(Some(r))) => r,
+        Ok(_) => refused(
             &uid,
             500,
             "InternalError",
@@ -183,6 +192,38 @@ pub async fn serve(
         ),
     };
     review_response(&api_version, response)
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A few threads (one per core) that run admission off the async workers: a slow rule then
+/// delays only its own review, which is answered when its caller's timeout runs out, and a
+/// burst of reviews never spawns a thread each.
+fn admission_pool() -> &'static std::sync::mpsc::Sender<Job> {
+    static POOL: std::sync::OnceLock<std::sync::mpsc::Sender<Job>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let rx = Arc::new(std::sync::Mutex::new(rx));
+        let threads = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .max(2);
+        for i in 0..threads {
+            let rx = rx.clone();
+            let _ = std::thread::Builder::new()
+                .name(format!("admission-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock() {
+                        Ok(r) => r.recv(),
+                        Err(_) => return,
+                    };
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                });
+        }
+        tx
+    })
 }
 
 fn refused(uid: &str, code: u16, reason: &'static str, message: &str) -> Value {

@@ -75,7 +75,7 @@ impl Assignment {
                 .as_ref()
                 .and_then(|a| a.get(CLUSTER_ANNOTATION))
                 .filter(|c| !c.is_empty())
-                .map(|c| ClusterName::new(c)),
+                .map(ClusterName::new),
         }
     }
 }
@@ -253,10 +253,12 @@ impl SharedCache {
 /// The caches of a manager, shared per (scope, resource type) while anyone uses them.
 #[derive(Clone, Default)]
 pub struct CacheRegistry {
-    caches: Arc<Mutex<HashMap<(String, ResourceKindKey), Weak<SharedCache>>>>,
+    caches: Arc<Mutex<HashMap<CacheKey, Weak<SharedCache>>>>,
 }
 
 type ResourceKindKey = (String, String, String);
+/// A cache's scope (cluster instance or wildcard endpoint) and resource.
+type CacheKey = (String, ResourceKindKey);
 
 impl CacheRegistry {
     /// The running cache of `kind` that serves `cluster`, started if there is none.

@@ -229,6 +229,7 @@ pub(crate) trait ControllerRunner: Send + Sync {
     fn engage(&self, cluster: &Arc<Cluster>, caches: &CacheRegistry, stop: &CancellationToken);
     fn start_workers(self: Arc<Self>, manager: Manager) -> Vec<JoinHandle<()>>;
     fn stop_queue(&self);
+    fn enqueue(&self, req: Request);
 }
 
 /// A built controller.
@@ -347,5 +348,9 @@ impl<R: Reconciler> ControllerRunner for RunningController<R> {
 
     fn stop_queue(&self) {
         self.queue.shut_down();
+    }
+
+    fn enqueue(&self, req: Request) {
+        self.queue.add(req);
     }
 }

@@ -16,7 +16,7 @@ use super::cluster::Cluster;
 use super::controller::{Controller, ControllerError, ControllerRunner, Reconciler};
 use super::metrics::Metrics;
 use super::provider::{ClusterEvent, ClusterProvider, ClusterSink, DisengageAck, ProviderError};
-use super::request::ClusterName;
+use super::request::{ClusterName, Request};
 
 /// Settings of a manager.
 #[derive(Clone, Debug)]
@@ -137,6 +137,23 @@ impl Manager {
         }
         controllers.push(controller.build(&self.inner.metrics)?);
         Ok(())
+    }
+
+    /// Adds a request to the queue of controller `controller` (an external trigger, like
+    /// controller-runtime's channel source); returns whether that controller exists.
+    pub fn enqueue(&self, controller: &str, req: Request) -> bool {
+        let controllers = self
+            .inner
+            .controllers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match controllers.iter().find(|c| c.name() == controller) {
+            Some(c) => {
+                c.enqueue(req);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The engaged cluster of that exact name.
@@ -316,13 +333,12 @@ impl Manager {
                 result = Err(ManagerError::ShutdownTimeout(deadline));
             }
         }
-        if !provider_done {
-            if tokio::time::timeout(deadline, &mut provider_task)
+        if !provider_done
+            && tokio::time::timeout(deadline, &mut provider_task)
                 .await
                 .is_err()
-            {
-                provider_task.abort();
-            }
+        {
+            provider_task.abort();
         }
         let mut engaged = self
             .inner
@@ -334,3 +350,7 @@ impl Manager {
         result
     }
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;

@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::cluster::Cluster;
 use super::lease::LeaseLock;
-use super::provider::{ClusterEvent, ClusterProvider, ClusterSink, ProviderError};
+use super::provider::{ClusterEvent, ClusterProvider, ClusterSink, DisengageAck, ProviderError};
 use super::request::ClusterName;
 
 /// A stable 64-bit hash (FNV-1a with a final mix): the same on every replica and build.
@@ -137,6 +137,10 @@ struct ShardState {
     engaged: HashMap<ClusterName, Fenced>,
     /// Last seen renewTime of each peer Lease and when it changed (local clock).
     peers_seen: HashMap<String, (Option<String>, Instant)>,
+    /// Clusters being handed off: not taken again until their fence is released.
+    releasing: Arc<Mutex<HashSet<ClusterName>>>,
+    /// Hand-off tasks still running.
+    handoffs: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// Wraps a provider so that this replica engages only its share of the clusters, fenced by a
@@ -191,14 +195,20 @@ impl<P: ClusterProvider> Sharded<P> {
         let api: Api<Lease> = Api::namespaced(self.home.clone(), &self.config.namespace);
         let (k, v) = &self.config.peer_label;
         let mut peers = vec![self.config.identity.clone()];
-        let leases = match api
-            .list(&ListParams::default().labels(&format!("{k}={v}")))
-            .await
-        {
-            Ok(l) => l.items,
-            Err(e) => {
-                warn!(error = %e, "listing peer leases failed; keeping the previous view");
-                return state
+        let listed = tokio::time::timeout(
+            self.config.renew_deadline / 2,
+            api.list(&ListParams::default().labels(&format!("{k}={v}"))),
+        )
+        .await;
+        let leases = match listed {
+            Ok(Ok(l)) => l.items,
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "timed out".to_string(),
+                };
+                warn!(error = %error, "listing peer leases failed; keeping the previous view");
+                let mut peers: Vec<String> = state
                     .peers_seen
                     .iter()
                     .filter(|(_, (_, at))| at.elapsed() < self.config.lease_duration)
@@ -207,6 +217,8 @@ impl<P: ClusterProvider> Sharded<P> {
                     .collect::<HashSet<_>>()
                     .into_iter()
                     .collect();
+                peers.sort();
+                return peers;
             }
         };
         let now_wall = now_seconds();
@@ -258,8 +270,12 @@ impl<P: ClusterProvider> Sharded<P> {
         peer: &mut LeaseLock,
         sink: &ClusterSink,
     ) -> Result<(), ProviderError> {
-        if let Err(e) = peer.try_acquire_or_renew().await {
-            warn!(error = %e, "peer lease heartbeat failed");
+        match tokio::time::timeout(self.config.renew_deadline / 2, peer.try_acquire_or_renew())
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!(error = %e, "peer lease heartbeat failed"),
+            Err(_) => warn!("peer lease heartbeat timed out"),
         }
         let peers = self.live_peers(state).await;
         let me = self.config.identity.as_str();
@@ -283,7 +299,7 @@ impl<P: ClusterProvider> Sharded<P> {
                 _ => false,
             };
             if !renewed {
-                self.drop_cluster(state, &name, sink).await?;
+                self.drop_cluster(state, &name, sink, DisengageAck::none());
             }
         }
         // Take what is ours and not yet engaged.
@@ -291,6 +307,13 @@ impl<P: ClusterProvider> Sharded<P> {
             .known
             .values()
             .filter(|c| !state.engaged.contains_key(c.name()))
+            .filter(|c| {
+                !state
+                    .releasing
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(c.name())
+            })
             .filter(|c| owner_of(c.name().as_str(), &peers) == Some(me))
             .cloned()
             .collect();
@@ -326,25 +349,46 @@ impl<P: ClusterProvider> Sharded<P> {
         Ok(())
     }
 
-    /// Disengages a cluster, waits for its reconciles to end, then releases its fence.
-    async fn drop_cluster(
+    /// Hands a cluster off in the background: disengage it, wait for its reconciles to end,
+    /// then release its fence. The fence is kept (and left to expire) if that takes longer than
+    /// the renew deadline, so another replica never starts while this one still reconciles.
+    fn drop_cluster(
         &self,
         state: &mut ShardState,
         name: &ClusterName,
         sink: &ClusterSink,
-    ) -> Result<(), ProviderError> {
+        ack: DisengageAck,
+    ) {
         let Some(mut fenced) = state.engaged.remove(name) else {
-            return Ok(());
+            ack.done();
+            return;
         };
         self.publish(state);
-        sink.disengage(name).await?;
-        if fenced.cluster.wait_idle(self.config.renew_deadline).await {
-            if let Err(e) = fenced.lock.release().await {
-                warn!(cluster = %name, error = %e, "fence release failed; it will expire");
+        state.handoffs.retain(|t| !t.is_finished());
+        let releasing = state.releasing.clone();
+        releasing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone());
+        let (sink, name, deadline) = (sink.clone(), name.clone(), self.config.renew_deadline);
+        state.handoffs.push(tokio::spawn(async move {
+            let disengaged = tokio::time::timeout(deadline, sink.disengage(&name)).await;
+            let idle =
+                matches!(disengaged, Ok(Ok(()))) && fenced.cluster.wait_idle(Duration::ZERO).await;
+            if idle {
+                if let Err(e) = fenced.lock.release().await {
+                    warn!(cluster = %name, error = %e, "fence release failed; it will expire");
+                }
+                info!(cluster = %name, "cluster handed off");
+            } else {
+                warn!(cluster = %name, "cluster not idle in time; its fence is left to expire");
             }
-        }
-        info!(cluster = %name, "cluster handed off");
-        Ok(())
+            releasing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&name);
+            ack.done();
+        }));
     }
 }
 
@@ -394,10 +438,7 @@ impl<P: ClusterProvider> ClusterProvider for Sharded<P> {
                     }
                     Some(ClusterEvent::Disengage(name, ack)) => {
                         state.known.remove(&name);
-                        let dropped = self.drop_cluster(&mut state, &name, &sink).await;
-                        ack.done();
-                        self.publish(&state);
-                        if let Err(e) = dropped { break Err(e); }
+                        self.drop_cluster(&mut state, &name, &sink, ack);
                     }
                     None => inner_open = false,
                 },
@@ -408,6 +449,9 @@ impl<P: ClusterProvider> ClusterProvider for Sharded<P> {
         };
         // The manager is shutting down: let reconciles end, then free fences for the others.
         inner_stop.cancel();
+        for task in state.handoffs.drain(..) {
+            let _ = tokio::time::timeout(self.config.renew_deadline, task).await;
+        }
         for (name, mut fenced) in state.engaged.drain() {
             if fenced.cluster.wait_idle(self.config.renew_deadline).await {
                 if let Err(e) = fenced.lock.release().await {
@@ -523,9 +567,13 @@ mod tests {
 
     #[test]
     fn hashing_is_fixed_across_builds() {
-        // Replicas of different builds must agree: pin a few values.
-        assert_eq!(stable_hash(&["a"]), stable_hash(&["a"]));
+        // Replicas of different builds must agree, so the values are pinned.
+        assert_eq!(stable_hash(&["a"]), 0x02c0_bdbf_4814_20f8);
+        assert_eq!(stable_hash(&["r1", "root:x"]), 0x3831_0137_9cc3_8598);
         assert_ne!(stable_hash(&["ab", "c"]), stable_hash(&["a", "bc"]));
-        assert_eq!(owner_of("c", &names("r", 3)), owner_of("c", &names("r", 3)));
+        let peers = names("r", 3);
+        assert_eq!(owner_of("c0", &peers), Some("r1"));
+        assert_eq!(owner_of("c1", &peers), Some("r2"));
+        assert_eq!(owner_of("root:orgs:acme", &peers), Some("r1"));
     }
 }

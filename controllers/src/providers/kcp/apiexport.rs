@@ -289,10 +289,10 @@ impl ApiExportProvider {
                 keep
             });
             for url in urls {
-                if !endpoints.contains_key(&url) {
-                    info!(slice = %name, url = %url, "endpoint added");
-                    let started = self.start_endpoint(&url, sink, stop);
-                    endpoints.insert(url, started);
+                if let std::collections::hash_map::Entry::Vacant(slot) = endpoints.entry(url) {
+                    info!(slice = %name, url = %slot.key(), "endpoint added");
+                    let started = self.start_endpoint(slot.key(), sink, stop);
+                    slot.insert(started);
                 }
             }
         }

@@ -1,7 +1,11 @@
 //! End-to-end test of the APIExport provider through a real endpoint slice and the APIExport
-//! virtual workspace. Enabled with `--features kcp-e2e` once the server serves
-//! `/services/apiexport/<cluster>/<export>/clusters/{*,<name>}/...` (see the module docs of kcp).
-
+//! virtual workspace; run with `cargo test -p controllers --features kcp-e2e`.
+//!
+//! What it needs from the server: the endpoint slice kcp creates for an APIExport (served),
+//! list/watch with `fieldSelector=metadata.name=`, the virtual workspace at
+//! `/services/apiexport/<cluster>/<export>/clusters/{*,<name>}/...` serving APIBindings with
+//! `kcp.io/cluster` (in progress), and, for path resolution, `kcp.io/path` on APIBindings (kcp's
+//! path-annotation admission) or the LogicalCluster `cluster` readable through the workspace.
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

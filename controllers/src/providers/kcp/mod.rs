@@ -4,6 +4,7 @@
 pub mod apiexport;
 pub mod path_aware;
 
+// Needs the APIExport virtual workspace of the server; see the module's docs.
 #[cfg(all(test, feature = "kcp-e2e"))]
 mod e2e_apiexport_against_server;
 

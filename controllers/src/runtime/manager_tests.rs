@@ -1,0 +1,299 @@
+//! Manager behaviour without an API server: requests for gone clusters, replacement of a
+//! re-engaged cluster, and graceful shutdown with and without a missed deadline.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::runtime::{Action, ClusterContext, Controller, Reconciler, Request};
+
+/// A provider driven by the test through a channel.
+struct Scripted {
+    events: Mutex<Option<mpsc::Receiver<ClusterEvent>>>,
+}
+
+#[async_trait::async_trait]
+impl ClusterProvider for Scripted {
+    async fn run(&self, sink: ClusterSink, stop: CancellationToken) -> Result<(), ProviderError> {
+        let Some(mut rx) = self.events.lock().unwrap().take() else {
+            return Err(ProviderError::Config("run twice".into()));
+        };
+        loop {
+            let event = tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                e = rx.recv() => e,
+            };
+            match event {
+                Some(ClusterEvent::Engage(c)) => sink.engage(c).await?,
+                Some(ClusterEvent::Disengage(n, ack)) => {
+                    sink.disengage(&n).await?;
+                    ack.done();
+                }
+                None => return Ok(()),
+            }
+        }
+    }
+
+    fn get(&self, _name: &str) -> Option<Arc<Cluster>> {
+        None
+    }
+}
+
+fn offline_cluster(name: &str) -> Arc<Cluster> {
+    // Nothing listens there: watches fail and retry quietly, requests are never sent.
+    let config = kube::Config::new("https://127.0.0.1:9".parse().unwrap());
+    Arc::new(Cluster::new(name, kube::Client::try_from(config).unwrap()))
+}
+
+/// Fails every time, counting calls per cluster; sleeps `delay` first.
+struct Failing {
+    calls: Arc<Mutex<HashMap<String, usize>>>,
+    delay: Duration,
+    finished: Arc<AtomicUsize>,
+}
+
+impl Reconciler for Failing {
+    type Error = String;
+
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+        assert_eq!(ctx.cluster_name(), &req.cluster);
+        *self
+            .calls
+            .lock()
+            .unwrap()
+            .entry(req.cluster.to_string())
+            .or_default() += 1;
+        tokio::time::sleep(self.delay).await;
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        Err("always".into())
+    }
+}
+
+struct Setup {
+    manager: Manager,
+    events: mpsc::Sender<ClusterEvent>,
+    calls: Arc<Mutex<HashMap<String, usize>>>,
+    finished: Arc<AtomicUsize>,
+    stop: CancellationToken,
+    run: tokio::task::JoinHandle<Result<(), ManagerError>>,
+}
+
+fn setup(delay: Duration, options: ManagerOptions) -> Setup {
+    let manager = Manager::new(options);
+    let calls = Arc::new(Mutex::new(HashMap::new()));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let reconciler = Failing {
+        calls: calls.clone(),
+        delay,
+        finished: finished.clone(),
+    };
+    manager
+        .add(
+            Controller::new("failing", reconciler)
+                .for_::<ConfigMap>()
+                .workers(2),
+        )
+        .unwrap();
+    let (tx, rx) = mpsc::channel(8);
+    let provider = Arc::new(Scripted {
+        events: Mutex::new(Some(rx)),
+    });
+    let stop = CancellationToken::new();
+    let run = tokio::spawn({
+        let (m, stop) = (manager.clone(), stop.clone());
+        async move { m.run(provider, async move { stop.cancelled().await }).await }
+    });
+    Setup {
+        manager,
+        events: tx,
+        calls,
+        finished,
+        stop,
+        run,
+    }
+}
+
+async fn until(what: &str, check: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn requests_for_a_gone_cluster_are_dropped_not_retried_forever() {
+    let s = setup(Duration::ZERO, ManagerOptions::default());
+    s.events
+        .send(ClusterEvent::Engage(offline_cluster("gone")))
+        .await
+        .unwrap();
+    until("engaged", || s.manager.engaged_clusters().len() == 1).await;
+    assert!(s
+        .manager
+        .enqueue("failing", Request::namespaced("gone", "default", "x")));
+    assert!(!s
+        .manager
+        .enqueue("nope", Request::namespaced("gone", "default", "x")));
+    // Failing reconciles retry with growing backoff.
+    until("retries", || {
+        s.calls.lock().unwrap().get("gone").copied().unwrap_or(0) >= 3
+    })
+    .await;
+
+    let (ack_tx, ack_rx) = tokio::sync::oneshot::channel();
+    let name = ClusterName::from("gone");
+    let (sink, mut rx) = ClusterSink::channel(1);
+    tokio::spawn(async move {
+        let _ = sink.disengage(&name).await;
+        let _ = ack_tx.send(());
+    });
+    let Some(event) = rx.recv().await else {
+        panic!("no event")
+    };
+    s.events.send(event).await.unwrap();
+    ack_rx.await.unwrap();
+    assert!(s.manager.engaged_clusters().is_empty());
+    assert_eq!(s.manager.metrics().engaged_clusters(), 0);
+
+    // The pending retry is dropped when it comes up, and nothing runs after that.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = s.calls.lock().unwrap().get("gone").copied().unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        s.calls.lock().unwrap().get("gone").copied().unwrap_or(0),
+        after
+    );
+
+    // A request for a cluster that was never engaged never reaches the reconciler.
+    s.manager
+        .enqueue("failing", Request::namespaced("never", "default", "x"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!s.calls.lock().unwrap().contains_key("never"));
+    s.stop.cancel();
+    s.run.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_re_engaged_cluster_replaces_the_old_one() {
+    let s = setup(Duration::ZERO, ManagerOptions::default());
+    let first = offline_cluster("c");
+    let second = offline_cluster("c");
+    s.events
+        .send(ClusterEvent::Engage(first.clone()))
+        .await
+        .unwrap();
+    until("first", || {
+        s.manager
+            .engaged(&"c".into())
+            .is_some_and(|c| Arc::ptr_eq(&c, &first))
+    })
+    .await;
+    s.events
+        .send(ClusterEvent::Engage(second.clone()))
+        .await
+        .unwrap();
+    until("second", || {
+        s.manager
+            .engaged(&"c".into())
+            .is_some_and(|c| Arc::ptr_eq(&c, &second))
+    })
+    .await;
+    assert_eq!(s.manager.engaged_clusters(), vec![ClusterName::from("c")]);
+    assert_eq!(
+        s.manager.cluster("c").map(|c| c.instance()),
+        Some(second.instance())
+    );
+    s.stop.cancel();
+    s.run.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_in_flight_reconciles() {
+    let s = setup(Duration::from_millis(300), ManagerOptions::default());
+    s.events
+        .send(ClusterEvent::Engage(offline_cluster("a")))
+        .await
+        .unwrap();
+    until("engaged", || !s.manager.engaged_clusters().is_empty()).await;
+    s.manager
+        .enqueue("failing", Request::namespaced("a", "default", "x"));
+    until("reconcile started", || {
+        s.calls.lock().unwrap().contains_key("a")
+    })
+    .await;
+    s.stop.cancel();
+    s.run.await.unwrap().unwrap();
+    assert_eq!(
+        s.finished.load(Ordering::SeqCst),
+        1,
+        "the in-flight reconcile finished"
+    );
+    assert_eq!(
+        s.calls.lock().unwrap()["a"],
+        1,
+        "no new work after shutdown began"
+    );
+    assert!(s.manager.engaged_clusters().is_empty());
+}
+
+#[tokio::test]
+async fn shutdown_reports_reconciles_that_miss_the_deadline() {
+    let options = ManagerOptions {
+        graceful_shutdown_timeout: Duration::from_millis(100),
+        ..ManagerOptions::default()
+    };
+    let s = setup(Duration::from_secs(30), options);
+    s.events
+        .send(ClusterEvent::Engage(offline_cluster("a")))
+        .await
+        .unwrap();
+    until("engaged", || !s.manager.engaged_clusters().is_empty()).await;
+    s.manager
+        .enqueue("failing", Request::namespaced("a", "default", "x"));
+    until("reconcile started", || {
+        s.calls.lock().unwrap().contains_key("a")
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    s.stop.cancel();
+    let result = s.run.await.unwrap();
+    assert!(
+        matches!(result, Err(ManagerError::ShutdownTimeout(_))),
+        "{result:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(s.finished.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn controllers_need_a_primary_type_and_unique_names() {
+    let m = Manager::new(ManagerOptions::default());
+    let flag = Arc::new(AtomicBool::new(false));
+    struct Noop(Arc<AtomicBool>);
+    impl Reconciler for Noop {
+        type Error = String;
+        async fn reconcile(&self, _: Request, _: ClusterContext) -> Result<Action, String> {
+            self.0.store(true, Ordering::SeqCst);
+            Ok(Action::await_change())
+        }
+    }
+    assert!(matches!(
+        m.add(Controller::new("x", Noop(flag.clone()))),
+        Err(ManagerError::Controller(ControllerError::NoPrimary(_)))
+    ));
+    m.add(Controller::new("x", Noop(flag.clone())).for_::<ConfigMap>())
+        .unwrap();
+    assert!(matches!(
+        m.add(Controller::new("x", Noop(flag)).for_::<ConfigMap>()),
+        Err(ManagerError::Controller(ControllerError::Duplicate(_)))
+    ));
+}

@@ -1,0 +1,309 @@
+//! kcp-style tenancy end to end with kube-rs: workspaces, an exported Widget API bound in two
+//! organisations, and a controller's view through the APIExport virtual workspace.
+
+use std::time::Duration;
+
+use apiserver::server::{start, RunningServer, ServeOptions, StoreKind};
+use futures::StreamExt;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, Config};
+use serde_json::{json, Value};
+
+const SCHEMA: &str = include_str!("../examples/workspaces/widget-schema.yaml");
+const EXPORT: &str = include_str!("../examples/workspaces/widget-export.yaml");
+const BINDING: &str = include_str!("../examples/workspaces/widget-binding.yaml");
+const CRD: &str = include_str!("../examples/workspaces/widget-crd.yaml");
+
+fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn workspaces() -> ApiResource {
+    ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces")
+}
+
+fn widgets() -> ApiResource {
+    ar("example.platform-mesh.io", "v1", "Widget", "widgets")
+}
+
+struct Env {
+    server: RunningServer,
+    config: Config,
+    _dir: tempfile::TempDir,
+}
+
+impl Env {
+    async fn start() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut opts = ServeOptions::new(
+            "127.0.0.1:0".parse().expect("addr"),
+            dir.path().join("data"),
+        );
+        opts.store = StoreKind::Memory;
+        let server = start(opts).await.expect("start");
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("kubeconfig");
+        let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("config");
+        Env {
+            server,
+            config,
+            _dir: dir,
+        }
+    }
+
+    /// A client whose base URL is `url` (a workspace or a virtual workspace URL).
+    fn client_at(&self, url: &str) -> Client {
+        let mut c = self.config.clone();
+        c.cluster_url = url.parse().expect("url");
+        Client::try_from(c).expect("client")
+    }
+
+    fn client(&self, path: &str) -> Client {
+        self.client_at(&format!("https://{}/clusters/{path}", self.server.address))
+    }
+}
+
+fn obj(yaml: &str) -> DynamicObject {
+    let v: Value = serde_saphyr::from_str(yaml).expect("yaml");
+    serde_json::from_value(v).expect("object")
+}
+
+async fn create_workspace(env: &Env, parent: &str, name: &str, ty: &str) -> String {
+    let api: Api<DynamicObject> = Api::all_with(env.client(parent), &workspaces());
+    let ws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+        "metadata": {"name": name}, "spec": {"type": {"name": ty}},
+    }))
+    .expect("workspace");
+    api.create(&PostParams::default(), &ws)
+        .await
+        .expect("create workspace");
+    for _ in 0..100 {
+        let got = api.get(name).await.expect("get workspace");
+        if got.data["status"]["phase"] == "Ready" {
+            return got.data["spec"]["cluster"]
+                .as_str()
+                .expect("cluster")
+                .to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("workspace {parent}:{name} never became Ready");
+}
+
+async fn create_widget(client: Client, name: &str) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &widgets());
+    let w: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.platform-mesh.io/v1", "kind": "Widget",
+        "metadata": {"name": name}, "spec": {"color": "red"},
+    }))
+    .expect("widget");
+    api.create(&PostParams::default(), &w)
+        .await
+        .expect("create widget");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn widgets_of_every_bound_workspace_through_the_virtual_workspace() {
+    let env = Env::start().await;
+    let acme = create_workspace(&env, "root:orgs", "acme", "organization").await;
+    let beta = create_workspace(&env, "root:orgs", "beta", "organization").await;
+    create_workspace(&env, "root:providers", "widgets", "provider").await;
+
+    // The provider exports the Widget API.
+    let provider = env.client("root:providers:widgets");
+    let schemas: Api<DynamicObject> = Api::all_with(
+        provider.clone(),
+        &ar(
+            "apis.kcp.io",
+            "v1alpha1",
+            "APIResourceSchema",
+            "apiresourceschemas",
+        ),
+    );
+    schemas
+        .create(&PostParams::default(), &obj(SCHEMA))
+        .await
+        .expect("schema");
+    let exports: Api<DynamicObject> = Api::all_with(
+        provider.clone(),
+        &ar("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"),
+    );
+    let export = exports
+        .create(&PostParams::default(), &obj(EXPORT))
+        .await
+        .expect("export");
+    assert_eq!(
+        export.data["status"]["identityHash"].as_str().map(str::len),
+        Some(64)
+    );
+    let slices: Api<DynamicObject> = Api::all_with(
+        provider,
+        &ar(
+            "apis.kcp.io",
+            "v1alpha1",
+            "APIExportEndpointSlice",
+            "apiexportendpointslices",
+        ),
+    );
+    let found = slices
+        .list(&ListParams::default().fields("metadata.name=widgets.example.platform-mesh.io"))
+        .await
+        .expect("slices");
+    let url = found.items[0].data["status"]["endpoints"][0]["url"]
+        .as_str()
+        .expect("url")
+        .to_string();
+    assert!(url.contains("/services/apiexport/"), "{url}");
+
+    // Both organisations bind it and create widgets.
+    for org in ["root:orgs:acme", "root:orgs:beta"] {
+        let bindings: Api<DynamicObject> = Api::all_with(
+            env.client(org),
+            &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
+        );
+        let b = bindings
+            .create(&PostParams::default(), &obj(BINDING))
+            .await
+            .expect("binding");
+        assert_eq!(b.data["status"]["phase"], "Bound");
+        create_widget(
+            env.client(org),
+            &format!("from-{}", org.rsplit(':').next().unwrap_or("")),
+        )
+        .await;
+    }
+
+    // A CRD in one workspace is not served in another.
+    let crds: Api<DynamicObject> = Api::all_with(
+        env.client("root:orgs:beta"),
+        &ar(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+        ),
+    );
+    crds.create(&PostParams::default(), &obj(CRD))
+        .await
+        .expect("crd");
+    let gadgets = ar("example.com", "v1", "Gadget", "gadgets");
+    Api::<DynamicObject>::namespaced_with(env.client("root:orgs:beta"), "default", &gadgets)
+        .list(&ListParams::default())
+        .await
+        .expect("gadgets are served in beta");
+    assert!(Api::<DynamicObject>::namespaced_with(
+        env.client("root:orgs:acme"),
+        "default",
+        &gadgets
+    )
+    .list(&ListParams::default())
+    .await
+    .is_err());
+
+    // A controller lists and watches every consumer through the virtual workspace.
+    let all: Api<DynamicObject> =
+        Api::all_with(env.client_at(&format!("{url}/clusters/*")), &widgets());
+    let listed = all
+        .list(&ListParams::default())
+        .await
+        .expect("wildcard list");
+    let mut clusters: Vec<String> = listed
+        .items
+        .iter()
+        .map(|w| {
+            w.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("kcp.io/cluster"))
+                .cloned()
+                .expect("kcp.io/cluster")
+        })
+        .collect();
+    clusters.sort();
+    let mut want = vec![acme.clone(), beta.clone()];
+    want.sort();
+    assert_eq!(clusters, want);
+    let bindings: Api<DynamicObject> = Api::all_with(
+        env.client_at(&format!("{url}/clusters/*")),
+        &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
+    );
+    assert_eq!(
+        bindings
+            .list(&ListParams::default())
+            .await
+            .expect("bindings")
+            .items
+            .len(),
+        2
+    );
+
+    let rv = listed.metadata.resource_version.clone().expect("list rv");
+    let mut stream = all
+        .watch(&WatchParams::default().timeout(60), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+
+    // Writes at <url>/clusters/<name> go to that consumer.
+    create_widget(
+        env.client_at(&format!("{url}/clusters/{acme}")),
+        "through-vw",
+    )
+    .await;
+    let in_acme: Api<DynamicObject> =
+        Api::namespaced_with(env.client("root:orgs:acme"), "default", &widgets());
+    in_acme.get("through-vw").await.expect("created in acme");
+
+    // Deleting acme removes its widgets: the watch sees them go.
+    let ws: Api<DynamicObject> = Api::all_with(env.client("root:orgs"), &workspaces());
+    ws.delete("acme", &DeleteParams::default())
+        .await
+        .expect("delete acme");
+    let mut added = Vec::new();
+    let mut deleted = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while deleted.len() < 2 {
+        let next = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("watch events in time");
+        match next.expect("stream open").expect("event") {
+            WatchEvent::Added(o) => added.push(o.metadata.name.unwrap_or_default()),
+            WatchEvent::Deleted(o) => {
+                assert_eq!(
+                    o.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("kcp.io/cluster")),
+                    Some(&acme)
+                );
+                deleted.push(o.metadata.name.unwrap_or_default());
+            }
+            WatchEvent::Error(e) => panic!("watch error: {e:?}"),
+            _ => {}
+        }
+    }
+    deleted.sort();
+    assert_eq!(added, vec!["through-vw".to_string()]);
+    assert_eq!(
+        deleted,
+        vec!["from-acme".to_string(), "through-vw".to_string()]
+    );
+    let left = all
+        .list(&ListParams::default())
+        .await
+        .expect("list after delete");
+    let names: Vec<_> = left
+        .items
+        .iter()
+        .filter_map(|w| w.metadata.name.clone())
+        .collect();
+    assert_eq!(names, vec!["from-beta".to_string()]);
+    // The deleted workspace is gone: 403 like kcp.
+    assert!(in_acme.list(&ListParams::default()).await.is_err());
+}
