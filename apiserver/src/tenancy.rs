@@ -154,6 +154,21 @@ impl Tenancy {
         obj: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
+        // As kcp's path annotation admission: these carry their workspace's canonical path.
+        if is(r, "apis.kcp.io", "apiexports")
+            || is(r, "apis.kcp.io", "apibindings")
+            || is(r, "tenancy.kcp.io", "workspacetypes")
+        {
+            if let Some(path) = self.path_of(cluster) {
+                let meta = meta_mut(obj);
+                if !meta.get("annotations").is_some_and(Value::is_object) {
+                    meta.insert("annotations".into(), json!({}));
+                }
+                if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+                    a.insert(PATH_ANNOTATION.into(), json!(path));
+                }
+            }
+        }
         if is(r, "tenancy.kcp.io", "workspaces") {
             return self.prepare_workspace(r, cluster, obj, old).await;
         }

@@ -1,5 +1,5 @@
 //! End-to-end test of the APIExport provider through a real endpoint slice and the APIExport
-//! virtual workspace; run with `cargo test -p controllers --features kcp-e2e`.
+//! virtual workspace; runs with `cargo test -p controllers`.
 //!
 //! What it needs from the server: the endpoint slice kcp creates for an APIExport (served),
 //! list/watch with `fieldSelector=metadata.name=`, the virtual workspace at

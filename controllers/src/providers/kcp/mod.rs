@@ -5,7 +5,7 @@ pub mod apiexport;
 pub mod path_aware;
 
 // Needs the APIExport virtual workspace of the server; see the module's docs.
-#[cfg(all(test, feature = "kcp-e2e"))]
+#[cfg(test)]
 mod e2e_apiexport_against_server;
 
 use kube::api::{ApiResource, DynamicObject};
