@@ -5,7 +5,7 @@
 use api::serving::PrinterColumn;
 use serde_json::{json, Value};
 
-use crate::registry::TypeInfo;
+use crate::registry::{Conversion, Resource, TypeInfo};
 
 fn open_schema(description: &str) -> Value {
     let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
@@ -148,4 +148,102 @@ pub fn kcp_types() -> Vec<TypeInfo> {
             "Where the virtual workspace of an APIExport is served.",
         ),
     ]
+}
+
+/// Second versions served from the same storage: APIExport and APIBinding `v1alpha2`
+/// (stored as `v1alpha1`).
+pub fn converted_types() -> Vec<Resource> {
+    let mut out = Vec::new();
+    for t in kcp_types() {
+        if t.group != "apis.kcp.io" || !(t.plural == "apiexports" || t.plural == "apibindings") {
+            continue;
+        }
+        let mut v2 = t.clone();
+        v2.version = "v1alpha2".into();
+        let conversion = if t.plural == "apiexports" {
+            Conversion {
+                to_served: export_to_v1alpha2,
+                to_storage: export_to_v1alpha1,
+            }
+        } else {
+            Conversion {
+                to_served: |_| {},
+                to_storage: binding_to_v1alpha1,
+            }
+        };
+        out.push(Resource::new(v2).with_conversion(conversion));
+    }
+    out
+}
+
+const STORAGE_VERSION: &str = "apis.kcp.io/v1alpha1";
+
+/// `spec.latestResourceSchemas: ["v1.widgets.example.io"]` becomes
+/// `spec.resources: [{group, name, schema, storage: {crd: {}}}]`.
+fn export_to_v1alpha2(obj: &mut Value) {
+    if let Some(schemas) = obj["spec"]
+        .get("latestResourceSchemas")
+        .and_then(Value::as_array)
+        .cloned()
+    {
+        let resources: Vec<Value> = schemas
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|schema| {
+                let mut parts = schema.splitn(3, '.');
+                let (_version, plural, group) = (
+                    parts.next(),
+                    parts.next().unwrap_or(""),
+                    parts.next().unwrap_or(""),
+                );
+                json!({"group": group, "name": plural, "schema": schema, "storage": {"crd": {}}})
+            })
+            .collect();
+        if let Some(spec) = obj["spec"].as_object_mut() {
+            spec.remove("latestResourceSchemas");
+            spec.insert("resources".into(), Value::Array(resources));
+        }
+    }
+}
+
+fn export_to_v1alpha1(obj: &mut Value) {
+    obj["apiVersion"] = json!(STORAGE_VERSION);
+    if let Some(resources) = obj["spec"]
+        .get("resources")
+        .and_then(Value::as_array)
+        .cloned()
+    {
+        let schemas: Vec<Value> = resources
+            .iter()
+            .filter_map(|r| r.get("schema").cloned())
+            .collect();
+        if let Some(spec) = obj["spec"].as_object_mut() {
+            spec.remove("resources");
+            spec.insert("latestResourceSchemas".into(), Value::Array(schemas));
+        }
+    }
+}
+
+fn binding_to_v1alpha1(obj: &mut Value) {
+    obj["apiVersion"] = json!(STORAGE_VERSION);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn export_versions_round_trip() {
+        let stored = json!({"apiVersion": STORAGE_VERSION, "kind": "APIExport", "metadata": {"name": "e"},
+            "spec": {"latestResourceSchemas": ["v1.widgets.example.io"]}});
+        let mut served = stored.clone();
+        export_to_v1alpha2(&mut served);
+        assert_eq!(
+            served["spec"]["resources"][0],
+            json!({"group": "example.io", "name": "widgets", "schema": "v1.widgets.example.io", "storage": {"crd": {}}})
+        );
+        let mut back = served.clone();
+        export_to_v1alpha1(&mut back);
+        assert_eq!(back, stored);
+    }
 }

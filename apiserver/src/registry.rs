@@ -75,7 +75,18 @@ pub struct Resource {
     pub api_version: String,
     /// Printer columns, compiled once.
     pub columns: Vec<ColumnSpec>,
+    /// Set when objects are stored in another version of the same type.
+    pub conversion: Option<Conversion>,
     key_prefix: String,
+}
+
+/// How a served version maps to the stored one (both directions work on whole objects).
+#[derive(Clone, Copy, Debug)]
+pub struct Conversion {
+    /// Stored object → this version.
+    pub to_served: fn(&mut Value),
+    /// This version → stored object.
+    pub to_storage: fn(&mut Value),
 }
 
 impl Resource {
@@ -103,9 +114,33 @@ impl Resource {
             gr: GroupResource::new(ty.group.clone(), ty.plural.clone()),
             api_version,
             key_prefix: format!("/{key_group}/{storage}/"),
+            conversion: None,
             columns,
             ty,
         }
+    }
+
+    /// This resource, serving stored objects through `conversion`.
+    pub fn with_conversion(mut self, conversion: Conversion) -> Self {
+        self.conversion = Some(conversion);
+        self
+    }
+
+    /// A stored object as this version serves it.
+    pub fn to_served(&self, mut obj: Value) -> Value {
+        if let Some(c) = &self.conversion {
+            (c.to_served)(&mut obj);
+            obj["apiVersion"] = Value::String(self.api_version.clone());
+        }
+        obj
+    }
+
+    /// An object of this version as it is stored.
+    pub fn to_storage(&self, mut obj: Value) -> Value {
+        if let Some(c) = &self.conversion {
+            (c.to_storage)(&mut obj);
+        }
+        obj
     }
 
     /// The storage key of one object.
@@ -172,6 +207,11 @@ pub fn builtin_resources() -> Vec<Arc<Resource>> {
         .map(TypeInfo::from)
         .chain(crate::kcp_types::kcp_types())
         .map(|t| Arc::new(Resource::new(t)))
+        .chain(
+            crate::kcp_types::converted_types()
+                .into_iter()
+                .map(Arc::new),
+        )
         .collect()
 }
 

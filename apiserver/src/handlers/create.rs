@@ -73,6 +73,7 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     let resource = ctx.resource.clone();
     let mut obj = decode_write_body(ctx)?;
     objects::check_type_meta(&mut obj, &resource)?;
+    let mut obj = resource.to_storage(obj);
     reconcile_namespace(ctx, &mut obj)?;
     if resource.ty.namespaced {
         let ns = ctx.req.namespace.clone().unwrap_or_default();

@@ -427,7 +427,7 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     }
     let r = &ctx.resource;
     let resp = match (&ctx.negotiated.output, ctx.negotiated.encoding) {
-        (Output::Object, Encoding::Json) => {
+        (Output::Object, Encoding::Json) if r.conversion.is_none() => {
             // Stored objects are already JSON with their resourceVersion: splice, don't re-encode.
             let size: usize = page.items.iter().map(|kv| kv.value.len() + 1).sum();
             let mut out = BytesMut::with_capacity(size + 256);
@@ -459,7 +459,7 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             let objs: Vec<Value> = page
                 .items
                 .iter()
-                .map(|kv| objects::decode_stored(&kv.value))
+                .map(|kv| objects::decode_stored(&kv.value).map(|v| r.to_served(v)))
                 .collect::<Result<_, _>>()?;
             let v = match output {
                 Output::Object => json!({

@@ -189,7 +189,7 @@ impl Ctx {
     /// Answers with one object in the negotiated representation.
     pub fn respond_object(&self, code: StatusCode, stored: Bytes) -> Response<Body> {
         let result = match (&self.negotiated.output, self.negotiated.encoding) {
-            (Output::Object, Encoding::Json) => {
+            (Output::Object, Encoding::Json) if self.resource.conversion.is_none() => {
                 Ok(bytes_response(code, "application/json", stored))
             }
             _ => objects::decode_stored(&stored).and_then(|v| self.render_value(code, &v)),
@@ -216,6 +216,13 @@ impl Ctx {
     }
 
     fn render_value(&self, code: StatusCode, v: &Value) -> Result<Response<Body>, ApiError> {
+        let converted;
+        let v = if self.resource.conversion.is_some() {
+            converted = self.resource.to_served(v.clone());
+            &converted
+        } else {
+            v
+        };
         let out = match &self.negotiated.output {
             Output::Object => v.clone(),
             Output::Table { version } => {

@@ -50,8 +50,9 @@ pub(super) async fn write_loop(
     for _ in 0..UNCONDITIONAL_RETRIES {
         let current = ctx.current().await?;
         let old = objects::decode_stored(&current.value)?;
-        let mut new = compute(&old)?;
+        let mut new = compute(&resource.to_served(old.clone()))?;
         objects::check_type_meta(&mut new, &resource)?;
+        let mut new = resource.to_storage(new);
         let precondition = match meta_str(&new, "resourceVersion") {
             None | Some("") => false,
             Some(rv) => {

@@ -37,7 +37,11 @@ impl EventEncoder {
         out.put_slice(kind.as_bytes());
         out.put_slice(b"\",\"object\":");
         match &self.output {
-            Output::Object => out.put_slice(stored),
+            Output::Object if self.resource.conversion.is_none() => out.put_slice(stored),
+            Output::Object => {
+                let v = self.resource.to_served(objects::decode_stored(stored)?);
+                out.put_slice(v.to_string().as_bytes());
+            }
             Output::Metadata { version } => {
                 let v = objects::decode_stored(stored)?;
                 out.put_slice(partial_metadata(&v, version).to_string().as_bytes());
