@@ -3,29 +3,13 @@
 //! (`allowed: false`), and the mutating webhook answers defaults as a JSONPatch.
 
 use apiserver::client::{ClientConfig, Connection};
-use apiserver::server::{start, RunningServer, ServeOptions, StoreKind};
 use base64::Engine;
 use http::Method;
 use serde_json::{json, Value};
 
-async fn server() -> (RunningServer, ClientConfig, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut opts = ServeOptions::new(
-        "127.0.0.1:0".parse().expect("addr"),
-        dir.path().join("data"),
-    );
-    opts.store = StoreKind::Memory;
-    let running = start(opts).await.expect("start");
-    let pki = dir.path().join("data/pki");
-    let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("pki");
-    let client = ClientConfig::new(
-        running.address,
-        &read("ca.crt"),
-        Some((&read("admin.crt"), &read("admin.key"))),
-    )
-    .expect("client");
-    (running, client, dir)
-}
+mod common;
+
+use common::in_process as server;
 
 fn review(uid: &str, obj: &Value, operation: &str, old: Option<&Value>) -> Value {
     let api_version = obj["apiVersion"].as_str().unwrap_or("");

@@ -3,29 +3,13 @@
 
 use std::time::Duration;
 
-use apiserver::client::{ClientConfig, Connection};
-use apiserver::server::{start, RunningServer, ServeOptions, StoreKind};
+use apiserver::client::Connection;
 use http::Method;
 use serde_json::{json, Value};
 
-async fn server() -> (RunningServer, ClientConfig, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut opts = ServeOptions::new(
-        "127.0.0.1:0".parse().expect("addr"),
-        dir.path().join("data"),
-    );
-    opts.store = StoreKind::Memory;
-    let running = start(opts).await.expect("start");
-    let pki = dir.path().join("data/pki");
-    let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("pki");
-    let client = ClientConfig::new(
-        running.address,
-        &read("ca.crt"),
-        Some((&read("admin.crt"), &read("admin.key"))),
-    )
-    .expect("client");
-    (running, client, dir)
-}
+mod common;
+
+use common::in_process as server;
 
 async fn send_accept(c: &mut Connection, path: &str, accept: &str) -> apiserver::client::Reply {
     c.send_with_headers(

@@ -181,3 +181,28 @@ impl Kubectl {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
+
+/// A server started in this process on the memory store, with an admin client; the temporary
+/// data directory lives as long as the returned guard.
+pub async fn in_process() -> (
+    apiserver::server::RunningServer,
+    apiserver::client::ClientConfig,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = apiserver::server::ServeOptions::new(
+        "127.0.0.1:0".parse().expect("addr"),
+        dir.path().join("data"),
+    );
+    opts.store = apiserver::server::StoreKind::Memory;
+    let running = apiserver::server::start(opts).await.expect("start");
+    let pki = dir.path().join("data/pki");
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("pki");
+    let client = apiserver::client::ClientConfig::new(
+        running.address,
+        &read("ca.crt"),
+        Some((&read("admin.crt"), &read("admin.key"))),
+    )
+    .expect("client");
+    (running, client, dir)
+}

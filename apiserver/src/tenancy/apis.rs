@@ -1,0 +1,333 @@
+//! The API types of tenancy: CRDs and APIResourceSchemas turned into served types, APIExport
+//! identities, what a cluster serves through its bindings, and an export's virtual workspace.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::dispatch::AppState;
+use crate::handlers::list_keys;
+use crate::objects;
+use crate::registry::{Resource, TypeInfo};
+use crate::status::{ApiError, Cause};
+
+use super::invalid;
+
+/// The identity hash of an APIExport.
+pub(super) fn export_identity(cluster: &str, name: &str) -> String {
+    let digest = Sha256::digest(format!("{cluster}/{name}/{}", uuid::Uuid::new_v4()).as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub(super) fn prepare_crd(r: &Resource, obj: &mut Value) -> Result<(), ApiError> {
+    let name = objects::name(obj).to_string();
+    let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+    let group = spec["group"].as_str().unwrap_or("");
+    let plural = spec["names"]["plural"].as_str().unwrap_or("");
+    let mut causes = Vec::new();
+    let mut req = |field: &str| {
+        causes.push(Cause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value".into(),
+            field: field.into(),
+        })
+    };
+    if group.is_empty() {
+        req("spec.group");
+    }
+    if plural.is_empty() {
+        req("spec.names.plural");
+    }
+    if spec["names"]["kind"].as_str().unwrap_or("").is_empty() {
+        req("spec.names.kind");
+    }
+    if spec["versions"].as_array().is_none_or(|v| v.is_empty()) {
+        req("spec.versions");
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(r.kind(), &r.ty.group, &name, causes));
+    }
+    if name != format!("{plural}.{group}") {
+        return Err(invalid(
+            r,
+            &name,
+            "metadata.name",
+            format!("Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"),
+        ));
+    }
+    let mut names = spec["names"].clone();
+    if names.get("singular").is_none() {
+        names["singular"] = json!(spec["names"]["kind"].as_str().unwrap_or("").to_lowercase());
+    }
+    if names.get("listKind").is_none() {
+        names["listKind"] = json!(format!(
+            "{}List",
+            spec["names"]["kind"].as_str().unwrap_or("")
+        ));
+    }
+    let now = objects::now_rfc3339();
+    let stored: Vec<Value> = spec["versions"]
+        .as_array()
+        .map(|vs| {
+            vs.iter()
+                .filter(|v| v["storage"] == true)
+                .map(|v| v["name"].clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    obj["status"] = json!({
+        "acceptedNames": names,
+        "storedVersions": stored,
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ],
+    });
+    Ok(())
+}
+
+/// A type description from a CRD-shaped spec (CRDs and APIResourceSchemas), one per served version.
+fn types_from_spec(spec: &Value) -> Vec<TypeInfo> {
+    let names = &spec["names"];
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let kind = s(&names["kind"]);
+    let strings = |v: &Value| {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for v in spec["versions"].as_array().cloned().unwrap_or_default() {
+        if v["served"] == false {
+            continue;
+        }
+        // CRDs nest the schema under openAPIV3Schema; APIResourceSchemas do not.
+        let mut schema = match v["schema"].get("openAPIV3Schema") {
+            Some(s) => s.clone(),
+            None => v["schema"].clone(),
+        };
+        if !schema.is_object() {
+            schema = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        }
+        if let Some(props) = schema
+            .as_object_mut()
+            .map(|m| m.entry("properties").or_insert_with(|| json!({})))
+        {
+            for (k, t) in [
+                ("apiVersion", "string"),
+                ("kind", "string"),
+                ("metadata", "object"),
+            ] {
+                if props.get(k).is_none() {
+                    props[k] = json!({"type": t});
+                }
+            }
+        }
+        let mut columns: Vec<api::serving::PrinterColumn> = v["additionalPrinterColumns"]
+            .as_array()
+            .map(|cols| {
+                cols.iter()
+                    .map(|c| {
+                        let mut col = api::serving::PrinterColumn::json_path(
+                            &s(&c["name"]),
+                            &s(&c["type"]),
+                            &s(&c["jsonPath"]),
+                            &s(&c["description"]),
+                        );
+                        col.priority = c["priority"].as_i64().unwrap_or(0) as i32;
+                        col
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if columns.is_empty() {
+            columns.push(api::serving::PrinterColumn::age());
+        }
+        out.push(TypeInfo {
+            group: s(&spec["group"]),
+            version: s(&v["name"]),
+            kind: kind.clone(),
+            list_kind: names["listKind"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{kind}List")),
+            plural: s(&names["plural"]),
+            singular: names["singular"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| kind.to_lowercase()),
+            short_names: strings(&names["shortNames"]),
+            categories: strings(&names["categories"]),
+            namespaced: spec["scope"] != "Cluster",
+            status_subresource: v["subresources"].get("status").is_some(),
+            strategic_merge_patch: false,
+            printer_columns: columns,
+            schema,
+        });
+    }
+    out
+}
+
+/// Recomputes the types a cluster serves beyond the built-ins: its CRDs and bound APIs.
+pub async fn reload_cluster_types(state: &AppState, cluster: &str) {
+    let mut extra = Vec::new();
+    if let Ok((crds, _)) = list_keys(
+        state.store.as_ref(),
+        &format!("/apiextensions.k8s.io/customresourcedefinitions/{cluster}/"),
+    )
+    .await
+    {
+        for kv in crds {
+            let Ok(crd) = objects::decode_stored(&kv.value) else {
+                continue;
+            };
+            if objects::is_deleting(&crd) {
+                continue;
+            }
+            for t in types_from_spec(&crd["spec"]) {
+                extra.push(Arc::new(Resource::new(t)));
+            }
+        }
+    }
+    if let Ok((bindings, _)) = list_keys(
+        state.store.as_ref(),
+        &format!("/apis.kcp.io/apibindings/{cluster}/"),
+    )
+    .await
+    {
+        for kv in bindings {
+            let Ok(b) = objects::decode_stored(&kv.value) else {
+                continue;
+            };
+            if b["status"]["phase"] != "Bound" {
+                continue;
+            }
+            let export_cluster = b["status"]["apiExportClusterName"].as_str().unwrap_or("");
+            for br in b["status"]["boundResources"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+            {
+                let schema_name = br["schema"]["name"].as_str().unwrap_or("");
+                let identity = br["schema"]["identityHash"].as_str().unwrap_or("");
+                let Ok(Some(skv)) = state
+                    .store
+                    .get(&format!(
+                        "/apis.kcp.io/apiresourceschemas/{export_cluster}/{schema_name}"
+                    ))
+                    .await
+                else {
+                    continue;
+                };
+                let Ok(schema) = objects::decode_stored(&skv.value) else {
+                    continue;
+                };
+                for t in types_from_spec(&schema["spec"]) {
+                    let storage = format!("{}:{identity}", t.plural);
+                    extra.push(Arc::new(Resource::with_storage_name(t, &storage)));
+                }
+            }
+        }
+    }
+    state.catalog.set_cluster_resources(cluster, extra);
+}
+
+/// The API surface of an APIExport's virtual workspace: the exported resources (stored under
+/// the export's identity) and the export's APIBindings (read-only, selected by label).
+pub async fn export_view(
+    state: &AppState,
+    export_cluster: &str,
+    export: &str,
+) -> Result<(Arc<crate::catalog::ApiView>, String), ApiError> {
+    let not_found = || {
+        ApiError::not_found(
+            &crate::status::GroupResource::new("apis.kcp.io", "apiexports"),
+            export,
+        )
+    };
+    let kv = state
+        .store
+        .get(&format!(
+            "/apis.kcp.io/apiexports/{export_cluster}/{export}"
+        ))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .ok_or_else(not_found)?;
+    let exp = objects::decode_stored(&kv.value)?;
+    let identity = exp["status"]["identityHash"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let mut resources = Vec::new();
+    for (_, schema) in exported_schemas(state, export_cluster, &exp).await {
+        for t in types_from_spec(&schema["spec"]) {
+            let storage = format!("{}:{identity}", t.plural);
+            resources.push(Arc::new(Resource::with_storage_name(t, &storage)));
+        }
+    }
+    if let Some(b) =
+        state
+            .catalog
+            .builtin_view()
+            .registry
+            .lookup("apis.kcp.io", "v1alpha1", "apibindings")
+    {
+        resources.push(b.clone());
+    }
+    Ok((Arc::new(crate::catalog::ApiView::new(resources)), identity))
+}
+
+/// Clusters with an APIBinding to the export `cluster`/`name`.
+pub async fn bound_clusters(state: &AppState, cluster: &str, name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok((bindings, _)) = list_keys(state.store.as_ref(), "/apis.kcp.io/apibindings/").await {
+        for kv in bindings {
+            let Ok(b) = objects::decode_stored(&kv.value) else {
+                continue;
+            };
+            if b["status"]["apiExportClusterName"] == cluster
+                && b["spec"]["reference"]["export"]["name"] == name
+            {
+                if let Some(c) = b["metadata"]["annotations"][objects::CLUSTER_ANNOTATION].as_str()
+                {
+                    out.push(c.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The APIResourceSchemas an APIExport lists, by name, as stored in the export's cluster.
+pub(super) async fn exported_schemas(
+    state: &AppState,
+    export_cluster: &str,
+    export: &Value,
+) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for name in export["spec"]["latestResourceSchemas"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        let Some(name) = name.as_str() else { continue };
+        let Ok(Some(kv)) = state
+            .store
+            .get(&format!(
+                "/apis.kcp.io/apiresourceschemas/{export_cluster}/{name}"
+            ))
+            .await
+        else {
+            continue;
+        };
+        if let Ok(schema) = objects::decode_stored(&kv.value) {
+            out.push((name.to_string(), schema));
+        }
+    }
+    out
+}

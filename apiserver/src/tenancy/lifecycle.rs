@@ -1,0 +1,219 @@
+//! Workspace lifecycle: opaque logical-cluster names, initialization (Scheduling ->
+//! Initializing -> Ready with the LogicalCluster), and deleting a cluster with everything below it.
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::dispatch::AppState;
+use crate::handlers::list_keys;
+use crate::objects::{self, meta_mut};
+use crate::storage::StorageError;
+
+use super::{PATH_ANNOTATION, WORKSPACE_FINALIZER};
+
+/// An opaque logical-cluster name for a workspace path (stable, so a re-created workspace of the
+/// same path gets the same name only if its path is reused; 16 base-36 characters like kcp's).
+pub(super) fn cluster_name_for(path: &str) -> String {
+    let digest = Sha256::digest(format!("{path}/{}", uuid::Uuid::new_v4()).as_bytes());
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out: String = digest
+        .iter()
+        .take(16)
+        .map(|b| ALPHABET[(*b as usize) % 36] as char)
+        .collect();
+    // Start with a letter so the name never looks like a number.
+    out.replace_range(0..1, "c");
+    out
+}
+
+pub(super) async fn ensure_logical_cluster(
+    state: &AppState,
+    name: &str,
+    path: &str,
+    type_name: &str,
+) -> Result<(), StorageError> {
+    let key = format!("/core.kcp.io/logicalclusters/{name}/cluster");
+    if state.store.get(&key).await?.is_some() {
+        return Ok(());
+    }
+    let Some(res) = state
+        .catalog
+        .builtin_view()
+        .registry
+        .lookup("core.kcp.io", "v1alpha1", "logicalclusters")
+        .cloned()
+    else {
+        return Ok(());
+    };
+    let mut lc = json!({
+        "apiVersion": "core.kcp.io/v1alpha1", "kind": "LogicalCluster",
+        "metadata": {"name": "cluster", "annotations": {PATH_ANNOTATION: path}},
+        "spec": {"type": {"name": type_name, "path": "root"}},
+    });
+    objects::prepare_for_create(&mut lc, &res, name);
+    lc["status"] = json!({"phase": "Ready", "URL": format!("https://{}/clusters/{path}", state.advertise_address)});
+    match state.store.create(&key, objects::encoder(lc)).await {
+        Ok(_) | Err(StorageError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn set_phase(
+    state: &AppState,
+    cluster: &str,
+    name: &str,
+    phase: &str,
+) -> Result<(), StorageError> {
+    let key = format!("/tenancy.kcp.io/workspaces/{cluster}/{name}");
+    for _ in 0..8 {
+        let Some(kv) = state.store.get(&key).await? else {
+            return Ok(());
+        };
+        let Ok(mut ws) = objects::decode_stored(&kv.value) else {
+            return Ok(());
+        };
+        if objects::is_deleting(&ws) {
+            return Ok(());
+        }
+        ws["status"]["phase"] = json!(phase);
+        match state
+            .store
+            .update(&key, kv.mod_revision, objects::encoder(ws))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(StorageError::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Scheduling → Initializing → Ready: the logical cluster with its path, then Ready.
+pub(super) async fn initialize_workspace(
+    state: &AppState,
+    cluster: &str,
+    name: &str,
+    child: &str,
+    path: &str,
+) -> Result<(), StorageError> {
+    set_phase(state, cluster, name, "Initializing").await?;
+    let type_name = match state
+        .store
+        .get(&format!("/tenancy.kcp.io/workspaces/{cluster}/{name}"))
+        .await?
+    {
+        Some(kv) => objects::decode_stored(&kv.value)
+            .ok()
+            .and_then(|v| v["spec"]["type"]["name"].as_str().map(str::to_string))
+            .unwrap_or_else(|| "universal".into()),
+        None => return Ok(()),
+    };
+    ensure_logical_cluster(state, child, path, &type_name).await?;
+    set_phase(state, cluster, name, "Ready").await
+}
+
+/// Deletes everything in logical cluster `child` (child workspaces first), then lets the
+/// Workspace go by removing its finalizer.
+pub(super) async fn finish_workspace_deletion(
+    state: &AppState,
+    cluster: &str,
+    name: &str,
+    child: &str,
+) {
+    if !child.is_empty() {
+        delete_cluster(state, child).await;
+    }
+    let key = format!("/tenancy.kcp.io/workspaces/{cluster}/{name}");
+    for _ in 0..8 {
+        let Ok(Some(kv)) = state.store.get(&key).await else {
+            return;
+        };
+        let Ok(ws) = objects::decode_stored(&kv.value) else {
+            return;
+        };
+        let mut remaining = objects::finalizers(&ws);
+        remaining.retain(|f| f != WORKSPACE_FINALIZER);
+        let result = if remaining.is_empty() {
+            state
+                .store
+                .delete(&key, kv.mod_revision, objects::encoder(ws))
+                .await
+                .map(|_| ())
+        } else {
+            let mut ws = ws;
+            meta_mut(&mut ws).insert("finalizers".into(), json!(remaining));
+            state
+                .store
+                .update(&key, kv.mod_revision, objects::encoder(ws))
+                .await
+                .map(|_| ())
+        };
+        match result {
+            Ok(()) => return,
+            Err(StorageError::Conflict { .. }) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+/// Removes every object of a logical cluster and of the workspaces below it.
+pub fn delete_cluster<'a>(
+    state: &'a AppState,
+    cluster: &'a str,
+) -> futures::future::BoxFuture<'a, ()> {
+    Box::pin(async move {
+        // Children first, many at a time, so group commit batches their deletes.
+        if let Ok((children, _)) = list_keys(
+            state.store.as_ref(),
+            &format!("/tenancy.kcp.io/workspaces/{cluster}/"),
+        )
+        .await
+        {
+            let mut pending = futures::stream::FuturesUnordered::new();
+            for kv in children {
+                let Ok(ws) = objects::decode_stored(&kv.value) else {
+                    continue;
+                };
+                let child = ws["spec"]["cluster"].as_str().unwrap_or("").to_string();
+                pending.push(async move {
+                    if !child.is_empty() {
+                        delete_cluster(state, &child).await;
+                    }
+                });
+                if pending.len() >= 64 {
+                    use futures::StreamExt;
+                    pending.next().await;
+                }
+            }
+            use futures::StreamExt;
+            while pending.next().await.is_some() {}
+        }
+        let view = state.catalog.view(cluster);
+        let mut deletes = futures::stream::FuturesUnordered::new();
+        for r in view.registry.resources() {
+            let Ok((items, _)) =
+                list_keys(state.store.as_ref(), &r.prefix(Some(cluster), None)).await
+            else {
+                continue;
+            };
+            for kv in items {
+                deletes.push(async move {
+                    // Watchers see the final state at the deletion revision.
+                    let Ok(obj) = objects::decode_stored(&kv.value) else {
+                        return;
+                    };
+                    let _ = state
+                        .store
+                        .delete(&kv.key, kv.mod_revision, objects::encoder(obj))
+                        .await;
+                });
+            }
+        }
+        use futures::StreamExt;
+        while deletes.next().await.is_some() {}
+        state.catalog.set_cluster_resources(cluster, Vec::new());
+        state.tenancy.forget(cluster);
+        state.namespaces.forget_cluster(cluster);
+    })
+}
