@@ -216,6 +216,33 @@ fn flow(version: &str) {
         &String::from_utf8_lossy(&out.stdout),
         "Current workspace is \"root:orgs:acme\"",
     );
+
+    // A CRD created in one workspace is invisible in another.
+    k.ok(&["ws", "use", "root:orgs:acme"]);
+    k.ok(&[
+        "create",
+        "-f",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/workspaces/widget-crd.yaml"
+        ),
+    ]);
+    k.ok(&[
+        "wait",
+        "crd/gadgets.example.com",
+        "--for=condition=Established",
+        "--timeout=30s",
+    ]);
+    assert_contains(
+        &k.ok(&["api-resources", "--api-group=example.com"]),
+        "gadgets",
+    );
+    k.ok(&["get", "gadgets"]);
+    k.ok(&["ws", "use", "root:orgs"]);
+    assert!(!k
+        .ok(&["api-resources", "--api-group=example.com"])
+        .contains("gadgets"));
+    k.fails(&["get", "gadgets"]);
 }
 
 #[test]

@@ -307,3 +307,88 @@ async fn widgets_of_every_bound_workspace_through_the_virtual_workspace() {
     // The deleted workspace is gone: 403 like kcp.
     assert!(in_acme.list(&ListParams::default()).await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
+    let env = Env::start().await;
+    create_workspace(&env, "root:providers", "widgets", "provider").await;
+    let provider = env.client("root:providers:widgets");
+    Api::<DynamicObject>::all_with(
+        provider.clone(),
+        &ar(
+            "apis.kcp.io",
+            "v1alpha1",
+            "APIResourceSchema",
+            "apiresourceschemas",
+        ),
+    )
+    .create(&PostParams::default(), &obj(SCHEMA))
+    .await
+    .expect("schema");
+    Api::<DynamicObject>::all_with(
+        provider,
+        &ar("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"),
+    )
+    .create(&PostParams::default(), &obj(EXPORT))
+    .await
+    .expect("export");
+
+    // A type whose workspaces bind the Widget API from the start.
+    let types: Api<DynamicObject> = Api::all_with(
+        env.client("root"),
+        &ar(
+            "tenancy.kcp.io",
+            "v1alpha1",
+            "WorkspaceType",
+            "workspacetypes",
+        ),
+    );
+    let wt: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+        "metadata": {"name": "widget-shop"},
+        "spec": {
+            "limitAllowedParents": {"types": [{"name": "universal", "path": "root"}]},
+            "defaultAPIBindings": [{"path": "root:providers:widgets", "export": "widgets.example.platform-mesh.io"}],
+        },
+    }))
+    .expect("type");
+    types
+        .create(&PostParams::default(), &wt)
+        .await
+        .expect("create type");
+    create_workspace(&env, "root:orgs", "shop", "widget-shop").await;
+    create_widget(env.client("root:orgs:shop"), "on-the-house").await;
+
+    // Parents and children are limited by the types.
+    create_workspace(&env, "root:orgs", "acme", "organization").await;
+    let in_acme: Api<DynamicObject> = Api::all_with(env.client("root:orgs:acme"), &workspaces());
+    for (name, ty) in [
+        ("p", "provider"),
+        ("o", "organization"),
+        ("s", "widget-shop"),
+    ] {
+        let ws: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+            "metadata": {"name": name}, "spec": {"type": {"name": ty}},
+        }))
+        .expect("workspace");
+        let err = in_acme
+            .create(&PostParams::default(), &ws)
+            .await
+            .expect_err("type limits");
+        match err {
+            kube::Error::Api(s) => assert_eq!(s.code, 422, "{ty}: {}", s.message),
+            other => panic!("{ty}: {other}"),
+        }
+    }
+    create_workspace(&env, "root:orgs:acme", "team-a", "team").await;
+    let unknown: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+        "metadata": {"name": "x"}, "spec": {"type": {"name": "no-such-type"}},
+    }))
+    .expect("workspace");
+    assert!(in_acme
+        .create(&PostParams::default(), &unknown)
+        .await
+        .is_err());
+}

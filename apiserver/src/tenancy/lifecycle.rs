@@ -110,6 +110,7 @@ pub(super) async fn initialize_workspace(
         None => return Ok(()),
     };
     ensure_logical_cluster(state, child, path, &type_name).await?;
+    bind_defaults(state, child, &type_name).await?;
     set_phase(state, cluster, name, "Ready").await
 }
 
@@ -216,4 +217,53 @@ pub fn delete_cluster<'a>(
         state.tenancy.forget(cluster);
         state.namespaces.forget_cluster(cluster);
     })
+}
+
+/// Creates the APIBindings the workspace's type asks for (`spec.defaultAPIBindings`).
+async fn bind_defaults(state: &AppState, child: &str, type_name: &str) -> Result<(), StorageError> {
+    let Some(wt) = super::workspace_type(state, type_name).await else {
+        return Ok(());
+    };
+    let Some(defaults) = wt["spec"]["defaultAPIBindings"].as_array().cloned() else {
+        return Ok(());
+    };
+    let Some(res) = state
+        .catalog
+        .builtin_view()
+        .registry
+        .lookup("apis.kcp.io", "v1alpha1", "apibindings")
+        .cloned()
+    else {
+        return Ok(());
+    };
+    for d in defaults {
+        let export = d["export"].as_str().unwrap_or("").to_string();
+        if export.is_empty() {
+            continue;
+        }
+        let mut binding = json!({
+            "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding",
+            "metadata": {"name": export},
+            "spec": {"reference": {"export": {"path": d["path"], "name": export}}},
+        });
+        objects::prepare_for_create(&mut binding, &res, child);
+        if state
+            .tenancy
+            .prepare(&res, child, &mut binding, None)
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        match state
+            .store
+            .create(&res.key(child, None, &export), objects::encoder(binding))
+            .await
+        {
+            Ok(_) | Err(StorageError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    super::reload_cluster_types(state, child).await;
+    Ok(())
 }

@@ -36,14 +36,27 @@ pub const BOUND_EXPORT_LABEL: &str = "apis.kcp.io/export-identity";
 /// The workspaces created on first start, below `root`.
 const INITIAL_WORKSPACES: &[&str] = &["orgs", "providers", "platform-mesh-system"];
 
-/// Built-in workspace types: name, allowed parent types (empty = any), default child type.
-const WORKSPACE_TYPES: &[(&str, &[&str])] = &[
-    ("root", &[]),
-    ("universal", &[]),
-    ("organization", &["root", "universal"]),
-    ("account", &["organization", "account"]),
-    ("provider", &["root", "universal"]),
-    ("team", &["organization", "account", "team"]),
+/// Built-in workspace types: name, allowed parent types and allowed child types (empty = any).
+/// They are written as WorkspaceType objects in `root` on first start; admission reads those.
+const WORKSPACE_TYPES: &[(&str, &[&str], &[&str])] = &[
+    ("root", &[], &[]),
+    ("universal", &[], &[]),
+    (
+        "organization",
+        &["root", "universal"],
+        &["account", "team", "universal"],
+    ),
+    (
+        "account",
+        &["organization", "account"],
+        &["account", "team", "universal"],
+    ),
+    ("provider", &["root", "universal"], &[]),
+    (
+        "team",
+        &["organization", "account", "team"],
+        &["team", "universal"],
+    ),
 ];
 
 fn is(r: &Resource, group: &str, plural: &str) -> bool {
@@ -241,21 +254,6 @@ impl Tenancy {
             .as_str()
             .unwrap_or("universal")
             .to_string();
-        let Some((_, parents)) = WORKSPACE_TYPES.iter().find(|(t, _)| *t == type_name) else {
-            return Err(invalid(
-                r,
-                &name,
-                "spec.type.name",
-                format!(
-                    "Unsupported value: {type_name:?}: supported values: {}",
-                    WORKSPACE_TYPES
-                        .iter()
-                        .map(|(t, _)| format!("{t:?}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        };
         if type_name == "root" {
             return Err(invalid(
                 r,
@@ -264,14 +262,42 @@ impl Tenancy {
                 "Invalid value: \"root\": only the root workspace is of type root".into(),
             ));
         }
+        let Some(child_type) = workspace_type(&state, &type_name).await else {
+            return Err(invalid(
+                r,
+                &name,
+                "spec.type.name",
+                format!(
+                    "Invalid value: {type_name:?}: WorkspaceType root:{type_name} does not exist"
+                ),
+            ));
+        };
         let parent_type = self.workspace_type_of(&state, cluster).await;
-        if !parents.is_empty() && !parents.contains(&parent_type.as_str()) {
+        let allowed_parents = type_names(&child_type["spec"]["limitAllowedParents"]);
+        if !allowed_parents.is_empty() && !allowed_parents.contains(&parent_type) {
             return Err(invalid(
                 r,
                 &name,
                 "spec.type",
-                format!("Invalid value: {type_name:?}: workspace type root:{type_name} only allows parents of type {}; the parent is of type root:{parent_type}", parents.join(", ")),
+                format!(
+                    "Invalid value: {type_name:?}: workspace type root:{type_name} only allows parents of type {}; the parent is of type root:{parent_type}",
+                    allowed_parents.join(", ")
+                ),
             ));
+        }
+        if let Some(parent) = workspace_type(&state, &parent_type).await {
+            let allowed_children = type_names(&parent["spec"]["limitAllowedChildren"]);
+            if !allowed_children.is_empty() && !allowed_children.contains(&type_name) {
+                return Err(invalid(
+                    r,
+                    &name,
+                    "spec.type",
+                    format!(
+                        "Invalid value: {type_name:?}: workspace type root:{parent_type} only allows children of type {}",
+                        allowed_children.join(", ")
+                    ),
+                ));
+            }
         }
         let child_path = format!("{parent_path}:{name}");
         let child = cluster_name_for(&child_path);
@@ -510,7 +536,7 @@ impl Tenancy {
             }
         }
         ensure_logical_cluster(&state, ROOT_CLUSTER, ROOT_CLUSTER, "root").await?;
-        for (t, parents) in WORKSPACE_TYPES {
+        for (t, parents, children) in WORKSPACE_TYPES {
             let key = format!("/tenancy.kcp.io/workspacetypes/{ROOT_CLUSTER}/{t}");
             if state.store.get(&key).await?.is_none() {
                 if let Some(res) = state.catalog.builtin_view().registry.lookup(
@@ -521,9 +547,10 @@ impl Tenancy {
                     let mut wt = json!({
                         "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
                         "metadata": {"name": t},
-                        "spec": {"limitAllowedParents": if parents.is_empty() { Value::Null } else {
-                            json!({"types": parents.iter().map(|p| json!({"name": p, "path": "root"})).collect::<Vec<_>>()})
-                        }},
+                        "spec": {
+                            "limitAllowedParents": type_limit(parents),
+                            "limitAllowedChildren": type_limit(children),
+                        },
                     });
                     if let Some(s) = wt["spec"].as_object_mut() {
                         s.retain(|_, v| !v.is_null());
@@ -609,4 +636,37 @@ impl Tenancy {
         }
         Ok(())
     }
+}
+
+/// `{types: [{name, path: root}]}`, or null for no limit.
+fn type_limit(names: &[&str]) -> Value {
+    if names.is_empty() {
+        Value::Null
+    } else {
+        json!({"types": names.iter().map(|n| json!({"name": n, "path": "root"})).collect::<Vec<_>>()})
+    }
+}
+
+/// The type names of a `limitAllowedParents` / `limitAllowedChildren` value.
+fn type_names(limit: &Value) -> Vec<String> {
+    limit["types"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A WorkspaceType of `root` by name.
+pub(crate) async fn workspace_type(state: &AppState, name: &str) -> Option<Value> {
+    let kv = state
+        .store
+        .get(&format!(
+            "/tenancy.kcp.io/workspacetypes/{ROOT_CLUSTER}/{name}"
+        ))
+        .await
+        .ok()??;
+    objects::decode_stored(&kv.value).ok()
 }
