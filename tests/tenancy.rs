@@ -392,3 +392,44 @@ async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
         .await
         .is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_waits_in_phase_binding_until_its_export_exists() {
+    let env = Env::start().await;
+    create_workspace(&env, "root:providers", "widgets", "provider").await;
+    create_workspace(&env, "root:orgs", "early", "organization").await;
+    let bindings: Api<DynamicObject> = Api::all_with(
+        env.client("root:orgs:early"),
+        &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
+    );
+    let b = bindings
+        .create(&PostParams::default(), &obj(BINDING))
+        .await
+        .expect("binding");
+    assert_eq!(b.data["status"]["phase"], "Binding");
+    assert_eq!(b.data["status"]["conditions"][0]["status"], "False");
+    let provider = env.client("root:providers:widgets");
+    Api::<DynamicObject>::all_with(
+        provider.clone(),
+        &ar(
+            "apis.kcp.io",
+            "v1alpha1",
+            "APIResourceSchema",
+            "apiresourceschemas",
+        ),
+    )
+    .create(&PostParams::default(), &obj(SCHEMA))
+    .await
+    .expect("schema");
+    Api::<DynamicObject>::all_with(
+        provider,
+        &ar("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"),
+    )
+    .create(&PostParams::default(), &obj(EXPORT))
+    .await
+    .expect("export");
+    let bound = bindings.get("widgets").await.expect("binding");
+    assert_eq!(bound.data["status"]["phase"], "Bound");
+    assert_eq!(bound.data["status"]["conditions"][0]["status"], "True");
+    create_widget(env.client("root:orgs:early"), "now-served").await;
+}

@@ -506,9 +506,58 @@ impl Tenancy {
                 }
                 let _ = state.store.create(&key, objects::encoder(slice)).await;
             }
+            // Bindings that waited for this export bind now.
+            self.retry_waiting_bindings(&state, &name).await;
             // Schemas of bound clusters may have changed.
             for c in bound_clusters(&state, cluster, &name).await {
                 reload_cluster_types(&state, &c).await;
+            }
+        }
+    }
+
+    /// Moves APIBindings still in phase Binding that name `export` to Bound if their export
+    /// now resolves.
+    async fn retry_waiting_bindings(&self, state: &AppState, export: &str) {
+        let Ok((bindings, _)) = list_keys(state.store.as_ref(), "/apis.kcp.io/apibindings/").await
+        else {
+            return;
+        };
+        let Some(res) = state
+            .catalog
+            .builtin_view()
+            .registry
+            .lookup("apis.kcp.io", "v1alpha1", "apibindings")
+            .cloned()
+        else {
+            return;
+        };
+        for kv in bindings {
+            let Ok(mut b) = objects::decode_stored(&kv.value) else {
+                continue;
+            };
+            if b["status"]["phase"] != "Binding"
+                || b["spec"]["reference"]["export"]["name"] != export
+            {
+                continue;
+            }
+            let Some(cluster) = b["metadata"]["annotations"][objects::CLUSTER_ANNOTATION]
+                .as_str()
+                .map(str::to_string)
+            else {
+                continue;
+            };
+            if self.prepare(&res, &cluster, &mut b, None).await.is_err()
+                || b["status"]["phase"] != "Bound"
+            {
+                continue;
+            }
+            if state
+                .store
+                .update(&kv.key, kv.mod_revision, objects::encoder(b))
+                .await
+                .is_ok()
+            {
+                reload_cluster_types(state, &cluster).await;
             }
         }
     }
