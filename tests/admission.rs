@@ -181,3 +181,19 @@ async fn malformed_reviews_get_400_and_need_no_client_certificate() {
     assert_eq!(r.status, 400);
     assert_eq!(c.get("/admission/validate").await.expect("get").status, 405);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_records_who_created_it() {
+    let (_s, client, _d) = server().await;
+    let mut c = client.connect().await.expect("connect");
+    let account = json!({"apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "Account",
+        "metadata": {"name": "acme"}, "spec": {"type": "org", "displayName": "Acme", "creator": "someone-else"}});
+    let r = post(
+        &mut c,
+        "/apis/core.platform-mesh.io/v1alpha1/accounts",
+        &account,
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["spec"]["creator"], "admin");
+}

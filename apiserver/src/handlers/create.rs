@@ -88,6 +88,12 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
         meta_mut(&mut obj).insert("name".into(), json!(name));
     }
     objects::prepare_for_create(&mut obj, &resource, &cluster);
+    if resource.ty.group == crate::rules::CORE_GROUP && resource.ty.kind == "Account" {
+        // As upstream's mutating webhook: the creator is whoever creates the account.
+        if let Some(id) = &ctx.identity {
+            crate::rules::default_account_creator(&mut obj, &id.user);
+        }
+    }
     ctx.admit(&mut obj, None)?;
     ctx.record_update(None, &mut obj)?;
     ctx.state

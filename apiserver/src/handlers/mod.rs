@@ -59,6 +59,8 @@ pub(crate) struct Ctx {
     pub warnings: Vec<String>,
     /// A label selector lists and watches must also satisfy.
     pub forced_selector: Option<String>,
+    /// The authenticated user.
+    pub identity: Option<Arc<Identity>>,
 }
 
 impl Ctx {
@@ -436,6 +438,7 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
         negotiated,
         warnings: Vec::new(),
         forced_selector,
+        identity: call.identity,
     };
     match ctx.req.verb {
         Verb::Get => get::get(&ctx).await,
