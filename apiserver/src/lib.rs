@@ -1,6 +1,7 @@
 //! Kubernetes-API serving machinery.
 pub mod admission;
 pub mod apply;
+pub mod auth;
 pub mod body;
 pub mod catalog;
 pub mod client;

@@ -10,8 +10,10 @@
 //!   answers [`RbacPolicy::authorize`] (SubjectAccessReview / request
 //!   filtering) and [`RbacPolicy::rules_for`] (SelfSubjectRulesReview,
 //!   `kubectl auth can-i --list`).
-//! * [`check_escalation`] and [`check_binding_escalation`] implement kube's
-//!   privilege-escalation prevention for writes of roles and bindings.
+//! * [`check_escalation`] and [`check_binding_escalation`] (and their
+//!   object-level forms [`check_role_write`] and [`check_binding_write`])
+//!   implement kube's privilege-escalation prevention for writes of roles
+//!   and bindings.
 //! * [`forbidden_message`] renders the text of a 403 `Forbidden` status the
 //!   way kube-apiserver does.
 //!
@@ -28,7 +30,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-pub use escalation::{check_binding_escalation, check_escalation};
+pub use escalation::{
+    check_binding_escalation, check_binding_write, check_escalation, check_role_escalation,
+    check_role_write, uncovered,
+};
 pub use rbac::{NonResourceRule, PolicyRule, RbacPolicy, ResourceRule, RoleRef, Subject};
 
 /// The group whose members are allowed to do everything (kube's
@@ -205,7 +210,9 @@ impl Attributes {
                 resource_request: true,
             });
         }
-        let nra = spec.get("nonResourceAttributes").filter(|v| v.is_object())?;
+        let nra = spec
+            .get("nonResourceAttributes")
+            .filter(|v| v.is_object())?;
         Some(Attributes::non_resource(
             user,
             &s(nra, "verb"),
@@ -288,7 +295,10 @@ pub fn forbidden_message(attrs: &Attributes, reason: &str) -> String {
     } else if attrs.name.is_empty() {
         format!("{qualified} is forbidden: {detail}")
     } else {
-        format!("{qualified} {} is forbidden: {detail}", go_quote(&attrs.name))
+        format!(
+            "{qualified} {} is forbidden: {detail}",
+            go_quote(&attrs.name)
+        )
     }
 }
 
