@@ -145,3 +145,155 @@ async fn a_leader_whose_lease_was_taken_notices_the_loss() {
     assert!(leading.is_lost());
     ts.stop().await;
 }
+
+/// Records, per candidate, the ConfigMaps it reconciled.
+struct RecordAs {
+    identity: &'static str,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(&'static str, String)>>>,
+}
+
+impl crate::runtime::Reconciler for RecordAs {
+    type Error = std::convert::Infallible;
+
+    async fn reconcile(
+        &self,
+        req: crate::runtime::Request,
+        _ctx: crate::runtime::ClusterContext,
+    ) -> Result<crate::runtime::Action, Self::Error> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((self.identity, req.name.clone()));
+        Ok(crate::runtime::Action::await_change())
+    }
+}
+
+/// A manager that runs only while its candidate leads; `kill` crashes it (no lease release).
+fn candidate(
+    ts: &TestServer,
+    client: kube::Client,
+    identity: &'static str,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(&'static str, String)>>>,
+    leading_since: std::sync::Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
+    kill: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    use crate::providers::FixedClusters;
+    use crate::runtime::{Cluster, Controller, Manager, ManagerOptions};
+    let provider = std::sync::Arc::new(FixedClusters::new([Cluster::new("root", client.clone())]));
+    let _ = ts;
+    tokio::spawn(async move {
+        let Some(leadership) = LeaderElector::new(client, fast(identity))
+            .acquire(&kill)
+            .await
+        else {
+            return;
+        };
+        *leading_since.lock().unwrap() = Some(tokio::time::Instant::now());
+        let manager = Manager::new(ManagerOptions::default());
+        manager
+            .add(
+                Controller::new("record", RecordAs { identity, seen })
+                    .for_::<k8s_openapi::api::core::v1::ConfigMap>(),
+            )
+            .unwrap();
+        let lost = leadership.lost();
+        let stop = kill.clone();
+        let _ = manager
+            .run(provider, async move {
+                tokio::select! { _ = lost.cancelled() => {}, _ = stop.cancelled() => {} }
+            })
+            .await;
+        // Killed: stop renewing without releasing, as a crashed process would.
+        leadership.abandon();
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leading_manager_hands_over_to_the_standby_within_the_lease_duration() {
+    use std::sync::{Arc, Mutex};
+    let ts = TestServer::start().await;
+    let client = ts.client("root").await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (since_a, since_b) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
+    let (kill_a, kill_b) = (CancellationToken::new(), CancellationToken::new());
+    let a = candidate(
+        &ts,
+        client.clone(),
+        "manager-a",
+        seen.clone(),
+        since_a.clone(),
+        kill_a.clone(),
+    );
+    super::eventually(Duration::from_secs(5), "a leads", || {
+        let ok = since_a.lock().unwrap().is_some();
+        async move { ok }
+    })
+    .await;
+    let b = candidate(
+        &ts,
+        client.clone(),
+        "manager-b",
+        seen.clone(),
+        since_b.clone(),
+        kill_b.clone(),
+    );
+    super::create_config_map(&client, "before", &[]).await;
+    super::eventually(Duration::from_secs(10), "leader reconciles", || {
+        let ok = seen
+            .lock()
+            .unwrap()
+            .contains(&("manager-a", "before".to_string()));
+        async move { ok }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(since_b.lock().unwrap().is_none(), "the standby waits");
+    assert!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .all(|(who, _)| *who == "manager-a"),
+        "only the leader reconciles"
+    );
+
+    // The leader is killed; the standby leads within the lease duration (plus one retry
+    // period and scheduling slack), far inside the 15 s.
+    let killed_at = tokio::time::Instant::now();
+    kill_a.cancel();
+    a.await.unwrap();
+    let cfg = fast("x");
+    let bound = cfg.lease_duration + cfg.retry_period * 2 + Duration::from_millis(500);
+    super::eventually(bound, "standby leads", || {
+        let ok = since_b.lock().unwrap().is_some();
+        async move { ok }
+    })
+    .await;
+    let handover = since_b.lock().unwrap().expect("b leads") - killed_at;
+    assert!(
+        handover < Duration::from_secs(15),
+        "handover took {handover:?}"
+    );
+    assert!(handover <= bound, "handover took {handover:?}");
+    assert_eq!(lease_json(&client).await["holderIdentity"], "manager-b");
+
+    // The new leader's manager does the work.
+    super::create_config_map(&client, "after", &[]).await;
+    super::eventually(Duration::from_secs(10), "new leader reconciles", || {
+        let ok = seen
+            .lock()
+            .unwrap()
+            .contains(&("manager-b", "after".to_string()));
+        async move { ok }
+    })
+    .await;
+    assert!(
+        !seen
+            .lock()
+            .unwrap()
+            .contains(&("manager-a", "after".to_string())),
+        "the killed leader reconciles nothing more"
+    );
+    kill_b.cancel();
+    b.await.unwrap();
+    ts.stop().await;
+}

@@ -3,6 +3,7 @@
 
 mod kubeconfig_clusters;
 mod leader_election;
+mod sample_controller;
 mod sharded;
 mod wildcard_cache;
 

@@ -115,3 +115,76 @@ async fn two_replicas_split_clusters_and_the_survivor_takes_over() {
     r2.task.await.unwrap();
     ts.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_cover_every_cluster_once_and_a_crashed_ones_clusters_are_taken_over() {
+    let ts = TestServer::start().await;
+    let clusters: Vec<String> = (0..18).map(|i| format!("root:cluster-{i}")).collect();
+    let ids = ["replica-1", "replica-2", "replica-3"];
+    let mut replicas = Vec::new();
+    for id in ids {
+        replicas.push(replica(&ts, id, &clusters).await);
+    }
+    let all: BTreeSet<String> = clusters.iter().cloned().collect();
+    let peers: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    let expect = |peers: &[String], id: &str| -> BTreeSet<String> {
+        clusters
+            .iter()
+            .filter(|c| owner_of(c, peers) == Some(id))
+            .cloned()
+            .collect()
+    };
+    let expected: Vec<BTreeSet<String>> = ids.iter().map(|id| expect(&peers, id)).collect();
+    assert!(
+        expected.iter().all(|e| !e.is_empty()),
+        "every replica owns some of the 18 clusters"
+    );
+
+    // Every cluster engaged by exactly one replica: the three shares are disjoint and cover all.
+    let mut overlap_seen = false;
+    let disjoint = |sets: &[BTreeSet<String>]| {
+        sets.iter()
+            .enumerate()
+            .all(|(i, a)| sets[i + 1..].iter().all(|b| a.is_disjoint(b)))
+    };
+    eventually(Duration::from_secs(15), "clusters split three ways", || {
+        let sets: Vec<_> = replicas.iter().map(|r| set(r.provider.engaged())).collect();
+        overlap_seen |= !disjoint(&sets);
+        let done = sets == expected;
+        async move { done }
+    })
+    .await;
+    let union: BTreeSet<String> = expected.iter().flatten().cloned().collect();
+    assert_eq!(union, all, "the three shares cover every cluster");
+
+    // Replica 2 crashes (its task is aborted: no fence is released, its leases just expire).
+    let dead = replicas.remove(1);
+    dead.task.abort();
+    let survivors = vec!["replica-1".to_string(), "replica-3".to_string()];
+    let expected_after: Vec<BTreeSet<String>> =
+        survivors.iter().map(|id| expect(&survivors, id)).collect();
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let sets: Vec<_> = replicas.iter().map(|r| set(r.provider.engaged())).collect();
+        overlap_seen |= !disjoint(&sets);
+        if sets == expected_after {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the crashed replica's clusters not taken over: engaged {sets:?}, expected {expected_after:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let union: BTreeSet<String> = expected_after.iter().flatten().cloned().collect();
+    assert_eq!(union, all, "the survivors cover every cluster");
+    assert!(
+        !overlap_seen,
+        "a cluster was engaged by two replicas at once"
+    );
+    for r in replicas {
+        r.stop.cancel();
+        r.task.await.unwrap();
+    }
+    ts.stop().await;
+}

@@ -135,6 +135,9 @@ struct ShardState {
     known: HashMap<ClusterName, Arc<Cluster>>,
     /// Clusters this replica engaged, with their fence.
     engaged: HashMap<ClusterName, Fenced>,
+    /// Fence locks of clusters wanted but still held by another replica, kept across rounds so
+    /// that a fence whose holder stopped renewing is judged expired (expiry is observed locally).
+    waiting: HashMap<ClusterName, LeaseLock>,
     /// Last seen renewTime of each peer Lease and when it changed (local clock).
     peers_seen: HashMap<String, (Option<String>, Instant)>,
     /// Clusters being handed off: not taken again until their fence is released.
@@ -317,14 +320,19 @@ impl<P: ClusterProvider> Sharded<P> {
             .filter(|c| owner_of(c.name().as_str(), &peers) == Some(me))
             .cloned()
             .collect();
+        state
+            .waiting
+            .retain(|name, _| wanted.iter().any(|c| c.name() == name));
         for cluster in wanted {
-            let mut lock = LeaseLock::new(
-                self.home.clone(),
-                &self.config.namespace,
-                fence_lease_name(&self.config.lease_prefix, cluster.name().as_str()),
-                self.config.identity.clone(),
-                self.config.lease_duration,
-            );
+            let mut lock = state.waiting.remove(cluster.name()).unwrap_or_else(|| {
+                LeaseLock::new(
+                    self.home.clone(),
+                    &self.config.namespace,
+                    fence_lease_name(&self.config.lease_prefix, cluster.name().as_str()),
+                    self.config.identity.clone(),
+                    self.config.lease_duration,
+                )
+            });
             match lock.try_acquire_or_renew().await {
                 Ok(true) => {
                     info!(cluster = %cluster.name(), identity = %me, "fence acquired; engaging");
@@ -340,9 +348,13 @@ impl<P: ClusterProvider> Sharded<P> {
                     sink.engage(cluster).await?;
                 }
                 Ok(false) => {
-                    debug!(cluster = %cluster.name(), "fence still held by another replica")
+                    debug!(cluster = %cluster.name(), "fence still held by another replica");
+                    state.waiting.insert(cluster.name().clone(), lock);
                 }
-                Err(e) => warn!(cluster = %cluster.name(), error = %e, "fence acquisition failed"),
+                Err(e) => {
+                    warn!(cluster = %cluster.name(), error = %e, "fence acquisition failed");
+                    state.waiting.insert(cluster.name().clone(), lock);
+                }
             }
         }
         self.publish(state);
