@@ -65,7 +65,12 @@ pub struct Catalog {
     builtin: Vec<Arc<Resource>>,
     default_view: Arc<ApiView>,
     clusters: RwLock<HashMap<String, Arc<ApiView>>>,
+    /// Virtual-workspace views by `<cluster>/<export>`, with the export revision they were built at.
+    exports: RwLock<HashMap<String, (u64, ExportView)>>,
 }
+
+/// An APIExport's virtual-workspace view and the export's identity hash.
+pub type ExportView = (Arc<ApiView>, String);
 
 impl Catalog {
     pub fn new(builtin: Vec<Arc<Resource>>) -> Self {
@@ -73,6 +78,7 @@ impl Catalog {
             default_view: Arc::new(ApiView::new(builtin.clone())),
             builtin,
             clusters: RwLock::new(HashMap::new()),
+            exports: RwLock::new(HashMap::new()),
         }
     }
 
@@ -102,6 +108,21 @@ impl Catalog {
         let mut all = self.builtin.clone();
         all.extend(extra);
         m.insert(cluster.to_string(), Arc::new(ApiView::new(all)));
+    }
+
+    /// The cached view of an export, if it was built at `revision`.
+    pub fn cached_export_view(&self, key: &str, revision: u64) -> Option<ExportView> {
+        let m = self.exports.read().ok()?;
+        m.get(key)
+            .filter(|(r, _)| *r == revision)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// Remembers the view of an export at `revision`.
+    pub fn cache_export_view(&self, key: String, revision: u64, view: ExportView) {
+        if let Ok(mut m) = self.exports.write() {
+            m.insert(key, (revision, view));
+        }
     }
 
     /// The clusters that have types of their own.

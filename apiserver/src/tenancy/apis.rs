@@ -258,6 +258,14 @@ pub async fn export_view(
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .ok_or_else(not_found)?;
+    // Schemas are immutable, so the export's revision decides the view.
+    let cache_key = format!("{export_cluster}/{export}");
+    if let Some(hit) = state
+        .catalog
+        .cached_export_view(&cache_key, kv.mod_revision)
+    {
+        return Ok(hit);
+    }
     let exp = objects::decode_stored(&kv.value)?;
     let identity = exp["status"]["identityHash"]
         .as_str()
@@ -279,7 +287,11 @@ pub async fn export_view(
     {
         resources.push(b.clone());
     }
-    Ok((Arc::new(crate::catalog::ApiView::new(resources)), identity))
+    let view = (Arc::new(crate::catalog::ApiView::new(resources)), identity);
+    state
+        .catalog
+        .cache_export_view(cache_key, kv.mod_revision, view.clone());
+    Ok(view)
 }
 
 /// Clusters with an APIBinding to the export `cluster`/`name`.
