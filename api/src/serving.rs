@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceDefinition,
 };
@@ -165,6 +166,34 @@ fn build_served_types() -> Vec<ResourceType> {
         core_event(),
         events_event(),
         lease(),
+        rbac(
+            "Role",
+            "roles",
+            "role",
+            true,
+            structural_schema_for::<Role>(),
+        ),
+        rbac(
+            "ClusterRole",
+            "clusterroles",
+            "clusterrole",
+            false,
+            structural_schema_for::<ClusterRole>(),
+        ),
+        rbac(
+            "RoleBinding",
+            "rolebindings",
+            "rolebinding",
+            true,
+            structural_schema_for::<RoleBinding>(),
+        ),
+        rbac(
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            "clusterrolebinding",
+            false,
+            structural_schema_for::<ClusterRoleBinding>(),
+        ),
         custom::<PlatformMesh>(&crds, "platformmesh"),
         custom::<Account>(&crds, "account"),
         custom::<AccountInfo>(&crds, "accountinfo"),
@@ -433,6 +462,44 @@ fn lease() -> ResourceType {
         ],
         structural_schema_for::<Lease>(),
     )
+}
+
+/// An `rbac.authorization.k8s.io/v1` kind; each logical cluster has its own.
+fn rbac(
+    kind: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    namespaced: bool,
+    schema: Value,
+) -> ResourceType {
+    let list_kind: &'static str = match kind {
+        "Role" => "RoleList",
+        "ClusterRole" => "ClusterRoleList",
+        "RoleBinding" => "RoleBindingList",
+        _ => "ClusterRoleBindingList",
+    };
+    let mut columns = Vec::new();
+    if kind.ends_with("Binding") {
+        columns.push(PrinterColumn::json_path(
+            "Role",
+            "string",
+            ".roleRef.name",
+            "The role the binding grants.",
+        ));
+    }
+    columns.push(PrinterColumn::age());
+    BuiltIn {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        kind,
+        list_kind,
+        plural,
+        singular,
+        short_names: &[],
+        namespaced,
+        status_subresource: false,
+    }
+    .serve(columns, schema)
 }
 
 /// Describes a Platform Mesh kind from its generated CRD (names, scope, columns, schema).

@@ -188,6 +188,25 @@ async fn route(
             } else {
                 Bytes::new()
             };
+            if crate::reviews::is_review(&rr) {
+                let Some(id) = identity.as_deref() else {
+                    return error_response(&ApiError::unauthorized());
+                };
+                return crate::reviews::serve(state, info.cluster.name(), id, &rr, &body).await;
+            }
+            if let Some(id) = identity.as_deref() {
+                if let Err(e) = crate::reviews::authorize(
+                    state,
+                    info.cluster.name(),
+                    id,
+                    &rr,
+                    info.virtual_workspace.is_some(),
+                )
+                .await
+                {
+                    return error_response(&e);
+                }
+            }
             let call = ResourceCall {
                 state: state.clone(),
                 view,

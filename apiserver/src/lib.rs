@@ -21,6 +21,7 @@ pub mod protobuf;
 pub mod query;
 pub mod registry;
 pub mod request_info;
+pub mod reviews;
 pub mod rules;
 pub mod schema;
 pub mod selectors;

@@ -188,8 +188,49 @@ const EVENT: &[Field] = &[
     f(15, "reportingInstance", Ty::Str),
 ];
 
+const RESOURCE_ATTRIBUTES: &[Field] = &[
+    f(1, "namespace", Ty::Str),
+    f(2, "verb", Ty::Str),
+    f(3, "group", Ty::Str),
+    f(4, "version", Ty::Str),
+    f(5, "resource", Ty::Str),
+    f(6, "subresource", Ty::Str),
+    f(7, "name", Ty::Str),
+];
+
+const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
+    f(1, "metadata", Ty::Msg(OBJECT_META)),
+    f(
+        2,
+        "spec",
+        Ty::Msg(&[
+            f(1, "resourceAttributes", Ty::Msg(RESOURCE_ATTRIBUTES)),
+            f(
+                2,
+                "nonResourceAttributes",
+                Ty::Msg(&[f(1, "path", Ty::Str), f(2, "verb", Ty::Str)]),
+            ),
+        ]),
+    ),
+];
+
+const SELF_SUBJECT_RULES_REVIEW: &[Field] = &[
+    f(1, "metadata", Ty::Msg(OBJECT_META)),
+    f(2, "spec", Ty::Msg(&[f(1, "namespace", Ty::Str)])),
+];
+
+const SELF_SUBJECT_REVIEW: &[Field] = &[f(1, "metadata", Ty::Msg(OBJECT_META))];
+
 fn message_for(api_version: &str, kind: &str) -> Option<&'static [Field]> {
     Some(match (api_version, kind) {
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
+        (
+            "authentication.k8s.io/v1"
+            | "authentication.k8s.io/v1beta1"
+            | "authentication.k8s.io/v1alpha1",
+            "SelfSubjectReview",
+        ) => SELF_SUBJECT_REVIEW,
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ConfigMap") => CONFIG_MAP,
         ("v1", "Secret") => SECRET,

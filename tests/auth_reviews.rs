@@ -1,0 +1,109 @@
+//! `kubectl auth whoami` and `kubectl auth can-i [--list]` against the server, for the admin and
+//! for a user whose rights come from a RoleBinding (kubectl 1.27 and 1.33).
+
+mod common;
+
+use common::{kubectl_binary, Kubectl, Server};
+
+const ROLE: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: configmap-reader
+  namespace: default
+rules:
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: alice-reads-configmaps
+  namespace: default
+subjects:
+- kind: User
+  name: alice
+  apiGroup: rbac.authorization.k8s.io
+roleRef:
+  kind: Role
+  name: configmap-reader
+  apiGroup: rbac.authorization.k8s.io
+"#;
+
+fn reviews(version: &str) {
+    let bin =
+        kubectl_binary(version).unwrap_or_else(|| panic!("kubectl.{version} is not installed"));
+    let server = Server::start();
+    let admin = Kubectl::new(bin.clone(), &server.kubeconfig);
+    let whoami = admin.ok(&["auth", "whoami"]);
+    assert!(
+        whoami.contains("admin") && whoami.contains("system:masters"),
+        "{whoami}"
+    );
+    assert_eq!(
+        admin.ok(&["auth", "can-i", "delete", "secrets"]).trim(),
+        "yes"
+    );
+    admin.ok_stdin(&["apply", "-f", "-"], ROLE);
+
+    // A second identity: a client certificate for alice (group dev) from the server's CA.
+    let pki = certs::load_or_create(&server.data_dir.join("pki"), &[]).expect("pki");
+    let (cert, key) = pki
+        .issue_client_certificate("alice", &["dev".to_string()], 1)
+        .expect("alice cert");
+    let mut opts = pki.admin_kubeconfig_options(&server.url());
+    opts.user_name = "alice".into();
+    opts.client_cert_pem = Some(cert);
+    opts.client_key_pem = Some(key);
+    let alice_config = server.data_dir.join("alice.kubeconfig");
+    certs::write_kubeconfig(&alice_config, &opts).expect("kubeconfig");
+    let alice = Kubectl::new(bin, &alice_config);
+    let whoami = alice.ok(&["auth", "whoami"]);
+    assert!(
+        whoami.contains("alice") && whoami.contains("dev") && !whoami.contains("system:masters"),
+        "{whoami}"
+    );
+    assert_eq!(
+        alice.ok(&["auth", "can-i", "get", "configmaps"]).trim(),
+        "yes"
+    );
+    let no = alice.run(&["auth", "can-i", "delete", "configmaps"]);
+    assert!(!no.status.success());
+    assert_eq!(String::from_utf8_lossy(&no.stdout).trim(), "no");
+    let no = alice.run(&["auth", "can-i", "get", "configmaps", "-n", "kube-system"]);
+    assert_eq!(String::from_utf8_lossy(&no.stdout).trim(), "no");
+    // The same rules decide her requests.
+    admin.ok(&["create", "configmap", "shared", "--from-literal=k=v"]);
+    assert_eq!(
+        alice.ok(&["get", "configmap", "shared", "-o", "jsonpath={.data.k}"]),
+        "v"
+    );
+    let denied = alice.run(&["delete", "configmap", "shared"]);
+    assert!(!denied.status.success());
+    let err = String::from_utf8_lossy(&denied.stderr);
+    assert!(
+        err.contains("configmaps \"shared\" is forbidden: User \"alice\" cannot delete resource \"configmaps\" in API group \"\" in the namespace \"default\""),
+        "{err}"
+    );
+    assert!(!alice.run(&["get", "secrets"]).status.success());
+    assert!(!alice
+        .run(&["get", "configmaps", "-n", "kube-system"])
+        .status
+        .success());
+    let list = alice.ok(&["auth", "can-i", "--list"]);
+    assert!(
+        list.contains("configmaps") && list.contains("[get list watch]"),
+        "{list}"
+    );
+}
+
+#[test]
+fn auth_reviews_kubectl_1_27() {
+    reviews("1.27");
+}
+
+#[test]
+fn auth_reviews_kubectl_1_33() {
+    reviews("1.33");
+}
