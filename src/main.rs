@@ -41,6 +41,9 @@ enum Command {
         /// Keep everything in memory (nothing survives a restart).
         #[arg(long)]
         in_memory: bool,
+        /// Short (non-watch) requests served at once; beyond it clients get 429 and Retry-After.
+        #[arg(long, default_value_t = apiserver::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
+        max_requests_inflight: usize,
     },
     /// Measure the server against a bare hyper+rustls server (prints a report).
     Bench {
@@ -112,6 +115,7 @@ fn main() -> anyhow::Result<()> {
             tls_private_key_file,
             client_ca_file,
             in_memory,
+            max_requests_inflight,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
@@ -119,6 +123,7 @@ fn main() -> anyhow::Result<()> {
                 opts.tls_cert_file = tls_cert_file;
                 opts.tls_private_key_file = tls_private_key_file;
                 opts.client_ca_file = client_ca_file;
+                opts.max_requests_in_flight = max_requests_inflight;
                 if in_memory {
                     opts.store = apiserver::server::StoreKind::Memory;
                 }

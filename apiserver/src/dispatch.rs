@@ -47,14 +47,25 @@ pub struct AppState {
     pub namespaces: namespaces::NamespaceLifecycle,
     /// The workspace tree and the hooks of the tenancy types.
     pub tenancy: crate::tenancy::Tenancy,
+    /// Short requests being served at once; beyond the limit the server answers 429.
+    in_flight: tokio::sync::Semaphore,
 }
 
+/// Default limit of short (non-watch) requests served at once.
+pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 400;
+
 impl AppState {
-    pub fn new(store: Arc<dyn Store>, registry: Registry, advertise_address: String) -> Arc<Self> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        registry: Registry,
+        advertise_address: String,
+        max_requests_in_flight: usize,
+    ) -> Arc<Self> {
         let catalog = Catalog::new(registry.resources().to_vec());
         Arc::new_cyclic(|weak| AppState {
             namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
             tenancy: crate::tenancy::Tenancy::new(weak.clone()),
+            in_flight: tokio::sync::Semaphore::new(max_requests_in_flight.max(1)),
             store,
             catalog,
             metrics: Metrics::new(),
@@ -81,6 +92,34 @@ pub async fn handle(
 ) -> Response<Body> {
     let started = Instant::now();
     let method = req.method().clone();
+    // Watches are long-running and health checks must answer under load: neither counts.
+    let long_running = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
+        || req.uri().path().contains("/watch/");
+    let exempt = long_running
+        || matches!(
+            req.uri().path(),
+            "/livez" | "/readyz" | "/healthz" | "/version" | "/metrics"
+        );
+    let _permit = if exempt {
+        None
+    } else {
+        match state.in_flight.try_acquire() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                let response = error_response(&ApiError::too_many_requests(1));
+                state.metrics.observe(
+                    &method.as_str().to_ascii_lowercase(),
+                    "",
+                    429,
+                    started.elapsed().as_secs_f64(),
+                );
+                return response;
+            }
+        }
+    };
     let label = std::sync::Mutex::new(("unknown".to_string(), String::new()));
     let result = AssertUnwindSafe(route(&state, identity, req, &label))
         .catch_unwind()
@@ -248,8 +287,18 @@ async fn route(
     }
 }
 
+/// How long a client may take to send a request body (a slow sender holds a request slot).
+const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
-    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+    let read = tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        Limited::new(body, MAX_BODY_BYTES).collect(),
+    );
+    let Ok(collected) = read.await else {
+        return Err(ApiError::timeout("the request body did not arrive in time"));
+    };
+    match collected {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) => {
             if e.downcast_ref::<http_body_util::LengthLimitError>()

@@ -147,6 +147,8 @@ pub struct ServeOptions {
     pub tls_private_key_file: Option<std::path::PathBuf>,
     pub client_ca_file: Option<std::path::PathBuf>,
     pub store: StoreKind,
+    /// Short requests served at once before the server answers 429.
+    pub max_requests_in_flight: usize,
 }
 
 impl ServeOptions {
@@ -159,6 +161,7 @@ impl ServeOptions {
             tls_private_key_file: None,
             client_ca_file: None,
             store: StoreKind::Redb,
+            max_requests_in_flight: crate::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT,
         }
     }
 }
@@ -251,6 +254,7 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
         store,
         crate::registry::Registry::builtin(),
         advertise.clone(),
+        opts.max_requests_in_flight,
     );
     state
         .namespaces

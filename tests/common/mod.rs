@@ -189,12 +189,24 @@ pub async fn in_process() -> (
     apiserver::client::ClientConfig,
     tempfile::TempDir,
 ) {
+    in_process_with(|_| {}).await
+}
+
+/// [`in_process`] with adjusted options.
+pub async fn in_process_with(
+    adjust: impl FnOnce(&mut apiserver::server::ServeOptions),
+) -> (
+    apiserver::server::RunningServer,
+    apiserver::client::ClientConfig,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut opts = apiserver::server::ServeOptions::new(
         "127.0.0.1:0".parse().expect("addr"),
         dir.path().join("data"),
     );
     opts.store = apiserver::server::StoreKind::Memory;
+    adjust(&mut opts);
     let running = apiserver::server::start(opts).await.expect("start");
     let pki = dir.path().join("data/pki");
     let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("pki");
