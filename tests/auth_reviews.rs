@@ -29,7 +29,37 @@ roleRef:
   kind: Role
   name: configmap-reader
   apiGroup: rbac.authorization.k8s.io
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: role-writer
+  namespace: default
+rules:
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles"]
+  verbs: ["create", "get", "list"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: alice-writes-roles
+  namespace: default
+subjects:
+- kind: User
+  name: alice
+  apiGroup: rbac.authorization.k8s.io
+roleRef:
+  kind: Role
+  name: role-writer
+  apiGroup: rbac.authorization.k8s.io
 "#;
+
+fn role(name: &str, resource: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: {name}\n  namespace: default\nrules:\n- apiGroups: [\"\"]\n  resources: [\"{resource}\"]\n  verbs: [\"get\"]\n"
+    )
+}
 
 fn reviews(version: &str) {
     let bin =
@@ -91,6 +121,18 @@ fn reviews(version: &str) {
         .run(&["get", "configmaps", "-n", "kube-system"])
         .status
         .success());
+    // She may hand out what she holds, and nothing more.
+    alice.ok_stdin(
+        &["create", "-f", "-"],
+        &role("configmap-getter", "configmaps"),
+    );
+    let escalation = alice.run_stdin(&["create", "-f", "-"], &role("secret-getter", "secrets"));
+    assert!(!escalation.status.success());
+    let err = String::from_utf8_lossy(&escalation.stderr);
+    assert!(
+        err.contains("is attempting to grant RBAC permissions not currently held"),
+        "{err}"
+    );
     let list = alice.ok(&["auth", "can-i", "--list"]);
     assert!(
         list.contains("configmaps") && list.contains("[get list watch]"),

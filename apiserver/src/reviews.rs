@@ -184,3 +184,37 @@ pub async fn authorize(
     }));
     Err(e)
 }
+
+/// Refuses a Role, ClusterRole or binding that would grant its writer permissions it does not
+/// hold (unless it may `escalate` or `bind`), as kube-apiserver's RBAC admission does.
+pub async fn check_rbac_write(
+    state: &AppState,
+    cluster: &str,
+    identity: Option<&Identity>,
+    resource: &crate::registry::Resource,
+    obj: &Value,
+) -> Result<(), ApiError> {
+    if resource.ty.group != crate::auth::RBAC_GROUP {
+        return Ok(());
+    }
+    let Some(identity) = identity else {
+        return Ok(());
+    };
+    let user = user_info(identity);
+    if user.is_master() {
+        return Ok(());
+    }
+    let policy = policy_of(state, cluster).await?;
+    let checked = if resource.ty.kind.ends_with("Binding") {
+        crate::auth::check_binding_write(&user, &policy, obj)
+    } else {
+        crate::auth::check_role_write(&user, &policy, obj)
+    };
+    checked.map_err(|why| {
+        ApiError::forbidden(format!(
+            "{} \"{}\" is forbidden: {why}",
+            resource.gr,
+            objects::name(obj)
+        ))
+    })
+}

@@ -100,6 +100,14 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
         .tenancy
         .prepare(&resource, &cluster, &mut obj, None)
         .await?;
+    crate::reviews::check_rbac_write(
+        &ctx.state,
+        &cluster,
+        ctx.identity.as_deref(),
+        &resource,
+        &obj,
+    )
+    .await?;
     let dry_run = ctx.dry_run()?;
     let mut attempt = 0;
     loop {

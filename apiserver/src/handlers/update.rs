@@ -86,6 +86,14 @@ pub(super) async fn write_loop(
             .tenancy
             .prepare(&resource, &cluster, &mut new, Some(&old))
             .await?;
+        crate::reviews::check_rbac_write(
+            &ctx.state,
+            &cluster,
+            ctx.identity.as_deref(),
+            &resource,
+            &new,
+        )
+        .await?;
         if objects::same_object(&new, &old) {
             return Ok(ctx.respond_object(StatusCode::OK, current.value));
         }
