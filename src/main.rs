@@ -44,6 +44,9 @@ enum Command {
         /// Short (non-watch) requests served at once; beyond it clients get 429 and Retry-After.
         #[arg(long, default_value_t = apiserver::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
         max_requests_inflight: usize,
+        /// Bearer tokens: CSV lines `token,user,uid,"group1,group2"`.
+        #[arg(long)]
+        token_auth_file: Option<PathBuf>,
     },
     /// Measure the server against a bare hyper+rustls server (prints a report).
     Bench {
@@ -116,6 +119,7 @@ fn main() -> anyhow::Result<()> {
             client_ca_file,
             in_memory,
             max_requests_inflight,
+            token_auth_file,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
@@ -124,6 +128,7 @@ fn main() -> anyhow::Result<()> {
                 opts.tls_private_key_file = tls_private_key_file;
                 opts.client_ca_file = client_ca_file;
                 opts.max_requests_in_flight = max_requests_inflight;
+                opts.token_auth_file = token_auth_file;
                 if in_memory {
                     opts.store = apiserver::server::StoreKind::Memory;
                 }

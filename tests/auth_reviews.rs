@@ -149,3 +149,60 @@ fn auth_reviews_kubectl_1_27() {
 fn auth_reviews_kubectl_1_33() {
     reviews("1.33");
 }
+
+fn token_identity(version: &str) {
+    let bin =
+        kubectl_binary(version).unwrap_or_else(|| panic!("kubectl.{version} is not installed"));
+    let files = tempfile::tempdir().expect("tempdir");
+    let token_file = files.path().join("tokens.csv");
+    std::fs::write(
+        &token_file,
+        "s3cr3t-token-for-bob,bob,uid-bob,\"viewers,ops\"\n",
+    )
+    .expect("token file");
+    let server = Server::start_with(&["--token-auth-file", token_file.to_str().expect("path")]);
+    let pki = certs::load_or_create(&server.data_dir.join("pki"), &[]).expect("pki");
+    let kubeconfig = |token: &str, name: &str| {
+        let mut opts = pki.admin_kubeconfig_options(&server.url());
+        opts.user_name = "bob".into();
+        opts.client_cert_pem = None;
+        opts.client_key_pem = None;
+        opts.token = Some(token.to_string());
+        let path = files.path().join(name);
+        certs::write_kubeconfig(&path, &opts).expect("kubeconfig");
+        path
+    };
+    let bob = Kubectl::new(
+        bin.clone(),
+        &kubeconfig("s3cr3t-token-for-bob", "bob.kubeconfig"),
+    );
+    let whoami = bob.ok(&["auth", "whoami"]);
+    assert!(
+        whoami.contains("bob") && whoami.contains("viewers") && whoami.contains("ops"),
+        "{whoami}"
+    );
+    let no = bob.run(&["auth", "can-i", "get", "configmaps"]);
+    assert_eq!(String::from_utf8_lossy(&no.stdout).trim(), "no");
+    assert!(!bob.run(&["get", "configmaps"]).status.success());
+    let forged = Kubectl::new(
+        bin,
+        &kubeconfig("s3cr3t-token-for-bobX", "forged.kubeconfig"),
+    );
+    let refused = forged.run(&["get", "configmaps"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("You must be logged in"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+#[test]
+fn token_identity_kubectl_1_27() {
+    token_identity("1.27");
+}
+
+#[test]
+fn token_identity_kubectl_1_33() {
+    token_identity("1.33");
+}

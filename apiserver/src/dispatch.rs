@@ -49,6 +49,8 @@ pub struct AppState {
     pub tenancy: crate::tenancy::Tenancy,
     /// Short requests being served at once; beyond the limit the server answers 429.
     in_flight: tokio::sync::Semaphore,
+    /// Bearer tokens from `--token-auth-file`.
+    pub tokens: crate::authn::StaticTokens,
 }
 
 /// Default limit of short (non-watch) requests served at once.
@@ -60,12 +62,14 @@ impl AppState {
         registry: Registry,
         advertise_address: String,
         max_requests_in_flight: usize,
+        tokens: crate::authn::StaticTokens,
     ) -> Arc<Self> {
         let catalog = Catalog::new(registry.resources().to_vec());
         Arc::new_cyclic(|weak| AppState {
             namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
             tenancy: crate::tenancy::Tenancy::new(weak.clone()),
             in_flight: tokio::sync::Semaphore::new(max_requests_in_flight.max(1)),
+            tokens,
             store,
             catalog,
             metrics: Metrics::new(),
@@ -171,6 +175,22 @@ async fn route(
     let info = match request_info::parse(&parts.method, parts.uri.path(), query.flag("watch")) {
         Ok(i) => i,
         Err(e) => return error_response(&e),
+    };
+    // Without a client certificate, a bearer token may say who the client is; a wrong one is a 401.
+    let identity = match identity {
+        Some(id) => Some(id),
+        None => match crate::authn::bearer(
+            parts
+                .headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok()),
+        ) {
+            Some(token) => match state.tokens.authenticate(token) {
+                Some(id) => Some(Arc::new(id)),
+                None => return error_response(&ApiError::unauthorized()),
+            },
+            None => None,
+        },
     };
     if identity.is_none() && !is_public(&info.target) {
         return error_response(&ApiError::unauthorized());

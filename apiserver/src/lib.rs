@@ -2,6 +2,7 @@
 pub mod admission;
 pub mod apply;
 pub mod auth;
+pub mod authn;
 pub mod body;
 pub mod catalog;
 pub mod client;

@@ -149,6 +149,8 @@ pub struct ServeOptions {
     pub store: StoreKind,
     /// Short requests served at once before the server answers 429.
     pub max_requests_in_flight: usize,
+    /// A kube-apiserver style token file (`token,user,uid,"group1,group2"`).
+    pub token_auth_file: Option<std::path::PathBuf>,
 }
 
 impl ServeOptions {
@@ -162,6 +164,7 @@ impl ServeOptions {
             client_ca_file: None,
             store: StoreKind::Redb,
             max_requests_in_flight: crate::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+            token_auth_file: None,
         }
     }
 }
@@ -250,11 +253,17 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
         address.ip().to_string()
     };
     let advertise = format!("{host}:{}", address.port());
+    let tokens = match &opts.token_auth_file {
+        Some(p) => crate::authn::StaticTokens::parse(&read_file(p, "token file")?)
+            .map_err(|e| anyhow::anyhow!("token file {}: {e}", p.display()))?,
+        None => crate::authn::StaticTokens::default(),
+    };
     let state = AppState::new(
         store,
         crate::registry::Registry::builtin(),
         advertise.clone(),
         opts.max_requests_in_flight,
+        tokens,
     );
     state
         .namespaces

@@ -29,11 +29,25 @@ impl Server {
         s
     }
 
+    /// Starts a server with a fresh data directory and extra `serve` flags.
+    pub fn start_with(extra: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let mut s = Server::spawn(&dir, "127.0.0.1:0", extra);
+        s._tmp = Some(tmp);
+        s
+    }
+
     /// Starts a server on an existing (or new) data directory.
     pub fn start_in(data_dir: &Path, listen: &str) -> Server {
+        Server::spawn(data_dir, listen, &[])
+    }
+
+    fn spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
             .args(["serve", "--listen", listen, "--data-dir"])
             .arg(data_dir)
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
