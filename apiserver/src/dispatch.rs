@@ -8,7 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures::FutureExt;
 use http::{header, HeaderValue, Method, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::Request;
 use serde_json::{json, Value};
@@ -310,28 +310,37 @@ async fn route(
 /// How long a client may take to send a request body (a slow sender holds a request slot).
 const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How much of an oversized body is still read (and dropped) so the client, still sending, gets
+/// its 413 instead of a reset connection.
+const OVERSIZED_BODY_DRAIN: usize = 64 * 1024 * 1024;
+
 async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
-    let read = tokio::time::timeout(
-        BODY_READ_TIMEOUT,
-        Limited::new(body, MAX_BODY_BYTES).collect(),
-    );
-    let Ok(collected) = read.await else {
-        return Err(ApiError::timeout("the request body did not arrive in time"));
-    };
-    match collected {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                Err(ApiError::too_large(MAX_BODY_BYTES))
-            } else {
-                Err(ApiError::bad_request(format!(
-                    "failed to read the request body: {e}"
-                )))
-            }
+    match tokio::time::timeout(BODY_READ_TIMEOUT, collect_limited(body)).await {
+        Ok(result) => result,
+        Err(_) => Err(ApiError::timeout("the request body did not arrive in time")),
+    }
+}
+
+async fn collect_limited(mut body: Incoming) -> Result<Bytes, ApiError> {
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::bad_request(format!("failed to read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen = seen.saturating_add(data.len());
+        if seen <= MAX_BODY_BYTES {
+            buf.extend_from_slice(&data);
+        } else if seen > OVERSIZED_BODY_DRAIN {
+            break;
         }
     }
+    if seen > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    }
+    Ok(buf.freeze())
 }
 
 fn serve_non_resource(
