@@ -146,6 +146,35 @@ async fn a_leader_whose_lease_was_taken_notices_the_loss() {
     ts.stop().await;
 }
 
+#[tokio::test]
+async fn leader_election_master_status_follows_leadership() {
+    let ts = TestServer::start().await;
+    let client = ts.client("root").await;
+    let stop = CancellationToken::new();
+    let status = crate::runtime::leader::LeaderStatus::default();
+    let mut registry = prometheus_client::registry::Registry::default();
+    status.register(&mut registry);
+    let elector = LeaderElector::new(client, fast("only")).with_status(status.clone());
+    assert_eq!(status.get("e2e-leader"), 0);
+    let leading = elector.acquire(&stop).await.expect("leads");
+    assert_eq!(status.get("e2e-leader"), 1);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    assert!(
+        text.contains("leader_election_master_status{name=\"e2e-leader\"} 1"),
+        "{text}"
+    );
+    leading.release().await.expect("release");
+    for _ in 0..50 {
+        if status.get("e2e-leader") == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(status.get("e2e-leader"), 0);
+    ts.stop().await;
+}
+
 /// Records, per candidate, the ConfigMaps it reconciled.
 struct RecordAs {
     identity: &'static str,

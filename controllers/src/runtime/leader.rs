@@ -60,12 +60,69 @@ impl LeaderElectionConfig {
 pub struct LeaderElector {
     client: kube::Client,
     config: LeaderElectionConfig,
+    status: Option<LeaderStatus>,
+}
+
+/// `leader_election_master_status{name}`: 1 while this process leads the lease, else 0 (the
+/// metric client-go's leader election reports).
+#[derive(Clone, Debug, Default)]
+pub struct LeaderStatus {
+    family: prometheus_client::metrics::family::Family<
+        LeaseName,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+}
+
+/// The label of [`LeaderStatus`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct LeaseName {
+    /// The Lease's name.
+    pub name: String,
+}
+
+impl LeaderStatus {
+    /// Registers the metric.
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "leader_election_master_status",
+            "Whether this process leads the lease (1) or not (0)",
+            self.family.clone(),
+        );
+    }
+
+    fn set(&self, name: &str, leading: bool) {
+        self.family
+            .get_or_create(&LeaseName {
+                name: name.to_string(),
+            })
+            .set(i64::from(leading));
+    }
+
+    /// The current value for a lease (for tests and health output).
+    pub fn get(&self, name: &str) -> i64 {
+        self.family
+            .get_or_create(&LeaseName {
+                name: name.to_string(),
+            })
+            .get()
+    }
 }
 
 impl LeaderElector {
     /// An elector using `client` for the Lease.
     pub fn new(client: kube::Client, config: LeaderElectionConfig) -> Self {
-        LeaderElector { client, config }
+        LeaderElector {
+            client,
+            config,
+            status: None,
+        }
+    }
+
+    /// Reports leadership in `status` (`leader_election_master_status`).
+    pub fn with_status(mut self, status: LeaderStatus) -> Self {
+        status.set(&self.config.name, false);
+        self.status = Some(status);
+        self
     }
 
     fn lock(&self) -> LeaseLock {
@@ -100,7 +157,18 @@ impl LeaderElector {
             }
         }
         info!(lease = %self.config.name, identity = %self.config.identity, "became leader");
+        if let Some(s) = &self.status {
+            s.set(&self.config.name, true);
+        }
         let lost = CancellationToken::new();
+        if let Some(s) = self.status.clone() {
+            // Back to 0 whenever leadership ends: lost, released or abandoned.
+            let (lost, name) = (lost.clone(), self.config.name.clone());
+            tokio::spawn(async move {
+                lost.cancelled().await;
+                s.set(&name, false);
+            });
+        }
         let stop_renewing = CancellationToken::new();
         let task = tokio::spawn(renew(
             lock,

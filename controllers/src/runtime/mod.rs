@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod cluster;
 pub mod controller;
+pub mod events;
 pub mod leader;
 pub mod lease;
 pub mod manager;
