@@ -5,6 +5,7 @@
 use std::cmp::Ordering;
 use std::fmt::Write as _;
 
+pub(crate) use crate::field_error::{go_float, go_quote};
 use serde_json::{Map, Value};
 
 /// One step of a field path.
@@ -208,105 +209,5 @@ pub(crate) fn go_value_string(v: &Value) -> String {
             .iter()
             .map(|(k, v)| format!("{k}={}", go_value_string(v)))
             .collect(),
-    }
-}
-
-/// Go's `strconv.Quote`: a double-quoted string with Go escapes.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if c.is_control() || c == '\u{feff}' => {
-                if (c as u32) < 0x10000 {
-                    let _ = write!(out, "\\u{:04x}", c as u32);
-                } else {
-                    let _ = write!(out, "\\U{:08x}", c as u32);
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Go's `%v` for a float64 (`strconv.FormatFloat(f, 'g', -1, 64)`).
-pub(crate) fn go_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".to_string();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "+Inf" } else { "-Inf" }.to_string();
-    }
-    if f == 0.0 {
-        return if f.is_sign_negative() { "-0" } else { "0" }.to_string();
-    }
-    // Shortest round-trip digits in scientific form, e.g. "-1.5e7".
-    let sci = format!("{f:e}");
-    let (mantissa, exp) = match sci.split_once('e') {
-        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
-        None => (sci.as_str(), 0),
-    };
-    let negative = mantissa.starts_with('-');
-    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
-    let mut out = String::new();
-    if negative {
-        out.push('-');
-    }
-    // With the shortest representation Go uses precision 6 to pick the exponent form.
-    if !(-4..6).contains(&exp) {
-        push_exponent_form(&mut out, &digits, exp);
-    } else {
-        push_plain_form(&mut out, &digits, exp);
-    }
-    out
-}
-
-fn push_exponent_form(out: &mut String, digits: &str, exp: i32) {
-    let mut chars = digits.chars();
-    if let Some(first) = chars.next() {
-        out.push(first);
-    }
-    let rest: String = chars.collect();
-    if !rest.is_empty() {
-        out.push('.');
-        out.push_str(&rest);
-    }
-    let sign = if exp < 0 { '-' } else { '+' };
-    let _ = write!(out, "e{sign}{:02}", exp.unsigned_abs());
-}
-
-fn push_plain_form(out: &mut String, digits: &str, exp: i32) {
-    let point = exp + 1;
-    let len = digits.len() as i32;
-    if point <= 0 {
-        out.push_str("0.");
-        for _ in 0..(-point) {
-            out.push('0');
-        }
-        out.push_str(digits);
-    } else if point >= len {
-        out.push_str(digits);
-        for _ in 0..(point - len) {
-            out.push('0');
-        }
-    } else {
-        let split = point as usize;
-        out.push_str(&digits[..split]);
-        out.push('.');
-        out.push_str(&digits[split..]);
     }
 }

@@ -28,6 +28,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+pub(crate) use crate::field_error::go_quote;
 use serde_json::Value;
 
 pub use escalation::{
@@ -300,27 +301,6 @@ pub fn forbidden_message(attrs: &Attributes, reason: &str) -> String {
             go_quote(&attrs.name)
         )
     }
-}
-
-/// Quotes a string like Go's `%q` verb (double quotes, backslash escapes).
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// Formats a string list like Go's `%q` on a `[]string`: `["a" "b"]`.
