@@ -24,6 +24,14 @@ pub struct BenchOptions {
     pub writers: usize,
     /// Workspaces created (and then deleted as one tree).
     pub workspaces: usize,
+    /// Open-loop webhook review rates (reviews/s over 200 connections).
+    pub review_rates: Vec<u64>,
+    /// `--max-requests-inflight` of the overload server (driven by ten times as many clients).
+    pub overload_inflight: usize,
+    /// RSS the overloaded server must stay under.
+    pub overload_rss_ceiling_mib: u64,
+    /// Sections to run (all when empty): see [`SECTIONS`].
+    pub only: Vec<String>,
 }
 
 /// A child server process that is killed when dropped.
@@ -82,14 +90,7 @@ impl ChildServer {
     }
 
     fn rss_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|kb| kb.parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        rss_of(self.child.id())
     }
 }
 
@@ -223,6 +224,9 @@ fn ms(d: Duration) -> String {
 }
 
 /// Runs every measurement and prints the report.
+/// The parts of the benchmark, selectable with `--only`.
+pub const SECTIONS: &[&str] = &["serving", "admission", "workspaces", "overload"];
+
 pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     let tmp = std::env::temp_dir().join(format!("platform-mesh-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
@@ -231,7 +235,46 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
         "platform-mesh bench: {cores} cores, {} s per load, {} connections",
         opts.seconds, opts.connections
     );
+    let wanted = |s: &str| opts.only.is_empty() || opts.only.iter().any(|o| o == s);
+    let mut rows = Vec::new();
+    if wanted("serving") {
+        rows.extend(serving(&opts, &tmp).await?);
+    }
+    if wanted("admission") {
+        rows.extend(admission(&opts, &tmp).await?);
+    }
+    if wanted("workspaces") {
+        let t = workspace_tree(&tmp.join("workspaces"), opts.workspaces, opts.writers).await?;
+        rows.push(format!(
+            "| workspaces created, {} under one parent, {} clients | {:.0} workspaces/s ({:.1} s; all Ready after {:.1} s) | kcp: 8 workspaces/s; target 1,000/s |",
+            opts.workspaces, opts.writers, t.created_per_second, t.create_seconds, t.ready_seconds
+        ));
+        rows.push(format!(
+            "| RSS per empty workspace | {:.1} KiB ({:.0} MiB before, {:.0} MiB after) | kcp: 9.8 MiB; target 16 KiB |",
+            t.rss_per_workspace / 1024.0,
+            t.rss_before as f64 / 1048576.0,
+            t.rss_after as f64 / 1048576.0
+        ));
+        rows.push(format!(
+            "| delete the {}-workspace tree | {:.1} s | kcp: about 1 hour for 10,000; target < 10 s |",
+            opts.workspaces, t.delete_seconds
+        ));
+    }
+    if wanted("overload") {
+        rows.extend(overload(&opts, &tmp).await?);
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    println!();
+    println!("| measurement | platform-mesh | baseline / target |");
+    println!("|---|---|---|");
+    for r in rows {
+        println!("{r}");
+    }
+    Ok(())
+}
 
+/// GET, LIST, durable creates and RSS.
+async fn serving(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>> {
     // Baseline: bare hyper + rustls, fixed 1 KiB JSON.
     let bare = ChildServer::start(&["bench-bare-server"], &tmp.join("bare"))?;
     let bare_load = closed_loop(
@@ -303,101 +346,370 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     let rss = server.rss_bytes();
     drop(server);
 
-    // Admission: validation throughput in-process, webhook latency under 200 concurrent reviews.
-    let validation = validation_throughput(Duration::from_secs(opts.seconds.min(3)));
+    let ratio = get_load.per_second() / bare_load.per_second();
+    let mut rows = vec![
+        format!(
+            "| GET 1 KiB object, {} connections | {:.0} req/s, p50 {}, p99 {} | bare hyper+rustls: {:.0} req/s, p99 {}; ratio {:.0}% (target >= 50%) |",
+            opts.connections,
+            get_load.per_second(),
+            ms(get_load.p50),
+            ms(get_load.p99),
+            bare_load.per_second(),
+            ms(bare_load.p99),
+            ratio * 100.0
+        ),
+        format!(
+            "| LIST {} x 1 KiB ({:.1} MiB JSON) | median {}, p99 {} | target < 100 ms |",
+            opts.list_objects,
+            list_bytes as f64 / 1048576.0,
+            ms(percentile(&list_times, 0.5)),
+            ms(percentile(&list_times, 0.99))
+        ),
+        format!(
+            "| durable creates, {} clients | {:.0} creates/s, p99 {} | target >= 3,000/s |",
+            opts.writers,
+            creates.per_second(),
+            ms(creates.p99)
+        ),
+        format!(
+            "| RSS after {} x 1 KiB objects | {:.0} MiB (idle {:.0} MiB; load took {:.1} s) | raw JSON {:.0} MiB; ratio {:.2}x (target <= 3x) |",
+            opts.rss_objects,
+            rss as f64 / 1048576.0,
+            idle_rss as f64 / 1048576.0,
+            load_secs,
+            raw as f64 / 1048576.0,
+            rss as f64 / raw as f64
+        ),
+    ];
+    if get_load.errors + bare_load.errors + creates.errors > 0 {
+        rows.push(format!(
+            "| errors | get {}, bare {}, creates {} | |",
+            get_load.errors, bare_load.errors, creates.errors
+        ));
+    }
+    Ok(rows)
+}
+
+/// Validation throughput in-process; webhook review latency with 200 connections, closed loop
+/// (each connection sends its next review as soon as the last is answered) and open loop (reviews
+/// arrive at a fixed rate, as a kube-apiserver sends them), each beside the bare server.
+async fn admission(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>> {
+    let mut rows = Vec::new();
+    for (what, per_sec, baseline) in validation_throughput(Duration::from_secs(opts.seconds.min(3)))
+    {
+        rows.push(format!(
+            "| validation of a typical {what} (in-process) | {per_sec:.0} objects/s | JSON decode+encode of the same object: {baseline:.0}/s |"
+        ));
+    }
+    const CONNECTIONS: usize = 200;
     let bare = ChildServer::start(&["bench-bare-server"], &tmp.join("bare2"))?;
-    let bare_200 = closed_loop(&bare.client()?, 200, opts.seconds, 200, |_, _| {
+    let bare_client = bare.client()?;
+    let bare_closed = closed_loop(&bare_client, CONNECTIONS, opts.seconds, 200, |_, _| {
         (Method::GET, "/".to_string(), None)
     })
     .await?;
+    let mut bare_open = Vec::new();
+    for &rate in &opts.review_rates {
+        bare_open.push(
+            open_loop(
+                &bare_client,
+                CONNECTIONS,
+                rate,
+                opts.seconds,
+                200,
+                |_, _| (Method::GET, "/".to_string(), Vec::new()),
+            )
+            .await?,
+        );
+    }
     drop(bare);
+
     let server = ChildServer::start(&["serve", "--in-memory"], &tmp.join("webhook"))?;
-    let review = admission_review(&typical_accept_api());
-    let reviews = closed_loop(&server.client()?, 200, opts.seconds, 200, move |c, i| {
-        let mut r = review.clone();
-        r["request"]["uid"] = json!(format!("{c}-{i}"));
-        (
-            Method::POST,
-            "/admission/validate?timeout=10s".to_string(),
-            Some(r),
-        )
+    let client = server.client()?;
+    // The review is serialized once; only its uid changes between requests.
+    let template = serde_json::to_string(&admission_review(&typical_accept_api()))?;
+    let review = move |c: usize, i: usize| {
+        template
+            .replacen("\"uid\":\"0\"", &format!("\"uid\":\"{c}-{i}\""), 1)
+            .into_bytes()
+    };
+    let path = "/admission/validate?timeout=10s";
+    let r = review.clone();
+    let closed = closed_loop(&client, CONNECTIONS, opts.seconds, 200, move |c, i| {
+        let body = serde_json::from_slice(&r(c, i)).unwrap_or_default();
+        (Method::POST, path.to_string(), Some(body))
     })
     .await?;
-    drop(server);
-
-    let tenancy = workspace_tree(&tmp.join("workspaces"), opts.workspaces, opts.writers).await?;
-    let _ = std::fs::remove_dir_all(&tmp);
-
-    let ratio = get_load.per_second() / bare_load.per_second();
-    println!();
-    println!("| measurement | platform-mesh | baseline / target |");
-    println!("|---|---|---|");
-    println!(
-        "| GET 1 KiB object, {} connections | {:.0} req/s, p50 {}, p99 {} | bare hyper+rustls: {:.0} req/s, p99 {}; ratio {:.0}% (target >= 50%) |",
-        opts.connections,
-        get_load.per_second(),
-        ms(get_load.p50),
-        ms(get_load.p99),
-        bare_load.per_second(),
-        ms(bare_load.p99),
-        ratio * 100.0
-    );
-    println!(
-        "| LIST {} x 1 KiB ({:.1} MiB JSON) | median {}, p99 {} | target < 100 ms |",
-        opts.list_objects,
-        list_bytes as f64 / 1048576.0,
-        ms(percentile(&list_times, 0.5)),
-        ms(percentile(&list_times, 0.99))
-    );
-    println!(
-        "| durable creates, {} clients | {:.0} creates/s, p99 {} | target >= 3,000/s |",
-        opts.writers,
-        creates.per_second(),
-        ms(creates.p99)
-    );
-    println!(
-        "| RSS after {} x 1 KiB objects | {:.0} MiB (idle {:.0} MiB; load took {:.1} s) | raw JSON {:.0} MiB; ratio {:.2}x (target <= 3x) |",
-        opts.rss_objects,
-        rss as f64 / 1048576.0,
-        idle_rss as f64 / 1048576.0,
-        load_secs,
-        raw as f64 / 1048576.0,
-        rss as f64 / raw as f64
-    );
-    for (what, per_sec, baseline) in &validation {
-        println!(
-            "| validation of a typical {what} (in-process) | {per_sec:.0} objects/s | JSON decode+encode of the same object: {baseline:.0}/s |"
-        );
+    rows.push(format!(
+        "| webhook review, {CONNECTIONS} connections, closed loop | p50 {}, p99 {}, {:.0} reviews/s | bare server, same load: p50 {}, p99 {}, {:.0} req/s |",
+        ms(closed.p50),
+        ms(closed.p99),
+        closed.per_second(),
+        ms(bare_closed.p50),
+        ms(bare_closed.p99),
+        bare_closed.per_second()
+    ));
+    for (&rate, bare) in opts.review_rates.iter().zip(&bare_open) {
+        let r = review.clone();
+        let open = open_loop(
+            &client,
+            CONNECTIONS,
+            rate,
+            opts.seconds,
+            200,
+            move |c, i| (Method::POST, path.to_string(), r(c, i)),
+        )
+        .await?;
+        rows.push(format!(
+            "| webhook review, {CONNECTIONS} connections, open loop {rate} reviews/s | p50 {}, p99 {} ({} late, {} errors) | bare server, same load: p50 {}, p99 {}; target p99 < 2 ms |",
+            ms(open.p50),
+            ms(open.p99),
+            open.late,
+            open.errors,
+            ms(bare.p50),
+            ms(bare.p99),
+        ));
     }
-    println!(
-        "| webhook review, 200 concurrent | p50 {}, p99 {}, {:.0} reviews/s | bare server, 200 concurrent: p50 {}, p99 {}; target p99 < 2 ms |",
-        ms(reviews.p50),
-        ms(reviews.p99),
-        reviews.per_second(),
-        ms(bare_200.p50),
-        ms(bare_200.p99)
-    );
-    println!(
-        "| workspaces created, {} under one parent, {} clients | {:.0} workspaces/s ({:.1} s; all Ready after {:.1} s) | kcp: 8 workspaces/s; target 1,000/s |",
-        opts.workspaces, opts.writers, tenancy.created_per_second, tenancy.create_seconds, tenancy.ready_seconds
-    );
-    println!(
-        "| RSS per empty workspace | {:.1} KiB ({:.0} MiB before, {:.0} MiB after) | kcp: 9.8 MiB; target 16 KiB |",
-        tenancy.rss_per_workspace / 1024.0,
-        tenancy.rss_before as f64 / 1048576.0,
-        tenancy.rss_after as f64 / 1048576.0
-    );
-    println!(
-        "| delete the {}-workspace tree | {:.1} s | kcp: about 1 hour for 10,000; target < 10 s |",
-        opts.workspaces, tenancy.delete_seconds
-    );
-    if get_load.errors + bare_load.errors + creates.errors + reviews.errors > 0 {
-        println!(
-            "errors: get {}, bare {}, creates {}",
-            get_load.errors, bare_load.errors, creates.errors
-        );
+    Ok(rows)
+}
+
+/// Latency of an open-loop load.
+struct OpenLoad {
+    p50: Duration,
+    p99: Duration,
+    errors: usize,
+    /// Requests sent more than 5 ms after their scheduled time (the connection was still busy
+    /// or the generator could not keep up): a large count means the figures understate latency.
+    late: usize,
+}
+
+/// Sends `rate` requests per second in all, spread over `connections` connections on a fixed
+/// schedule, for `seconds`; latency is measured from the send of each request.
+async fn open_loop<F>(
+    client: &ClientConfig,
+    connections: usize,
+    rate: u64,
+    seconds: u64,
+    expect: u16,
+    make: F,
+) -> anyhow::Result<OpenLoad>
+where
+    F: Fn(usize, usize) -> (Method, String, Vec<u8>) + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    let interval = Duration::from_secs_f64(connections as f64 / rate.max(1) as f64);
+    let mut conns = Vec::new();
+    for _ in 0..connections {
+        conns.push(client.connect().await?);
     }
-    Ok(())
+    let start = tokio::time::Instant::now() + Duration::from_millis(100);
+    let deadline = start + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for (c, mut conn) in conns.into_iter().enumerate() {
+        let make = make.clone();
+        // Connections start evenly staggered over one interval.
+        let offset = interval.mul_f64(c as f64 / connections as f64);
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let (mut errors, mut late) = (0usize, 0usize);
+            let mut i = 0;
+            loop {
+                let due = start + offset + interval * i as u32;
+                if due >= deadline {
+                    break;
+                }
+                tokio::time::sleep_until(due).await;
+                if due.elapsed() > Duration::from_millis(5) {
+                    late += 1;
+                }
+                let (method, path, body) = make(c, i);
+                let ct = (!body.is_empty()).then_some("application/json");
+                let t = Instant::now();
+                let r = conn.send(method, &path, ct, body).await?;
+                latencies.push(t.elapsed());
+                if r.status.as_u16() != expect {
+                    errors += 1;
+                }
+                i += 1;
+            }
+            anyhow::Ok((latencies, errors, late))
+        }));
+    }
+    let (mut all, mut errors, mut late) = (Vec::new(), 0, 0);
+    for t in tasks {
+        let (l, e, d) = t.await??;
+        all.extend(l);
+        errors += e;
+        late += d;
+    }
+    all.sort();
+    Ok(OpenLoad {
+        p50: percentile(&all, 0.50),
+        p99: percentile(&all, 0.99),
+        errors,
+        late,
+    })
+}
+
+/// Overload: a server limited to `--max-requests-inflight` is driven by ten times as many
+/// closed-loop clients as the limit, each creating 1 KiB objects in the durable store (a write
+/// waits for its group commit, so requests pile up inside the server). It must answer 429 to the
+/// excess, keep its RSS under the ceiling, and serve normally again once the load drops.
+async fn overload(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>> {
+    let limit = opts.overload_inflight;
+    let server = ChildServer::start(
+        &["serve", "--max-requests-inflight", &limit.to_string()],
+        &tmp.join("overload"),
+    )?;
+    let client = server.client()?;
+    let create = |phase: char| {
+        move |c: usize, i: usize| {
+            (
+                Method::POST,
+                "/api/v1/namespaces/default/configmaps".to_string(),
+                Some(object_1k(&format!("{phase}{c:04}-{i:07}"))),
+            )
+        }
+    };
+    let idle_rss = server.rss_bytes();
+    let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        let pid = server.child.id();
+        tokio::spawn(async move {
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                peak.fetch_max(rss_of(pid), std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let normal = statuses(&client, limit, opts.seconds, create('a')).await?;
+    let normal_peak = peak.swap(0, std::sync::atomic::Ordering::Relaxed);
+    let over = statuses(&client, limit * 10, opts.seconds, create('b')).await?;
+    let over_peak = peak.swap(0, std::sync::atomic::Ordering::Relaxed);
+    let after = statuses(&client, limit, opts.seconds, create('c')).await?;
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let _ = sampler.await;
+    let ceiling = opts.overload_rss_ceiling_mib * 1048576;
+    let verdict = if over_peak <= ceiling {
+        "under"
+    } else {
+        "OVER"
+    };
+    Ok(vec![
+        format!(
+            "| overload: {} clients creating 1 KiB objects (redb), --max-requests-inflight {limit} | {:.0} ok/s, {:.0} 429/s, peak RSS {:.0} MiB ({verdict} the {} MiB ceiling) | {limit} clients: {:.0} ok/s, p99 {}, peak RSS {:.0} MiB (idle {:.0} MiB) |",
+            limit * 10,
+            over.ok_per_second(),
+            over.throttled_per_second(),
+            over_peak as f64 / 1048576.0,
+            opts.overload_rss_ceiling_mib,
+            normal.ok_per_second(),
+            ms(normal.p99_ok),
+            normal_peak as f64 / 1048576.0,
+            idle_rss as f64 / 1048576.0,
+        ),
+        format!(
+            "| after the overload, {limit} clients | {:.0} ok/s, {} 429s, {} other errors, p99 {} | before: {:.0} ok/s, p99 {} |",
+            after.ok_per_second(),
+            after.throttled,
+            after.other,
+            ms(after.p99_ok),
+            normal.ok_per_second(),
+            ms(normal.p99_ok),
+        ),
+    ])
+}
+
+/// Answers by status of a closed-loop load.
+struct Statuses {
+    ok: usize,
+    throttled: usize,
+    other: usize,
+    seconds: f64,
+    p99_ok: Duration,
+}
+
+impl Statuses {
+    fn ok_per_second(&self) -> f64 {
+        self.ok as f64 / self.seconds
+    }
+    fn throttled_per_second(&self) -> f64 {
+        self.throttled as f64 / self.seconds
+    }
+}
+
+/// A closed loop that counts successes (2xx), 429 (after which the client waits 10 ms, far less than the
+/// Retry-After a polite client honours, to keep the pressure on) and anything else.
+async fn statuses<F>(
+    client: &ClientConfig,
+    connections: usize,
+    seconds: u64,
+    make: F,
+) -> anyhow::Result<Statuses>
+where
+    F: Fn(usize, usize) -> (Method, String, Option<serde_json::Value>)
+        + Send
+        + Sync
+        + Copy
+        + 'static,
+{
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for c in 0..connections {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = client.connect().await?;
+            let (mut ok, mut throttled, mut other) = (Vec::new(), 0usize, 0usize);
+            let mut i = 0;
+            while Instant::now() < deadline {
+                let (method, path, body) = make(c, i);
+                let (ct, bytes) = match body {
+                    Some(b) => (Some("application/json"), serde_json::to_vec(&b)?),
+                    None => (None, Vec::new()),
+                };
+                let t = Instant::now();
+                let r = conn.send(method, &path, ct, bytes).await?;
+                match r.status.as_u16() {
+                    200..=299 => ok.push(t.elapsed()),
+                    429 => {
+                        throttled += 1;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    _ => other += 1,
+                }
+                i += 1;
+            }
+            anyhow::Ok((ok, throttled, other))
+        }));
+    }
+    let (mut ok, mut throttled, mut other) = (Vec::new(), 0, 0);
+    for t in tasks {
+        let (o, th, ot) = t.await??;
+        ok.extend(o);
+        throttled += th;
+        other += ot;
+    }
+    ok.sort();
+    Ok(Statuses {
+        ok: ok.len(),
+        throttled,
+        other,
+        seconds: started.elapsed().as_secs_f64(),
+        p99_ok: percentile(&ok, 0.99),
+    })
+}
+
+fn rss_of(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }
 
 /// Figures of the workspace measurements.

@@ -68,6 +68,18 @@ enum Command {
         /// Workspaces created and then deleted as one tree.
         #[arg(long, default_value_t = 10_000)]
         workspaces: usize,
+        /// Open-loop webhook review rates, reviews/s over 200 connections.
+        #[arg(long, value_delimiter = ',', default_values_t = [2_000u64, 5_000, 10_000])]
+        review_rates: Vec<u64>,
+        /// `--max-requests-inflight` of the overloaded server (ten times as many clients drive it).
+        #[arg(long, default_value_t = 100)]
+        overload_inflight: usize,
+        /// RSS ceiling (MiB) the overloaded server must stay under.
+        #[arg(long, default_value_t = 256)]
+        overload_rss_ceiling_mib: u64,
+        /// Run only these sections (comma-separated): serving, admission, workspaces, overload.
+        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
+        only: Vec<String>,
     },
     /// The benchmark's baseline server (a fixed 1 KiB JSON over hyper+rustls).
     #[command(hide = true)]
@@ -152,6 +164,10 @@ fn main() -> anyhow::Result<()> {
             rss_objects,
             writers,
             workspaces,
+            review_rates,
+            overload_inflight,
+            overload_rss_ceiling_mib,
+            only,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(bench::run(bench::BenchOptions {
@@ -161,6 +177,10 @@ fn main() -> anyhow::Result<()> {
                 rss_objects,
                 writers,
                 workspaces,
+                review_rates,
+                overload_inflight,
+                overload_rss_ceiling_mib,
+                only,
             }))
         }
         Command::BenchBareServer { listen, data_dir } => {

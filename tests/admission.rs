@@ -197,3 +197,41 @@ async fn an_account_records_who_created_it() {
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["spec"]["creator"], "admin");
 }
+
+/// Small reviews are decided on the request's task, large ones in the admission pool: both paths
+/// give the same answer, with the uid echoed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_and_large_reviews_get_the_same_answer() {
+    let (_s, client, _d) = server().await;
+    let mut c = client.connect().await.expect("connect");
+    let case = apiserver::rules::invalid_cases()
+        .into_iter()
+        .find(|c| c.kind == "AcceptAPI")
+        .expect("an AcceptAPI case");
+    let mut small = case.object.clone();
+    small["metadata"]["namespace"] = json!("default");
+    let mut large = small.clone();
+    large["metadata"]["annotations"] = json!({"padding": "x".repeat(64 * 1024)});
+    let mut messages = Vec::new();
+    for (uid, obj) in [("small", &small), ("large", &large)] {
+        let body = review(uid, obj, "CREATE", None);
+        assert_eq!(
+            serde_json::to_vec(&body).expect("json").len() > 32 * 1024,
+            uid == "large"
+        );
+        let w = post(&mut c, "/admission/validate?timeout=10s", &body).await;
+        assert_eq!(w.status, 200, "{uid}");
+        let resp = &w.json()["response"];
+        assert_eq!(resp["uid"], uid);
+        assert_eq!(resp["allowed"], false, "{uid}: {resp}");
+        messages.push(resp["status"]["message"].clone());
+    }
+    assert_eq!(messages[0], messages[1]);
+    assert!(
+        messages[0]
+            .as_str()
+            .is_some_and(|m| m.contains(case.message)),
+        "{messages:?} should mention {:?}",
+        case.message
+    );
+}

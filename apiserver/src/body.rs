@@ -9,24 +9,44 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::sync::mpsc;
 
 /// A response body.
-pub enum Body {
+pub struct Body {
+    content: Content,
+    /// Held until the body is dropped (sent or abandoned): a request's slot among the requests
+    /// in flight covers writing its response, not just computing it.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+enum Content {
     Full(Option<Bytes>),
     Stream(mpsc::Receiver<Bytes>),
 }
 
 impl Body {
     pub fn empty() -> Self {
-        Body::Full(None)
+        Body::new(Content::Full(None))
     }
 
     pub fn from_bytes(b: impl Into<Bytes>) -> Self {
-        Body::Full(Some(b.into()))
+        Body::new(Content::Full(Some(b.into())))
     }
 
     /// A streaming body and the sender that feeds it; the body ends when the sender is dropped.
     pub fn channel(capacity: usize) -> (mpsc::Sender<Bytes>, Self) {
         let (tx, rx) = mpsc::channel(capacity);
-        (tx, Body::Stream(rx))
+        (tx, Body::new(Content::Stream(rx)))
+    }
+
+    fn new(content: Content) -> Self {
+        Body {
+            content,
+            _slot: None,
+        }
+    }
+
+    /// The same body, holding `slot` until it is dropped.
+    pub fn holding(mut self, slot: tokio::sync::OwnedSemaphorePermit) -> Self {
+        self._slot = Some(slot);
+        self
     }
 }
 
@@ -38,21 +58,21 @@ impl HttpBody for Body {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.get_mut() {
-            Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+        match &mut self.get_mut().content {
+            Content::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Content::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self, Body::Full(None))
+        matches!(self.content, Content::Full(None))
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            Body::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            Body::Full(None) => SizeHint::with_exact(0),
-            Body::Stream(_) => SizeHint::default(),
+        match &self.content {
+            Content::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            Content::Full(None) => SizeHint::with_exact(0),
+            Content::Stream(_) => SizeHint::default(),
         }
     }
 }

@@ -48,7 +48,7 @@ pub struct AppState {
     /// The workspace tree and the hooks of the tenancy types.
     pub tenancy: crate::tenancy::Tenancy,
     /// Short requests being served at once; beyond the limit the server answers 429.
-    in_flight: tokio::sync::Semaphore,
+    in_flight: Arc<tokio::sync::Semaphore>,
     /// Bearer tokens from `--token-auth-file`.
     pub tokens: crate::authn::StaticTokens,
 }
@@ -68,7 +68,7 @@ impl AppState {
         Arc::new_cyclic(|weak| AppState {
             namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
             tenancy: crate::tenancy::Tenancy::new(weak.clone()),
-            in_flight: tokio::sync::Semaphore::new(max_requests_in_flight.max(1)),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(max_requests_in_flight.max(1))),
             tokens,
             store,
             catalog,
@@ -107,10 +107,10 @@ pub async fn handle(
             req.uri().path(),
             "/livez" | "/readyz" | "/healthz" | "/version" | "/metrics"
         );
-    let _permit = if exempt {
+    let slot = if exempt {
         None
     } else {
-        match state.in_flight.try_acquire() {
+        match state.in_flight.clone().try_acquire_owned() {
             Ok(p) => Some(p),
             Err(_) => {
                 let response = error_response(&ApiError::too_many_requests(1));
@@ -128,7 +128,7 @@ pub async fn handle(
     let result = AssertUnwindSafe(route(&state, identity, req, &label))
         .catch_unwind()
         .await;
-    let response = match result {
+    let mut response = match result {
         Ok(r) => r,
         Err(panic) => {
             let what = panic
@@ -142,6 +142,9 @@ pub async fn handle(
             ))
         }
     };
+    if let Some(slot) = slot {
+        response = response.map(|body| body.holding(slot));
+    }
     let (verb, resource) = label.into_inner().unwrap_or_default();
     let verb = if verb == "unknown" {
         method.as_str().to_ascii_lowercase()
