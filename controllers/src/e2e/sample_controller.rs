@@ -159,6 +159,27 @@ pub(crate) struct Log {
     pub writes: HashMap<ObjectKey, Vec<String>>,
     /// Reconciles per cluster (objects found or not).
     pub per_cluster: HashMap<String, usize>,
+    /// Reconciles running now: a reconcile that has written but not yet logged its write
+    /// must not let the test call an object settled.
+    pub in_flight: usize,
+}
+
+/// Counts one running reconcile in [`Log::in_flight`] until dropped.
+struct InFlight(Arc<Mutex<Log>>);
+
+impl InFlight {
+    fn enter(log: &Arc<Mutex<Log>>) -> Self {
+        log.lock().unwrap().in_flight += 1;
+        Self(log.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut l) = self.0.lock() {
+            l.in_flight -= 1;
+        }
+    }
 }
 
 impl Log {
@@ -166,9 +187,11 @@ impl Log {
         self.reconciles.get(key).is_some_and(|m| m.contains_key(rv))
     }
 
-    /// Whether every given resourceVersion and every controller write of `key` was reconciled.
+    /// Whether every given resourceVersion and every controller write of `key` was reconciled
+    /// and no reconcile is still running.
     pub fn settled(&self, key: &ObjectKey, test_rvs: &[String]) -> bool {
-        test_rvs.iter().all(|rv| self.reconciled(key, rv))
+        self.in_flight == 0
+            && test_rvs.iter().all(|rv| self.reconciled(key, rv))
             && self
                 .writes
                 .get(key)
@@ -208,6 +231,7 @@ impl Reconciler for CopySpec {
     type Error = String;
 
     async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+        let _running = InFlight::enter(&self.log);
         let cluster = ctx.cluster_name().to_string();
         *self
             .log
