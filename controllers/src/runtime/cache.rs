@@ -80,16 +80,40 @@ impl Assignment {
     }
 }
 
+/// Called with each event of one cluster, under the cache's lock (so it must not call back into
+/// the cache); returns whether it still wants events.
+type Handler = Box<dyn Fn(&CacheEvent) -> bool + Send + Sync>;
+
 #[derive(Default)]
 struct Store {
     objects: HashMap<ClusterName, HashMap<ObjectKey, Arc<DynamicObject>>>,
-    subscribers: HashMap<ClusterName, Vec<mpsc::UnboundedSender<CacheEvent>>>,
+    subscribers: HashMap<ClusterName, Vec<(u64, Handler)>>,
+    next_subscriber: u64,
 }
 
 impl Store {
+    fn add_subscriber(&mut self, cluster: &ClusterName, handler: Handler) -> u64 {
+        self.next_subscriber += 1;
+        let id = self.next_subscriber;
+        self.subscribers
+            .entry(cluster.clone())
+            .or_default()
+            .push((id, handler));
+        id
+    }
+
+    fn remove_subscriber(&mut self, cluster: &ClusterName, id: u64) {
+        if let Some(subs) = self.subscribers.get_mut(cluster) {
+            subs.retain(|(i, _)| *i != id);
+            if subs.is_empty() {
+                self.subscribers.remove(cluster);
+            }
+        }
+    }
+
     fn notify(&mut self, cluster: &ClusterName, event: CacheEvent) {
         if let Some(subs) = self.subscribers.get_mut(cluster) {
-            subs.retain(|s| s.send(event.clone()).is_ok());
+            subs.retain(|(_, handler)| handler(&event));
             if subs.is_empty() {
                 self.subscribers.remove(cluster);
             }
@@ -145,6 +169,14 @@ impl Store {
     }
 }
 
+/// The form an object is kept in: without `metadata.managedFields`, which is often the larger
+/// part of an object and which controllers read from the API when they need it (the cache
+/// transform controller-runtime and kube-rs recommend for memory).
+fn cached(mut obj: DynamicObject) -> Arc<DynamicObject> {
+    obj.metadata.managed_fields = None;
+    Arc::new(obj)
+}
+
 fn object_key(obj: &DynamicObject) -> ObjectKey {
     (
         obj.metadata.namespace.clone(),
@@ -186,17 +218,52 @@ impl SharedCache {
     ) -> (mpsc::UnboundedReceiver<CacheEvent>, Vec<Arc<DynamicObject>>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut store = self.inner.store.write().unwrap_or_else(|p| p.into_inner());
-        store
-            .subscribers
-            .entry(cluster.clone())
-            .or_default()
-            .push(tx);
+        store.add_subscriber(cluster, Box::new(move |e| tx.send(e.clone()).is_ok()));
         let snapshot = store
             .objects
             .get(cluster)
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default();
         (rx, snapshot)
+    }
+
+    /// Calls `handler` with every object `cluster` has now (as `Applied`) and then with each
+    /// event of that cluster until the returned subscription drops. No task or channel per
+    /// subscriber: the cache's one watch calls the handlers of the event's cluster directly, under
+    /// the cache's lock, so `handler` must be quick and must not use this cache.
+    ///
+    /// ```no_run
+    /// # fn f(cache: std::sync::Arc<controllers::runtime::SharedCache>) {
+    /// use controllers::runtime::{CacheEvent, ClusterName, SharedCache};
+    /// let sub = SharedCache::subscribe_with(&cache, &ClusterName::from("a"), |e: &CacheEvent| {
+    ///     println!("{:?}", e.object().metadata.name);
+    /// });
+    /// drop(sub); // no more calls
+    /// # }
+    /// ```
+    pub fn subscribe_with(
+        this: &Arc<SharedCache>,
+        cluster: &ClusterName,
+        handler: impl Fn(&CacheEvent) + Send + Sync + 'static,
+    ) -> Subscription {
+        let mut store = this.inner.store.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(objs) = store.objects.get(cluster) {
+            for obj in objs.values() {
+                handler(&CacheEvent::Applied(obj.clone()));
+            }
+        }
+        let id = store.add_subscriber(
+            cluster,
+            Box::new(move |e| {
+                handler(e);
+                true
+            }),
+        );
+        Subscription {
+            cache: this.clone(),
+            cluster: cluster.clone(),
+            id,
+        }
     }
 
     /// One object of `cluster`.
@@ -247,6 +314,32 @@ impl SharedCache {
             .await
             .map(|r| r.is_ok())
             .unwrap_or(false)
+    }
+}
+
+/// A registration made by [`SharedCache::subscribe_with`]; dropping it ends the calls. It keeps
+/// the cache (and its watch) running.
+pub struct Subscription {
+    cache: Arc<SharedCache>,
+    cluster: ClusterName,
+    id: u64,
+}
+
+impl Subscription {
+    /// The cache subscribed to.
+    pub fn cache(&self) -> &Arc<SharedCache> {
+        &self.cache
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.cache
+            .inner
+            .store
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove_subscriber(&self.cluster, self.id);
     }
 }
 
@@ -348,7 +441,7 @@ async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: Cancel
                         .get_or_insert_with(HashMap::new)
                         .entry(cluster)
                         .or_default()
-                        .insert(object_key(&obj), Arc::new(obj));
+                        .insert(object_key(&obj), cached(obj));
                 }
             }
             Event::InitDone => {
@@ -365,7 +458,7 @@ async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: Cancel
                     .store
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
-                    .apply(cluster, Arc::new(obj)),
+                    .apply(cluster, cached(obj)),
                 None => {
                     debug!(gvr = %gvr, name = ?obj.metadata.name, "object without cluster annotation skipped")
                 }
@@ -376,7 +469,7 @@ async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: Cancel
                         .store
                         .write()
                         .unwrap_or_else(|p| p.into_inner())
-                        .delete(cluster, Arc::new(obj));
+                        .delete(cluster, cached(obj));
                 }
             }
         }
@@ -400,6 +493,10 @@ mod tests {
         )
     }
 
+    fn channel(tx: mpsc::UnboundedSender<CacheEvent>) -> Handler {
+        Box::new(move |e| tx.send(e.clone()).is_ok())
+    }
+
     fn drain(rx: &mut mpsc::UnboundedReceiver<CacheEvent>) -> Vec<String> {
         let mut out = Vec::new();
         while let Ok(e) = rx.try_recv() {
@@ -421,8 +518,8 @@ mod tests {
         let mut store = Store::default();
         let (tx_a, mut rx_a) = mpsc::unbounded_channel();
         let (tx_b, mut rx_b) = mpsc::unbounded_channel();
-        store.subscribers.insert("a".into(), vec![tx_a]);
-        store.subscribers.insert("b".into(), vec![tx_b]);
+        store.add_subscriber(&"a".into(), channel(tx_a));
+        store.add_subscriber(&"b".into(), channel(tx_b));
         store.apply("a".into(), obj("a", "default", "x", "1"));
         store.delete("a".into(), obj("a", "default", "x", "2"));
         assert_eq!(drain(&mut rx_a), vec!["applied x", "deleted x"]);
@@ -437,7 +534,7 @@ mod tests {
         store.apply("a".into(), obj("a", "default", "change", "1"));
         store.apply("a".into(), obj("a", "default", "gone", "1"));
         let (tx, mut rx) = mpsc::unbounded_channel();
-        store.subscribers.insert("a".into(), vec![tx]);
+        store.add_subscriber(&"a".into(), channel(tx));
         let mut listed: HashMap<ClusterName, HashMap<ObjectKey, Arc<DynamicObject>>> =
             HashMap::new();
         for o in [
@@ -479,7 +576,7 @@ mod tests {
     fn closed_subscribers_are_pruned() {
         let mut store = Store::default();
         let (tx, rx) = mpsc::unbounded_channel();
-        store.subscribers.insert("a".into(), vec![tx]);
+        store.add_subscriber(&"a".into(), channel(tx));
         drop(rx);
         store.apply("a".into(), obj("a", "default", "x", "1"));
         assert!(store.subscribers.is_empty());

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -44,6 +44,19 @@ impl fmt::Debug for CacheSource {
     }
 }
 
+/// How a cluster's requests reach it.
+enum ClusterClient {
+    /// A client of its own (kubeconfig clusters).
+    Own(kube::Client),
+    /// A path prefix over a client shared by every cluster of the same endpoint; the handle is
+    /// made on first use (most clusters only ever read from caches).
+    Scoped {
+        shared: kube::Client,
+        prefix: Arc<str>,
+        handle: OnceLock<kube::Client>,
+    },
+}
+
 /// One cluster as a provider reports it: a name, a client for reads and writes in it, and
 /// where its watches come from.
 ///
@@ -56,7 +69,7 @@ impl fmt::Debug for CacheSource {
 /// ```
 pub struct Cluster {
     name: ClusterName,
-    client: kube::Client,
+    client: ClusterClient,
     source: CacheSource,
     fingerprint: String,
     aliases: Vec<String>,
@@ -80,8 +93,33 @@ impl fmt::Debug for Cluster {
 impl Cluster {
     /// A cluster with its own watches through `client`.
     pub fn new(name: impl Into<ClusterName>, client: kube::Client) -> Self {
+        Self::with_client(name.into(), ClusterClient::Own(client))
+    }
+
+    /// A cluster reached through `shared` (the client of its endpoint, one connection pool for
+    /// all its clusters) with `prefix` (e.g. `/clusters/<name>`) in front of every path; see
+    /// [`scoped_client`](super::client::scoped_client).
+    ///
+    /// ```no_run
+    /// # fn f(shared: kube::Client) {
+    /// use controllers::runtime::Cluster;
+    /// let cluster = Cluster::scoped("abc", shared, "/clusters/abc");
+    /// # }
+    /// ```
+    pub fn scoped(name: impl Into<ClusterName>, shared: kube::Client, prefix: &str) -> Self {
+        Self::with_client(
+            name.into(),
+            ClusterClient::Scoped {
+                shared,
+                prefix: Arc::from(prefix),
+                handle: OnceLock::new(),
+            },
+        )
+    }
+
+    fn with_client(name: ClusterName, client: ClusterClient) -> Self {
         Cluster {
-            name: name.into(),
+            name,
             client,
             source: CacheSource::Own,
             fingerprint: String::new(),
@@ -135,7 +173,16 @@ impl Cluster {
 
     /// A client for this cluster (cheap to clone).
     pub fn client(&self) -> kube::Client {
-        self.client.clone()
+        match &self.client {
+            ClusterClient::Own(client) => client.clone(),
+            ClusterClient::Scoped {
+                shared,
+                prefix,
+                handle,
+            } => handle
+                .get_or_init(|| super::client::scoped_client(shared, prefix))
+                .clone(),
+        }
     }
 
     /// Where this cluster's watches come from.
@@ -153,7 +200,7 @@ impl Cluster {
     where
         K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>,
     {
-        Api::namespaced(self.client.clone(), namespace)
+        Api::namespaced(self.client(), namespace)
     }
 
     /// A typed API for a cluster-scoped kind, or a namespaced kind across namespaces (list and
@@ -162,14 +209,14 @@ impl Cluster {
     where
         K: kube::Resource<DynamicType = ()>,
     {
-        Api::all(self.client.clone())
+        Api::all(self.client())
     }
 
     /// A dynamic API for `api` in this cluster.
     pub fn dynamic_api(&self, api: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
         match namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, api),
-            None => Api::all_with(self.client.clone(), api),
+            Some(ns) => Api::namespaced_with(self.client(), ns, api),
+            None => Api::all_with(self.client(), api),
         }
     }
 

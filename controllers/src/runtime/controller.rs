@@ -1,4 +1,4 @@
-//! The controller builder (`for_`, `owns`, `watches`) and the running controller: watch
+//! The controller builder (`for_`, `owns`, `watches`) and the running controller: cache
 //! subscriptions per engaged cluster feeding one work queue, drained by a pool of workers.
 
 use std::future::Future;
@@ -9,10 +9,9 @@ use std::time::Instant;
 use futures::FutureExt;
 use kube::api::DynamicObject;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info_span, warn, Instrument};
 
-use super::cache::CacheRegistry;
+use super::cache::{CacheEvent, CacheRegistry, SharedCache, Subscription};
 use super::cluster::{Cluster, ClusterContext};
 use super::manager::Manager;
 use super::mapping::{owner_requests, request_for, MapFn, Predicate};
@@ -225,8 +224,9 @@ impl<R: Reconciler> Controller<R> {
 /// What the manager needs from a controller, whatever its reconciler type.
 pub(crate) trait ControllerRunner: Send + Sync {
     fn name(&self) -> &str;
-    /// Starts this controller's watches in `cluster` until `stop` is cancelled.
-    fn engage(&self, cluster: &Arc<Cluster>, caches: &CacheRegistry, stop: &CancellationToken);
+    /// Subscribes this controller to the caches of `cluster`; events enqueue requests until the
+    /// subscriptions drop.
+    fn engage(&self, cluster: &Arc<Cluster>, caches: &CacheRegistry) -> Vec<Subscription>;
     fn start_workers(self: Arc<Self>, manager: Manager) -> Vec<JoinHandle<()>>;
     fn stop_queue(&self);
     fn enqueue(&self, req: Request);
@@ -305,39 +305,25 @@ impl<R: Reconciler> ControllerRunner for RunningController<R> {
         &self.name
     }
 
-    fn engage(&self, cluster: &Arc<Cluster>, caches: &CacheRegistry, stop: &CancellationToken) {
-        for source in &self.sources {
-            let cache = caches.get_or_start(cluster, &source.kind);
-            let (mut events, snapshot) = cache.subscribe(cluster.name());
-            let cluster_name = cluster.name().clone();
-            let queue = self.queue.clone();
-            let map = source.map.clone();
-            let predicate = source.predicate.clone();
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                // Holding the cache keeps its watch running while this cluster is engaged.
-                let _cache = cache;
-                let enqueue = |obj: &DynamicObject| {
+    fn engage(&self, cluster: &Arc<Cluster>, caches: &CacheRegistry) -> Vec<Subscription> {
+        self.sources
+            .iter()
+            .map(|source| {
+                let cache = caches.get_or_start(cluster, &source.kind);
+                let cluster_name = cluster.name().clone();
+                let queue = self.queue.clone();
+                let map = source.map.clone();
+                let predicate = source.predicate.clone();
+                SharedCache::subscribe_with(&cache, cluster.name(), move |event: &CacheEvent| {
+                    let obj = event.object();
                     if predicate.as_ref().is_none_or(|p| p(obj)) {
                         for req in map(&cluster_name, obj) {
                             queue.add(req);
                         }
                     }
-                };
-                for obj in &snapshot {
-                    enqueue(obj);
-                }
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        event = events.recv() => match event {
-                            Some(event) => enqueue(event.object()),
-                            None => break,
-                        },
-                    }
-                }
-            });
-        }
+                })
+            })
+            .collect()
     }
 
     fn start_workers(self: Arc<Self>, manager: Manager) -> Vec<JoinHandle<()>> {

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::cache::CacheRegistry;
+use super::cache::{CacheRegistry, Subscription};
 use super::cluster::Cluster;
 use super::controller::{Controller, ControllerError, ControllerRunner, Reconciler};
 use super::metrics::Metrics;
@@ -58,7 +58,8 @@ pub enum ManagerError {
 
 struct EngagedCluster {
     cluster: Arc<Cluster>,
-    stop: CancellationToken,
+    /// The controllers' cache subscriptions for this cluster; dropped on disengage.
+    _subscriptions: Vec<Subscription>,
 }
 
 struct ManagerInner {
@@ -195,9 +196,8 @@ impl Manager {
         names
     }
 
-    fn engage(&self, cluster: Arc<Cluster>, root: &CancellationToken) {
+    fn engage(&self, cluster: Arc<Cluster>) {
         let name = cluster.name().clone();
-        let stop = root.child_token();
         let replaced = {
             let mut engaged = self
                 .inner
@@ -210,28 +210,40 @@ impl Manager {
             {
                 return;
             }
+            // Engaged before subscribing, so the requests the subscriptions enqueue find it.
             let old = engaged.insert(
                 name.clone(),
                 EngagedCluster {
                     cluster: cluster.clone(),
-                    stop: stop.clone(),
+                    _subscriptions: Vec::new(),
                 },
             );
             self.inner.metrics.set_engaged_clusters(engaged.len());
             old
         };
-        if let Some(old) = replaced {
-            old.stop.cancel();
-        }
+        // The old instance's subscriptions end here.
+        drop(replaced);
         let controllers = self
             .inner
             .controllers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        for c in &controllers {
-            c.engage(&cluster, &self.inner.caches, &stop);
+        let subscriptions: Vec<Subscription> = controllers
+            .iter()
+            .flat_map(|c| c.engage(&cluster, &self.inner.caches))
+            .collect();
+        let mut engaged = self
+            .inner
+            .engaged
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        match engaged.get_mut(&name) {
+            Some(e) if Arc::ptr_eq(&e.cluster, &cluster) => e._subscriptions = subscriptions,
+            // Disengaged or replaced meanwhile: the subscriptions drop here.
+            _ => {}
         }
+        drop(engaged);
         info!(cluster = %name, "cluster engaged");
     }
 
@@ -250,12 +262,16 @@ impl Manager {
             ack.done();
             return;
         };
-        removed.stop.cancel();
+        let EngagedCluster {
+            cluster,
+            _subscriptions,
+        } = removed;
+        drop(_subscriptions);
         info!(cluster = %name, "cluster disengaged");
         let deadline = self.inner.options.graceful_shutdown_timeout;
         tokio::spawn(async move {
-            if !removed.cluster.wait_idle(deadline).await {
-                warn!(cluster = %removed.cluster.name(), "reconciles still running after disengage deadline");
+            if !cluster.wait_idle(deadline).await {
+                warn!(cluster = %cluster.name(), "reconciles still running after disengage deadline");
             }
             ack.done();
         });
@@ -301,7 +317,7 @@ impl Manager {
             tokio::select! {
                 _ = &mut shutdown => break,
                 event = events.recv(), if !events_closed => match event {
-                    Some(ClusterEvent::Engage(cluster)) => self.engage(cluster, &root),
+                    Some(ClusterEvent::Engage(cluster)) => self.engage(cluster),
                     Some(ClusterEvent::Disengage(name, ack)) => self.disengage(&name, ack),
                     // The provider is done reporting; engaged clusters stay until shutdown.
                     None => events_closed = true,

@@ -2,6 +2,7 @@
 //! clusters, the manager runs controllers over them with shared caches, queues and metrics.
 
 pub mod cache;
+pub mod client;
 pub mod cluster;
 pub mod controller;
 pub mod events;

@@ -12,9 +12,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{
-    api_binding_kind, cluster_of, cluster_url, endpoint_slice_kind, endpoint_urls, object_is_ready,
-    path_of, wildcard_url,
+    api_binding_kind, cluster_of, endpoint_slice_kind, endpoint_urls, object_is_ready, path_of,
+    wildcard_url,
 };
+use crate::runtime::client::{cluster_prefix, scoped_client, PoolCounter};
 use crate::runtime::{
     Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError, ResourceKind,
 };
@@ -179,21 +180,31 @@ impl BindingIndex {
     }
 }
 
+/// What the index needs of a listed object (name, namespace, cluster and path annotations), so
+/// a relist of many bindings does not hold their full bodies.
+fn identity_only(obj: DynamicObject) -> DynamicObject {
+    let mut meta = kube::api::ObjectMeta {
+        name: obj.metadata.name,
+        namespace: obj.metadata.namespace,
+        ..Default::default()
+    };
+    meta.annotations = obj.metadata.annotations.map(|mut a| {
+        a.retain(|k, _| k == super::CLUSTER_ANNOTATION || k == super::PATH_ANNOTATION);
+        a
+    });
+    DynamicObject {
+        types: obj.types,
+        metadata: meta,
+        data: serde_json::Value::Null,
+    }
+}
+
 fn object_id(obj: &DynamicObject) -> String {
     format!(
         "{}/{}",
         obj.metadata.namespace.as_deref().unwrap_or(""),
         obj.metadata.name.as_deref().unwrap_or("")
     )
-}
-
-/// A client for `url` with the credentials and TLS settings of `base`.
-fn client_at(base: &kube::Config, url: &str) -> Result<kube::Client, ProviderError> {
-    let mut config = base.clone();
-    config.cluster_url = url
-        .parse()
-        .map_err(|e| ProviderError::Config(format!("invalid endpoint URL {url}: {e}")))?;
-    Ok(kube::Client::try_from(config)?)
 }
 
 type Engaged = Arc<Mutex<HashMap<ClusterName, Arc<Cluster>>>>;
@@ -211,6 +222,7 @@ pub struct ApiExportProvider {
     home: kube::Config,
     options: ApiExportOptions,
     engaged: Engaged,
+    pools: PoolCounter,
 }
 
 impl ApiExportProvider {
@@ -221,7 +233,14 @@ impl ApiExportProvider {
             home,
             options,
             engaged: Engaged::default(),
+            pools: PoolCounter::default(),
         }
+    }
+
+    /// How many connection pools (HTTP clients with their own TLS config) the provider built:
+    /// one per endpoint URL, however many clusters it engages there.
+    pub fn connection_pools(&self) -> usize {
+        self.pools.built()
     }
 
     fn start_endpoint(
@@ -233,7 +252,7 @@ impl ApiExportProvider {
         let endpoint_stop = stop.child_token();
         let task = tokio::spawn(run_endpoint(
             url.to_string(),
-            self.home.clone(),
+            self.pools.pooled_client(&self.home, url),
             self.options.clone(),
             sink.clone(),
             self.engaged.clone(),
@@ -311,21 +330,24 @@ fn slice_json(obj: &DynamicObject) -> serde_json::Value {
 /// Watches one virtual-workspace URL and engages the clusters it serves.
 async fn run_endpoint(
     url: String,
-    home: kube::Config,
+    shared: Result<kube::Client, ProviderError>,
     options: ApiExportOptions,
     sink: ClusterSink,
     engaged: Engaged,
     stop: CancellationToken,
     global_stop: CancellationToken,
 ) {
-    let wildcard_base = wildcard_url(&url);
-    let wildcard = match client_at(&home, &wildcard_base) {
+    // One connection pool for the endpoint; the wildcard watch and every cluster of it are
+    // path prefixes over it.
+    let shared = match shared {
         Ok(c) => c,
         Err(e) => {
             warn!(url = %url, error = %e, "cannot use endpoint");
             return;
         }
     };
+    let wildcard_base = wildcard_url(&url);
+    let wildcard = scoped_client(&shared, &cluster_prefix("*"));
     let api: Api<DynamicObject> = Api::all_with(wildcard.clone(), &options.watched.api);
     let stream = watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
@@ -348,7 +370,9 @@ async fn run_endpoint(
             }
             Some(Ok(Event::InitApply(obj))) => {
                 let ready = (options.ready)(&obj);
-                relist.get_or_insert_with(Vec::new).push((obj, ready));
+                relist
+                    .get_or_insert_with(Vec::new)
+                    .push((identity_only(obj), ready));
                 continue;
             }
             Some(Ok(Event::InitDone)) => index.replace(&relist.take().unwrap_or_default()),
@@ -361,16 +385,10 @@ async fn run_endpoint(
         for decision in decisions {
             let sent = match decision {
                 Decision::Engage(name) => {
-                    let client = match client_at(&home, &cluster_url(&url, &name)) {
-                        Ok(c) => c,
-                        Err(e) => {
-                            warn!(cluster = %name, error = %e, "cannot build cluster client");
-                            continue;
-                        }
-                    };
-                    let mut cluster = Cluster::new(name.as_str(), client)
-                        .with_shared_cache(wildcard_base.clone(), wildcard.clone())
-                        .with_fingerprint(url.clone());
+                    let mut cluster =
+                        Cluster::scoped(name.as_str(), shared.clone(), &cluster_prefix(&name))
+                            .with_shared_cache(wildcard_base.clone(), wildcard.clone())
+                            .with_fingerprint(url.clone());
                     if let Some(path) = index.path(&name) {
                         cluster = cluster.with_alias(path);
                     }
@@ -549,15 +567,19 @@ mod tests {
         assert!(!(o.ready)(&binding("c", "x")));
     }
 
-    #[tokio::test]
-    async fn endpoint_clients_keep_the_path_of_the_url() {
-        let base = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
-        let vw = "https://127.0.0.1:6443/services/apiexport/root/example.kcp.io";
-        assert!(client_at(&base, &wildcard_url(vw)).is_ok());
-        assert!(client_at(&base, &cluster_url(vw, "abc")).is_ok());
-        assert!(matches!(
-            client_at(&base, "not a url"),
-            Err(ProviderError::Config(_))
-        ));
+    #[test]
+    fn relisted_bindings_keep_only_what_the_index_needs() {
+        let full: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding",
+            "metadata": {"name": "a", "annotations": {"kcp.io/cluster": "c1",
+                "kcp.io/path": "root:x", "other": "big"}, "labels": {"l": "v"}},
+            "spec": {"reference": {}}, "status": {"phase": "Bound"}}))
+        .unwrap();
+        let slim = identity_only(full.clone());
+        assert_eq!(cluster_of(&slim), Some("c1"));
+        assert_eq!(path_of(&slim), Some("root:x"));
+        assert_eq!(object_id(&slim), object_id(&full));
+        assert_eq!(slim.metadata.annotations.as_ref().map(|a| a.len()), Some(2));
+        assert!(slim.metadata.labels.is_none() && slim.data.is_null());
     }
 }

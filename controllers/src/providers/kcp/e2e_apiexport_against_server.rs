@@ -125,6 +125,11 @@ async fn clusters_binding_an_export_are_engaged_through_its_endpoint_slice() {
         "one wildcard cache at <url>/clusters/*"
     );
     assert_eq!(
+        provider.inner().connection_pools(),
+        1,
+        "one connection pool for the endpoint, shared by the wildcard watch and both clusters"
+    );
+    assert_eq!(
         manager.cluster("root:c2").map(|c| c.name().clone()),
         Some(n2.clone())
     );
@@ -139,6 +144,73 @@ async fn clusters_binding_an_export_are_engaged_through_its_endpoint_slice() {
     })
     .await;
 
+    stop.cancel();
+    run.await.expect("join").expect("manager");
+    ts.stop().await;
+}
+
+#[tokio::test]
+async fn engaging_many_clusters_builds_one_connection_pool_per_endpoint() {
+    const N: usize = 12;
+    let ts = TestServer::start().await;
+    ts.workspace("provider").await;
+    create(
+        ts.client("root:provider").await,
+        &kcp("APIExport", "apiexports"),
+        serde_json::json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
+            "metadata": {"name": "example.io"}, "spec": {}}),
+    )
+    .await;
+    let bindings = kcp("APIBinding", "apibindings");
+    let mut names = Vec::new();
+    for i in 0..N {
+        let name = ts.workspace(&format!("c{i}")).await;
+        create(ts.client(&format!("root:c{i}")).await, &bindings, serde_json::json!({
+            "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding", "metadata": {"name": "example.io"},
+            "spec": {"reference": {"export": {"path": "root:provider", "name": "example.io"}}}})).await;
+        names.push(format!("{name}|example.io"));
+    }
+    let home = kube::Config::from_custom_kubeconfig(
+        ts.kubeconfig_for("root:provider"),
+        &Default::default(),
+    )
+    .await
+    .expect("home config");
+    let provider = Arc::new(ApiExportProvider::new(
+        home,
+        ApiExportOptions::for_slice("example.io"),
+    ));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let manager = Manager::new(ManagerOptions::default());
+    manager
+        .add(
+            Controller::new("bindings", RecordBindings { seen: seen.clone() })
+                .for_kind(api_binding_kind())
+                .workers(4),
+        )
+        .expect("controller");
+    let stop = CancellationToken::new();
+    let run = tokio::spawn({
+        let (m, stop, p) = (manager.clone(), stop.clone(), provider.clone());
+        async move { m.run(p, async move { stop.cancelled().await }).await }
+    });
+    // Every cluster's binding is read back through its own `/clusters/<name>` handle.
+    eventually(
+        Duration::from_secs(20),
+        "every binding read through its cluster's client",
+        || {
+            let seen = seen.lock().expect("lock");
+            let ok = names.iter().all(|n| seen.contains(n));
+            async move { ok }
+        },
+    )
+    .await;
+    assert_eq!(manager.engaged_clusters().len(), N);
+    assert_eq!(
+        provider.connection_pools(),
+        1,
+        "{N} engaged clusters share the endpoint's one connection pool"
+    );
     stop.cancel();
     run.await.expect("join").expect("manager");
     ts.stop().await;

@@ -85,6 +85,11 @@ impl<P: ClusterProvider> PathAware<P> {
         }
     }
 
+    /// The wrapped provider.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+
     /// The paths known for an engaged cluster.
     pub fn paths_of(&self, cluster: &str) -> Vec<String> {
         self.paths
