@@ -6,6 +6,7 @@ mod kubeconfig_clusters;
 mod leader_election;
 mod sample_controller;
 mod sharded;
+mod watch_resume;
 mod wildcard_cache;
 
 use std::path::{Path, PathBuf};

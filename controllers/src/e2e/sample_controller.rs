@@ -148,7 +148,7 @@ pub(crate) fn copy_for(color: &str) -> String {
 }
 
 /// `(cluster, namespace/name)`.
-type ObjectKey = (String, String);
+pub(crate) type ObjectKey = (String, String);
 
 /// What the sample controller did.
 #[derive(Default, Debug)]
@@ -162,6 +162,8 @@ pub(crate) struct Log {
     /// Reconciles running now: a reconcile that has written but not yet logged its write
     /// must not let the test call an object settled.
     pub in_flight: usize,
+    /// Reconciles that found no object in the cache (the object was deleted).
+    pub missing: HashMap<ObjectKey, usize>,
 }
 
 /// Counts one running reconcile in [`Log::in_flight`] until dropped.
@@ -241,13 +243,14 @@ impl Reconciler for CopySpec {
             .entry(cluster.clone())
             .or_default() += 1;
         let cache = ctx.cache(&widget_kind()).await.map_err(|e| e.to_string())?;
-        let Some(obj) = cache.get(ctx.cluster_name(), req.namespace.as_deref(), &req.name) else {
-            return Ok(Action::await_change());
-        };
         let key = (
             cluster,
             format!("{}/{}", req.namespace.as_deref().unwrap_or(""), req.name),
         );
+        let Some(obj) = cache.get(ctx.cluster_name(), req.namespace.as_deref(), &req.name) else {
+            *self.log.lock().unwrap().missing.entry(key).or_default() += 1;
+            return Ok(Action::await_change());
+        };
         let rv = obj.metadata.resource_version.clone().unwrap_or_default();
         *self
             .log
@@ -285,7 +288,7 @@ impl Reconciler for CopySpec {
     }
 }
 
-fn copy_controller(log: &Arc<Mutex<Log>>) -> Controller<CopySpec> {
+pub(crate) fn copy_controller(log: &Arc<Mutex<Log>>) -> Controller<CopySpec> {
     Controller::new("copy-spec", CopySpec { log: log.clone() })
         .for_kind(widget_kind())
         .workers(4)
