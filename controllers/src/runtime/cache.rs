@@ -84,9 +84,41 @@ impl Assignment {
 /// the cache); returns whether it still wants events.
 type Handler = Box<dyn Fn(&CacheEvent) -> bool + Send + Sync>;
 
+/// A cached object as compact JSON. A parsed `DynamicObject` costs several times its JSON in
+/// small allocations (every map, string and option of its metadata and body); the cache holds
+/// every object of every engaged cluster, so it keeps the bytes and parses on read. Readers get
+/// a fresh `Arc<DynamicObject>`; events carry the object already parsed.
+#[derive(Clone, PartialEq, Eq)]
+struct Packed(Box<[u8]>);
+
+impl Packed {
+    fn pack(obj: &DynamicObject) -> Option<Packed> {
+        match serde_json::to_vec(obj) {
+            Ok(bytes) => Some(Packed(bytes.into_boxed_slice())),
+            Err(e) => {
+                warn!(name = ?obj.metadata.name, error = %e, "object does not encode; not cached");
+                None
+            }
+        }
+    }
+
+    fn unpack(&self) -> Option<Arc<DynamicObject>> {
+        match serde_json::from_slice(&self.0) {
+            Ok(obj) => Some(Arc::new(obj)),
+            Err(e) => {
+                warn!(error = %e, "cached object does not decode");
+                None
+            }
+        }
+    }
+}
+
+/// The objects of one cluster by namespace and name.
+type Objects = HashMap<ObjectKey, Packed>;
+
 #[derive(Default)]
 struct Store {
-    objects: HashMap<ClusterName, HashMap<ObjectKey, Arc<DynamicObject>>>,
+    objects: HashMap<ClusterName, Objects>,
     subscribers: HashMap<ClusterName, Vec<(u64, Handler)>>,
     next_subscriber: u64,
 }
@@ -121,11 +153,13 @@ impl Store {
     }
 
     fn apply(&mut self, cluster: ClusterName, obj: Arc<DynamicObject>) {
-        let key = object_key(&obj);
+        let Some(packed) = Packed::pack(&obj) else {
+            return;
+        };
         self.objects
             .entry(cluster.clone())
             .or_default()
-            .insert(key, obj.clone());
+            .insert(object_key(&obj), packed);
         self.notify(&cluster, CacheEvent::Applied(obj));
     }
 
@@ -142,26 +176,29 @@ impl Store {
     }
 
     /// Replaces everything after a (re)list: what vanished is deleted, what changed applied.
-    fn replace(&mut self, listed: HashMap<ClusterName, HashMap<ObjectKey, Arc<DynamicObject>>>) {
+    /// An object listed again with the same bytes is unchanged (its resourceVersion is in them).
+    fn replace(&mut self, listed: HashMap<ClusterName, Objects>) {
         let old = std::mem::take(&mut self.objects);
         for (cluster, objs) in &old {
-            for (key, obj) in objs {
+            for (key, packed) in objs {
                 let still = listed.get(cluster).is_some_and(|m| m.contains_key(key));
                 if !still {
-                    self.notify(cluster, CacheEvent::Deleted(obj.clone()));
+                    if let Some(obj) = packed.unpack() {
+                        self.notify(cluster, CacheEvent::Deleted(obj));
+                    }
                 }
             }
         }
         for (cluster, objs) in &listed {
-            for (key, obj) in objs {
+            for (key, packed) in objs {
                 let unchanged = old
                     .get(cluster)
                     .and_then(|m| m.get(key))
-                    .is_some_and(|prev| {
-                        prev.metadata.resource_version == obj.metadata.resource_version
-                    });
+                    .is_some_and(|prev| prev == packed);
                 if !unchanged {
-                    self.notify(cluster, CacheEvent::Applied(obj.clone()));
+                    if let Some(obj) = packed.unpack() {
+                        self.notify(cluster, CacheEvent::Applied(obj));
+                    }
                 }
             }
         }
@@ -222,7 +259,7 @@ impl SharedCache {
         let snapshot = store
             .objects
             .get(cluster)
-            .map(|m| m.values().cloned().collect())
+            .map(|m| m.values().filter_map(Packed::unpack).collect())
             .unwrap_or_default();
         (rx, snapshot)
     }
@@ -248,8 +285,8 @@ impl SharedCache {
     ) -> Subscription {
         let mut store = this.inner.store.write().unwrap_or_else(|p| p.into_inner());
         if let Some(objs) = store.objects.get(cluster) {
-            for obj in objs.values() {
-                handler(&CacheEvent::Applied(obj.clone()));
+            for obj in objs.values().filter_map(Packed::unpack) {
+                handler(&CacheEvent::Applied(obj));
             }
         }
         let id = store.add_subscriber(
@@ -277,8 +314,8 @@ impl SharedCache {
         store
             .objects
             .get(cluster)?
-            .get(&(namespace.map(str::to_string), name.to_string()))
-            .cloned()
+            .get(&(namespace.map(str::to_string), name.to_string()))?
+            .unpack()
     }
 
     /// Objects of `cluster`, in one namespace or all.
@@ -290,7 +327,7 @@ impl SharedCache {
             .map(|m| {
                 m.iter()
                     .filter(|((ns, _), _)| namespace.is_none() || ns.as_deref() == namespace)
-                    .map(|(_, o)| o.clone())
+                    .filter_map(|(_, o)| o.unpack())
                     .collect()
             })
             .unwrap_or_default()
@@ -419,7 +456,7 @@ async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: Cancel
     debug!(gvr = %gvr, scope = %inner.scope, "cache started");
     let stream = watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
-    let mut relist: Option<HashMap<ClusterName, HashMap<ObjectKey, Arc<DynamicObject>>>> = None;
+    let mut relist: Option<HashMap<ClusterName, Objects>> = None;
     loop {
         let next = tokio::select! {
             _ = stop.cancelled() => break,
@@ -437,11 +474,14 @@ async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: Cancel
             Event::Init => relist = Some(HashMap::new()),
             Event::InitApply(obj) => {
                 if let Some(cluster) = inner.assignment.cluster_of(&obj) {
-                    relist
-                        .get_or_insert_with(HashMap::new)
-                        .entry(cluster)
-                        .or_default()
-                        .insert(object_key(&obj), cached(obj));
+                    let key = object_key(&obj);
+                    if let Some(packed) = Packed::pack(&cached(obj)) {
+                        relist
+                            .get_or_insert_with(HashMap::new)
+                            .entry(cluster)
+                            .or_default()
+                            .insert(key, packed);
+                    }
                 }
             }
             Event::InitDone => {
@@ -535,8 +575,7 @@ mod tests {
         store.apply("a".into(), obj("a", "default", "gone", "1"));
         let (tx, mut rx) = mpsc::unbounded_channel();
         store.add_subscriber(&"a".into(), channel(tx));
-        let mut listed: HashMap<ClusterName, HashMap<ObjectKey, Arc<DynamicObject>>> =
-            HashMap::new();
+        let mut listed: HashMap<ClusterName, Objects> = HashMap::new();
         for o in [
             obj("a", "default", "keep", "1"),
             obj("a", "default", "change", "2"),
@@ -545,7 +584,7 @@ mod tests {
             listed
                 .entry("a".into())
                 .or_default()
-                .insert(object_key(&o), o);
+                .insert(object_key(&o), Packed::pack(&o).unwrap());
         }
         store.replace(listed);
         assert_eq!(
@@ -570,6 +609,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(Assignment::ByAnnotation.cluster_of(&bare), None);
+    }
+
+    #[test]
+    fn packed_objects_read_back_as_applied() {
+        let mut o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.io/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "ns", "resourceVersion": "7",
+                         "labels": {"a": "b"}, "managedFields": [{"manager": "m"}]},
+            "spec": {"color": "red", "sizes": [1, 2.5, null]}
+        }))
+        .unwrap();
+        let packed = Packed::pack(&cached(o.clone())).unwrap();
+        o.metadata.managed_fields = None;
+        assert_eq!(
+            serde_json::to_value(&*packed.unpack().unwrap()).unwrap(),
+            serde_json::to_value(&o).unwrap()
+        );
+        let mut store = Store::default();
+        store.apply("a".into(), Arc::new(o));
+        let back = store.objects[&ClusterName::from("a")][&(Some("ns".into()), "w".into())]
+            .unpack()
+            .unwrap();
+        assert_eq!(back.data["spec"]["color"], "red");
     }
 
     #[test]
