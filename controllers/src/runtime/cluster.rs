@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -48,12 +48,13 @@ impl fmt::Debug for CacheSource {
 enum ClusterClient {
     /// A client of its own (kubeconfig clusters).
     Own(kube::Client),
-    /// A path prefix over a client shared by every cluster of the same endpoint; the handle is
-    /// made on first use (most clusters only ever read from caches).
+    /// A path prefix over a client shared by every cluster of the same endpoint. The handle is
+    /// made on each use and not kept: a `kube::Client` carries a request buffer of about 10 KB,
+    /// which at 10,000 clusters would be 100 MB for clients most clusters rarely use (their
+    /// reads come from the shared caches).
     Scoped {
         shared: kube::Client,
         prefix: Arc<str>,
-        handle: OnceLock<kube::Client>,
     },
 }
 
@@ -112,7 +113,6 @@ impl Cluster {
             ClusterClient::Scoped {
                 shared,
                 prefix: Arc::from(prefix),
-                handle: OnceLock::new(),
             },
         )
     }
@@ -171,17 +171,14 @@ impl Cluster {
         &self.fingerprint
     }
 
-    /// A client for this cluster (cheap to clone).
+    /// A client for this cluster (cheap: for an endpoint's clusters, a path prefix over the
+    /// endpoint's one connection pool; keep it for a reconcile, not for the cluster's lifetime).
     pub fn client(&self) -> kube::Client {
         match &self.client {
             ClusterClient::Own(client) => client.clone(),
-            ClusterClient::Scoped {
-                shared,
-                prefix,
-                handle,
-            } => handle
-                .get_or_init(|| super::client::scoped_client(shared, prefix))
-                .clone(),
+            ClusterClient::Scoped { shared, prefix } => {
+                super::client::scoped_client(shared, prefix)
+            }
         }
     }
 
