@@ -368,7 +368,18 @@ async fn start_server(data_dir: &Path) -> (Proc, String) {
 
 fn spawn_child(mode: &str, kubeconfig: &Path, extra: &[String]) -> Proc {
     let exe = std::env::current_exe().expect("current exe");
-    let child = Command::new(exe)
+    // For profiling only (its RSS is then the profiler's): ENGAGE_BENCH_WRAP="valgrind --tool=massif".
+    let wrap = std::env::var("ENGAGE_BENCH_WRAP").unwrap_or_default();
+    let mut wrap = wrap.split_whitespace();
+    let mut command = match wrap.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(wrap).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let child = command
         .args(["--child", mode, "--kubeconfig"])
         .arg(kubeconfig)
         .args(extra)
