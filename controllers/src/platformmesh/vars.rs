@@ -60,7 +60,7 @@ pub struct Profile {
     pub components_text: String,
 }
 
-fn parse_yaml(text: &str) -> Result<Value, String> {
+pub(crate) fn parse_yaml(text: &str) -> Result<Value, String> {
     // The shipped profile repeats a service key; as the Go operator's YAML reader does, the
     // later entry wins instead of failing the whole profile.
     let options = serde_saphyr::options! {
@@ -111,7 +111,7 @@ impl Profile {
     }
 }
 
-fn kind_of(v: &Value) -> &'static str {
+pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
