@@ -212,9 +212,9 @@ pub fn objects(template: &'static str, text: &str) -> Result<Vec<Value>, RenderE
             Value::Null => continue,
             Value::Object(m) => {
                 for field in ["apiVersion", "kind"] {
-                    if !m
-                        .get(field)
-                        .is_some_and(|f| f.as_str().is_some_and(|s| !s.is_empty()))
+                    if m.get(field)
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
                     {
                         return Err(err(format!("the object has no {field}")));
                     }
