@@ -1,5 +1,6 @@
 //! The PlatformMesh reconciler: from a PlatformMesh object and its profile to the objects of the
 //! infra, runtime and kcp clusters. `vars` builds the template data in the documented order.
 
+pub mod deploy;
 pub mod render;
 pub mod vars;

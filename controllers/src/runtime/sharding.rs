@@ -18,7 +18,7 @@ use super::provider::{ClusterEvent, ClusterProvider, ClusterSink, DisengageAck, 
 use super::request::ClusterName;
 
 /// A stable 64-bit hash (FNV-1a with a final mix): the same on every replica and build.
-fn stable_hash(parts: &[&str]) -> u64 {
+pub(crate) fn stable_hash(parts: &[&str]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {
