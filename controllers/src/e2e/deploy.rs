@@ -64,7 +64,7 @@ fn config_map(name: &str) -> Value {
 }
 
 /// Write requests the server has answered: creates, updates, patches and deletes.
-fn writes(ts: &TestServer) -> u64 {
+pub(crate) fn writes(ts: &TestServer) -> u64 {
     ts.server
         .state
         .metrics

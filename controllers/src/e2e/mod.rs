@@ -5,6 +5,7 @@ mod deploy;
 mod events;
 mod kubeconfig_clusters;
 mod leader_election;
+mod lifecycle;
 mod sample_controller;
 mod sharded;
 mod watch_resume;
