@@ -141,6 +141,30 @@ pub struct Inputs<'a> {
     pub remote: Option<&'a RemoteRuntime>,
 }
 
+/// The `(apiVersion, kind)` pairs the templates under `prefix` can produce, read from their
+/// literal `apiVersion:` and `kind:` lines: the kinds the Deployment step prunes, so a kind that
+/// a profile change stops rendering altogether is still cleaned up, with nothing remembered
+/// between reconciles.
+pub fn template_kinds(prefix: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for t in TEMPLATES.iter().filter(|t| t.path.starts_with(prefix)) {
+        let mut api_version: Option<&str> = None;
+        for line in t.text.lines() {
+            if let Some(v) = line.strip_prefix("apiVersion:") {
+                api_version = Some(v.trim());
+            } else if let (Some(k), Some(v)) = (line.strip_prefix("kind:"), api_version) {
+                let pair = (v.to_string(), k.trim().to_string());
+                if !out.contains(&pair) {
+                    out.push(pair);
+                }
+                api_version = None;
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Whether a template file is used with a deployment technology.
 pub fn selected(path: &str, tech: DeploymentTechnology) -> bool {
     let file = path.rsplit('/').next().unwrap_or(path);
@@ -320,6 +344,22 @@ mod tests {
         ));
         assert!(selected("infra/runtime/traefik/resource.yaml", ArgoCd));
         assert!(selected("infra/runtime/traefik/resource.yaml", FluxCd));
+    }
+
+    #[test]
+    fn the_kinds_templates_produce_are_read_from_their_text() {
+        let kinds = template_kinds("");
+        let has = |v: &str, k: &str| kinds.contains(&(v.to_string(), k.to_string()));
+        assert!(has("helm.toolkit.fluxcd.io/v2", "HelmRelease"));
+        assert!(has("argoproj.io/v1alpha1", "Application"));
+        assert!(has("argoproj.io/v1alpha1", "AppProject"));
+        assert!(has("kustomize.toolkit.fluxcd.io/v1", "Kustomization"));
+        assert!(has("delivery.ocm.software/v1alpha1", "Resource"));
+        assert_eq!(kinds.len(), 5, "{kinds:?}");
+        assert_eq!(
+            template_kinds("infra/runtime/"),
+            vec![("delivery.ocm.software/v1alpha1".into(), "Resource".into())]
+        );
     }
 
     #[test]
