@@ -2,5 +2,6 @@
 //! infra, runtime and kcp clusters. `vars` builds the template data in the documented order.
 
 pub mod deploy;
+pub mod deployment;
 pub mod render;
 pub mod vars;

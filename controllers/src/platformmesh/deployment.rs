@@ -1,0 +1,186 @@
+//! `DeploymentSubroutine`: the profile and templates of a PlatformMesh rendered and synced to the
+//! infra and runtime clusters (see [`render`](super::render) and [`deploy`](super::deploy)).
+
+use std::sync::Arc;
+
+use api::core::PlatformMeshSpec;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject};
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+
+use super::deploy::{sync, Target as SyncTarget};
+use super::render::{render_deployment, template_kinds, Inputs, Target};
+use super::vars::{profile_config_map, Profile, RemoteRuntime, Render};
+use crate::lifecycle::{Step, Subroutine};
+
+/// The clusters a PlatformMesh is deployed to.
+pub struct Clusters {
+    /// Where Flux or Argo CD run (HelmReleases, Applications).
+    pub infra: kube::Client,
+    /// Where the PlatformMesh, its profile and the OCM Resources live.
+    pub runtime: kube::Client,
+    /// The runtime's kubeconfig Secret for the infra cluster's deployers, when they differ.
+    pub remote: Option<RemoteRuntime>,
+}
+
+/// What every PlatformMesh step works on.
+pub struct Context {
+    /// The PlatformMesh.
+    pub object: DynamicObject,
+    /// Its spec, parsed.
+    pub spec: PlatformMeshSpec,
+    /// Where it is deployed.
+    pub clusters: Arc<Clusters>,
+}
+
+impl Context {
+    /// A context for `object`; a spec that does not parse is an error naming the object.
+    pub fn new(object: DynamicObject, clusters: Arc<Clusters>) -> Result<Context, String> {
+        let spec_value = object.data.get("spec").cloned().unwrap_or(Value::Null);
+        let spec: PlatformMeshSpec = if spec_value.is_null() {
+            PlatformMeshSpec::default()
+        } else {
+            serde_json::from_value(spec_value).map_err(|e| {
+                format!(
+                    "PlatformMesh {}: spec does not decode: {e}",
+                    object.metadata.name.as_deref().unwrap_or("")
+                )
+            })?
+        };
+        Ok(Context {
+            object,
+            spec,
+            clusters,
+        })
+    }
+
+    /// The PlatformMesh's namespace.
+    pub fn namespace(&self) -> &str {
+        self.object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("default")
+    }
+
+    /// The PlatformMesh's name.
+    pub fn name(&self) -> &str {
+        self.object.metadata.name.as_deref().unwrap_or("")
+    }
+
+    /// The PlatformMesh's uid (owner of what it deploys).
+    pub fn uid(&self) -> &str {
+        self.object.metadata.uid.as_deref().unwrap_or("")
+    }
+}
+
+/// Reads the instance's profile ConfigMap from the runtime cluster.
+pub async fn load_profile(ctx: &Context) -> Result<Profile, String> {
+    let (ns, name) = profile_config_map(ctx.name(), ctx.namespace(), &ctx.spec);
+    let api: Api<ConfigMap> = Api::namespaced(ctx.clusters.runtime.clone(), &ns);
+    let cm = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| format!("reading the profile ConfigMap {ns}/{name}: {e}"))?
+        .ok_or_else(|| format!("the profile ConfigMap {ns}/{name} does not exist"))?;
+    let data: serde_json::Map<String, Value> = cm
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    Profile::from_config_map_data(&data).map_err(|e| format!("profile ConfigMap {ns}/{name}: {e}"))
+}
+
+/// The Deployment step.
+pub struct Deployment {
+    /// The template engine.
+    pub engine: Arc<dyn Render + Send + Sync>,
+}
+
+/// The condition type of the Deployment step.
+pub const DEPLOYMENT: &str = "DeploymentSubroutine";
+
+fn kinds(prefixes: &[&str]) -> Vec<GroupVersionKind> {
+    let mut out: Vec<GroupVersionKind> = Vec::new();
+    for p in prefixes {
+        for (api_version, kind) in template_kinds(p) {
+            let (group, version) = api_version
+                .split_once('/')
+                .unwrap_or(("", api_version.as_str()));
+            let gvk = GroupVersionKind::gvk(group, version, &kind);
+            if !out.contains(&gvk) {
+                out.push(gvk);
+            }
+        }
+    }
+    out
+}
+
+#[async_trait::async_trait]
+impl Subroutine<Context> for Deployment {
+    fn name(&self) -> &'static str {
+        DEPLOYMENT
+    }
+
+    async fn process(&self, ctx: &Context) -> Result<Step, String> {
+        let profile = load_profile(ctx).await?;
+        let rendered = render_deployment(
+            self.engine.as_ref(),
+            Inputs {
+                namespace: ctx.namespace(),
+                spec: &ctx.spec,
+                profile: &profile,
+                remote: ctx.clusters.remote.as_ref(),
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let mut summary = Vec::new();
+        for (target, client, scope) in [
+            (
+                Target::Infra,
+                &ctx.clusters.infra,
+                kinds(&["infra/infra/", "components/infra/"]),
+            ),
+            (
+                Target::Runtime,
+                &ctx.clusters.runtime,
+                kinds(&["infra/runtime/", "components/runtime/"]),
+            ),
+        ] {
+            let objects: Vec<Value> = rendered
+                .iter()
+                .filter(|r| r.target == target)
+                .map(|r| r.object.clone())
+                .collect();
+            let outcome = sync(
+                &SyncTarget {
+                    client,
+                    owner: ctx.uid(),
+                    default_namespace: ctx.namespace(),
+                },
+                &objects,
+                &scope,
+            )
+            .await
+            .map_err(|e| format!("{} cluster: {e}", target.as_str()))?;
+            if !outcome.applied.is_empty() || !outcome.pruned.is_empty() {
+                tracing::info!(
+                    platformmesh = %ctx.name(),
+                    cluster = target.as_str(),
+                    applied = ?outcome.applied,
+                    removed = ?outcome.pruned,
+                    "deployment synced"
+                );
+            }
+            // The message is the same while the render is, so an unchanged instance keeps an
+            // unchanged status.
+            summary.push(format!("{} objects in {}", objects.len(), target.as_str()));
+        }
+        Ok(Step::Done {
+            message: summary.join("; "),
+            requeue: None,
+        })
+    }
+}
