@@ -8,6 +8,7 @@ mod leader_election;
 mod lifecycle;
 mod sample_controller;
 mod sharded;
+mod wait;
 mod watch_resume;
 mod wildcard_cache;
 

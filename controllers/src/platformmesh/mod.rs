@@ -5,3 +5,4 @@ pub mod deploy;
 pub mod deployment;
 pub mod render;
 pub mod vars;
+pub mod wait;
