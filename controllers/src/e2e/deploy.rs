@@ -102,6 +102,7 @@ async fn sync_applies_once_writes_nothing_when_unchanged_and_prunes_what_is_no_l
         client: &client,
         owner: "0d7e6a52-uid",
         default_namespace: "platform-mesh-system",
+        annotations: &[],
     };
     let objects = vec![release("a", 1), release("b", 1), config_map("settings")];
 

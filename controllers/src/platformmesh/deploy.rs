@@ -82,6 +82,10 @@ pub struct Target<'a> {
     pub owner: &'a str,
     /// The namespace of namespaced objects that name none.
     pub default_namespace: &'a str,
+    /// Annotations added to every object, e.g. the owner's cluster, namespace and name (see
+    /// [`annotated_target`](crate::runtime::mapping::annotated_target)), so a change to a deployed
+    /// object leads back to its PlatformMesh.
+    pub annotations: &'a [(String, String)],
 }
 
 /// Applies `objects` and prunes what `previous_kinds` and this render's kinds hold beyond them.
@@ -118,7 +122,7 @@ pub async fn sync(
                 .unwrap_or(target.default_namespace)
                 .to_string()
         });
-        let desired = desired(obj, target.owner, namespace.as_deref());
+        let desired = desired(obj, target.owner, target.annotations, namespace.as_deref());
         let api: Api<DynamicObject> = match &namespace {
             Some(ns) => Api::namespaced_with(target.client.clone(), ns, &kind.resource),
             None => Api::all_with(target.client.clone(), &kind.resource),
@@ -304,7 +308,7 @@ fn kind_of(resource: ApiResource, caps: &ApiCapabilities) -> Kind {
 }
 
 /// The object as applied: the rendered fields, the owner label, the render hash, the namespace.
-fn desired(obj: &Value, owner: &str, namespace: Option<&str>) -> Value {
+fn desired(obj: &Value, owner: &str, extra: &[(String, String)], namespace: Option<&str>) -> Value {
     let hash = format!("{:016x}", stable_hash(&[&obj.to_string()]));
     let mut out = obj.clone();
     if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -327,6 +331,9 @@ fn desired(obj: &Value, owner: &str, namespace: Option<&str>) -> Value {
             .or_insert_with(|| Value::Object(Default::default()));
         if let Some(a) = annotations.as_object_mut() {
             a.insert(RENDER_HASH_ANNOTATION.into(), Value::String(hash));
+            for (k, v) in extra {
+                a.insert(k.clone(), Value::String(v.clone()));
+            }
         }
     }
     out
@@ -371,21 +378,30 @@ mod tests {
         );
     }
 
+    fn desired_for(obj: &Value, owner: &str, namespace: Option<&str>) -> Value {
+        let extra = [("platform-mesh.io/owner/name".to_string(), "pm".to_string())];
+        desired(obj, owner, &extra, namespace)
+    }
+
     #[test]
     fn desired_objects_carry_owner_hash_and_namespace() {
         let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}});
-        let d = desired(&obj, "uid-1", Some("ns"));
+        let d = desired_for(&obj, "uid-1", Some("ns"));
         assert_eq!(d["metadata"]["namespace"], "ns");
         assert_eq!(d["metadata"]["labels"][DEPLOYED_BY_LABEL], "uid-1");
         let h = d["metadata"]["annotations"][RENDER_HASH_ANNOTATION].clone();
         let changed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "w"}});
         assert_ne!(
-            desired(&changed, "uid-1", Some("ns"))["metadata"]["annotations"]
+            desired_for(&changed, "uid-1", Some("ns"))["metadata"]["annotations"]
                 [RENDER_HASH_ANNOTATION],
             h
         );
-        assert_eq!(desired(&obj, "uid-1", Some("ns")), d, "stable");
-        let cluster_scoped = desired(
+        assert_eq!(desired_for(&obj, "uid-1", Some("ns")), d, "stable");
+        assert_eq!(
+            d["metadata"]["annotations"]["platform-mesh.io/owner/name"],
+            "pm"
+        );
+        let cluster_scoped = desired_for(
             &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "namespace": "x"}}),
             "u",
             None,

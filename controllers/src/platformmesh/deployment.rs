@@ -13,6 +13,11 @@ use super::deploy::{sync, Target as SyncTarget};
 use super::render::{render_deployment, template_kinds, Inputs, Target};
 use super::vars::{profile_config_map, Profile, RemoteRuntime, Render};
 use crate::lifecycle::{Step, Subroutine};
+use crate::runtime::mapping::CrossClusterKeys;
+
+/// Prefix of the annotations on deployed objects that name their PlatformMesh (cluster,
+/// namespace, name), for mapping changes back to it.
+pub const OWNER_PREFIX: &str = "platform-mesh.io/owner";
 
 /// The clusters a PlatformMesh is deployed to.
 pub struct Clusters {
@@ -32,6 +37,8 @@ pub struct Context {
     pub spec: PlatformMeshSpec,
     /// Where it is deployed.
     pub clusters: Arc<Clusters>,
+    /// The runtime's cluster name in the controller's manager, when it has one.
+    pub cluster: Option<String>,
 }
 
 impl Context {
@@ -52,6 +59,7 @@ impl Context {
             object,
             spec,
             clusters,
+            cluster: None,
         })
     }
 
@@ -136,6 +144,14 @@ impl Subroutine<Context> for Deployment {
             },
         )
         .map_err(|e| e.to_string())?;
+        let keys = CrossClusterKeys::with_prefix(OWNER_PREFIX);
+        let mut owner = vec![
+            (keys.namespace, ctx.namespace().to_string()),
+            (keys.name, ctx.name().to_string()),
+        ];
+        if let Some(cluster) = &ctx.cluster {
+            owner.push((keys.cluster, cluster.clone()));
+        }
         let mut summary = Vec::new();
         for (target, client, scope) in [
             (
@@ -159,6 +175,7 @@ impl Subroutine<Context> for Deployment {
                     client,
                     owner: ctx.uid(),
                     default_namespace: ctx.namespace(),
+                    annotations: &owner,
                 },
                 &objects,
                 &scope,
