@@ -46,10 +46,13 @@ pub fn platform_meshes() -> ApiResource {
     )
 }
 
+/// A ConfigMap by cluster, namespace and name.
+type ConfigMapKey = (ClusterName, String, String);
+
 /// Which PlatformMeshes read which profile ConfigMap, learnt at each reconcile.
 #[derive(Clone, Default)]
 pub struct ProfileIndex {
-    by_config_map: Arc<RwLock<HashMap<(ClusterName, String, String), Vec<Request>>>>,
+    by_config_map: Arc<RwLock<HashMap<ConfigMapKey, Vec<Request>>>>,
 }
 
 impl ProfileIndex {
