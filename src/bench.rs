@@ -912,6 +912,7 @@ pub async fn bare_server(listen: SocketAddr, data_dir: &Path) -> anyhow::Result<
         cert_chain_pem: pki.serving_cert_pem().to_string(),
         key_pem: pki.serving_key_pem().to_string(),
         client_ca_pem: pki.ca_cert_pem().to_string(),
+        requestheader_ca_pem: None,
     })?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let listener = tokio::net::TcpListener::bind(listen).await?;

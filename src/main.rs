@@ -22,32 +22,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTPS Kubernetes-API server.
-    Serve {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:6443", env = "PLATFORM_MESH_LISTEN")]
-        listen: SocketAddr,
-        /// Directory for the store, the PKI and admin.kubeconfig.
-        #[arg(long, default_value = ".platform-mesh", env = "PLATFORM_MESH_DATA_DIR")]
-        data_dir: PathBuf,
-        /// Serving certificate (PEM) instead of the generated one.
-        #[arg(long, requires = "tls_private_key_file")]
-        tls_cert_file: Option<PathBuf>,
-        /// Private key (PEM) of --tls-cert-file.
-        #[arg(long, requires = "tls_cert_file")]
-        tls_private_key_file: Option<PathBuf>,
-        /// CA bundle (PEM) that signs accepted client certificates, instead of the generated CA.
-        #[arg(long)]
-        client_ca_file: Option<PathBuf>,
-        /// Keep everything in memory (nothing survives a restart).
-        #[arg(long)]
-        in_memory: bool,
-        /// Short (non-watch) requests served at once; beyond it clients get 429 and Retry-After.
-        #[arg(long, default_value_t = apiserver::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
-        max_requests_inflight: usize,
-        /// Bearer tokens: CSV lines `token,user,uid,"group1,group2"`.
-        #[arg(long)]
-        token_auth_file: Option<PathBuf>,
-    },
+    Serve(Box<ServeArgs>),
     /// Measure the server against a bare hyper+rustls server (prints a report).
     Bench {
         /// Seconds per load measurement.
@@ -105,6 +80,94 @@ enum Command {
     },
 }
 
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:6443", env = "PLATFORM_MESH_LISTEN")]
+    listen: SocketAddr,
+    /// Directory for the store, the PKI and admin.kubeconfig.
+    #[arg(long, default_value = ".platform-mesh", env = "PLATFORM_MESH_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Serving certificate (PEM) instead of the generated one.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// CA bundle (PEM) that signs accepted client certificates, instead of the generated CA.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+    /// Keep everything in memory (nothing survives a restart).
+    #[arg(long)]
+    in_memory: bool,
+    /// Short (non-watch) requests served at once; beyond it clients get 429 and Retry-After.
+    #[arg(long, default_value_t = apiserver::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
+    max_requests_inflight: usize,
+    /// Seconds a short request may take before it is answered 504.
+    #[arg(long, default_value_t = apiserver::dispatch::DEFAULT_REQUEST_TIMEOUT.as_secs())]
+    request_timeout: u64,
+    /// Objects one workspace may hold; creates beyond it get 403 (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    max_objects_per_workspace: usize,
+    /// Bearer tokens: CSV lines `token,user,uid,"group1,group2"`.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// PKCS#8 PEM P-256 key that signs ServiceAccount tokens (created in <data-dir>/pki if not given).
+    #[arg(long)]
+    service_account_key_file: Option<PathBuf>,
+    /// Issuer (`iss`) of ServiceAccount tokens.
+    #[arg(long, default_value = apiserver::serviceaccounts::DEFAULT_ISSUER)]
+    service_account_issuer: String,
+    /// Audiences accepted in tokens (default: the issuer).
+    #[arg(long, value_delimiter = ',')]
+    api_audiences: Vec<String>,
+    /// CA (PEM) of the authenticating proxy's client certificate (kube-apiserver's
+    /// --proxy-client-cert-file); enables X-Remote-User style request-header authentication.
+    #[arg(long)]
+    requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names the proxy's client certificate may have (empty: any).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_allowed_names: Vec<String>,
+    /// Headers carrying the user name (default X-Remote-User).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_username_headers: Vec<String>,
+    /// Headers carrying the user's uid (default X-Remote-Uid).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_uid_headers: Vec<String>,
+    /// Headers carrying the groups (default X-Remote-Group).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_group_headers: Vec<String>,
+    /// Header prefixes carrying extra attributes (default X-Remote-Extra-).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_extra_headers_prefix: Vec<String>,
+}
+
+impl ServeArgs {
+    fn into_options(self) -> apiserver::server::ServeOptions {
+        let mut opts = apiserver::server::ServeOptions::new(self.listen, self.data_dir);
+        opts.tls_cert_file = self.tls_cert_file;
+        opts.tls_private_key_file = self.tls_private_key_file;
+        opts.client_ca_file = self.client_ca_file;
+        opts.max_requests_in_flight = self.max_requests_inflight;
+        opts.request_timeout = std::time::Duration::from_secs(self.request_timeout.max(1));
+        opts.max_objects_per_workspace = self.max_objects_per_workspace;
+        opts.token_auth_file = self.token_auth_file;
+        opts.service_account_key_file = self.service_account_key_file;
+        opts.service_account_issuer = self.service_account_issuer;
+        opts.api_audiences = self.api_audiences;
+        opts.requestheader_client_ca_file = self.requestheader_client_ca_file;
+        opts.requestheader_allowed_names = self.requestheader_allowed_names;
+        opts.requestheader_username_headers = self.requestheader_username_headers;
+        opts.requestheader_uid_headers = self.requestheader_uid_headers;
+        opts.requestheader_group_headers = self.requestheader_group_headers;
+        opts.requestheader_extra_headers_prefix = self.requestheader_extra_headers_prefix;
+        if self.in_memory {
+            opts.store = apiserver::server::StoreKind::Memory;
+        }
+        opts
+    }
+}
+
 #[derive(Subcommand)]
 enum CertsCommand {
     /// Print the base64 CA bundle, for `caBundle` of webhook configurations and APIServices.
@@ -123,27 +186,10 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
-        Command::Serve {
-            listen,
-            data_dir,
-            tls_cert_file,
-            tls_private_key_file,
-            client_ca_file,
-            in_memory,
-            max_requests_inflight,
-            token_auth_file,
-        } => {
+        Command::Serve(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
-                let mut opts = apiserver::server::ServeOptions::new(listen, data_dir);
-                opts.tls_cert_file = tls_cert_file;
-                opts.tls_private_key_file = tls_private_key_file;
-                opts.client_ca_file = client_ca_file;
-                opts.max_requests_in_flight = max_requests_inflight;
-                opts.token_auth_file = token_auth_file;
-                if in_memory {
-                    opts.store = apiserver::server::StoreKind::Memory;
-                }
+                let opts = args.into_options();
                 let server = apiserver::server::start(opts).await?;
                 eprintln!(
                     "platform-mesh is serving on https://{}\n  kubectl --kubeconfig {} get namespaces",

@@ -1,7 +1,359 @@
-//! Authentication beyond client certificates: bearer tokens from a static token file
-//! (kube-apiserver's `--token-auth-file` CSV: `token,user,uid,"group1,group2"`).
+//! Authentication: who a request comes from.
+//!
+//! The chain, in kube-apiserver's order: request headers set by a trusted authenticating proxy
+//! (kube-apiserver's aggregator), the client certificate, then a bearer token (the static token
+//! file, then ServiceAccount tokens). Request headers count only on connections whose client
+//! certificate chains to `--requestheader-client-ca-file` with an allowed common name; everywhere
+//! else they are removed unread. Tokens are compared in constant time and never logged.
 
-use crate::dispatch::Identity;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use http::HeaderMap;
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, UnixTime};
+
+use crate::dispatch::{AppState, Identity};
+use crate::serviceaccounts::{ServiceAccountTokens, TokenError};
+use crate::status::ApiError;
+
+/// The group every authenticated user belongs to.
+pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+
+/// Every way the server can authenticate a request.
+#[derive(Default)]
+pub struct Authn {
+    /// Bearer tokens from `--token-auth-file`.
+    pub tokens: StaticTokens,
+    /// The ServiceAccount token signer and verifier.
+    pub service_accounts: Option<ServiceAccountTokens>,
+    /// Request-header authentication for an authenticating proxy.
+    pub request_header: Option<RequestHeader>,
+    /// Verifies client certificates against the client CA (when the TLS layer also accepts the
+    /// request-header CA, a certificate must be told apart).
+    pub client_ca: Option<Arc<dyn ClientCertVerifier>>,
+}
+
+impl std::fmt::Debug for Authn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authn")
+            .field("tokens", &self.tokens)
+            .field("service_accounts", &self.service_accounts)
+            .field("request_header", &self.request_header)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Authn {
+    /// What a connection's client certificate chain (leaf first) makes its peer.
+    pub fn peer(&self, chain: Option<&[CertificateDer<'_>]>) -> Peer {
+        let Some(chain) = chain.filter(|c| !c.is_empty()) else {
+            return Peer::Anonymous;
+        };
+        if let Some(rh) = &self.request_header {
+            if rh.is_proxy(chain) {
+                return Peer::Proxy;
+            }
+        }
+        if let Some(v) = &self.client_ca {
+            if !chain_verifies(v.as_ref(), chain) {
+                return Peer::Anonymous;
+            }
+        }
+        match chain.first().map(|c| certs::client_identity(c.as_ref())) {
+            Some(Ok(id)) => Peer::Client(Arc::new(Identity::new(id.user, id.groups))),
+            _ => Peer::Anonymous,
+        }
+    }
+}
+
+/// What the TLS layer learned about the peer of a connection.
+#[derive(Clone, Debug, Default)]
+pub enum Peer {
+    /// No client certificate (or one no authenticator accepts).
+    #[default]
+    Anonymous,
+    /// A client certificate from the client CA: CN is the user, O the groups.
+    Client(Arc<Identity>),
+    /// A client certificate of the authenticating proxy: the request headers say who.
+    Proxy,
+}
+
+/// `--requestheader-*`: whom to trust as an authenticating proxy and which headers it sets.
+pub struct RequestHeader {
+    verifier: Arc<dyn ClientCertVerifier>,
+    /// Common names a proxy certificate may have; empty means any.
+    pub allowed_names: Vec<String>,
+    pub username_headers: Vec<String>,
+    pub uid_headers: Vec<String>,
+    pub group_headers: Vec<String>,
+    pub extra_prefixes: Vec<String>,
+}
+
+impl std::fmt::Debug for RequestHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestHeader")
+            .field("allowed_names", &self.allowed_names)
+            .field("username_headers", &self.username_headers)
+            .field("group_headers", &self.group_headers)
+            .field("extra_prefixes", &self.extra_prefixes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parses a PEM CA bundle into a root store; `what` names it in errors.
+pub fn root_store(pem: &str, what: &str) -> anyhow::Result<RootCertStore> {
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        let ca = ca.map_err(|e| anyhow::anyhow!("{what} is not valid PEM: {e}"))?;
+        roots
+            .add(ca)
+            .map_err(|e| anyhow::anyhow!("{what}: certificate rejected: {e}"))?;
+    }
+    if roots.is_empty() {
+        anyhow::bail!("{what} holds no certificate");
+    }
+    Ok(roots)
+}
+
+/// A verifier of client certificates chaining to `roots` (used per connection, after the
+/// handshake, to tell which CA a certificate belongs to).
+pub fn chain_verifier(roots: RootCertStore) -> anyhow::Result<Arc<dyn ClientCertVerifier>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| anyhow::anyhow!("client certificate verifier: {e}"))
+}
+
+/// Whether `chain` (leaf first) verifies with `verifier` now.
+pub fn chain_verifies(verifier: &dyn ClientCertVerifier, chain: &[CertificateDer<'_>]) -> bool {
+    match chain.split_first() {
+        Some((leaf, intermediates)) => verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .is_ok(),
+        None => false,
+    }
+}
+
+/// The headers kube-apiserver's aggregator sets, used when no others are configured.
+pub fn default_header_names() -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
+    (
+        vec!["X-Remote-User".into()],
+        vec!["X-Remote-Uid".into()],
+        vec!["X-Remote-Group".into()],
+        vec!["X-Remote-Extra-".into()],
+    )
+}
+
+impl RequestHeader {
+    /// Trusts proxies whose client certificate chains to `ca_pem` and has one of
+    /// `allowed_names` as common name (any when empty). Empty header lists take kube's names.
+    pub fn new(
+        ca_pem: &str,
+        allowed_names: Vec<String>,
+        username_headers: Vec<String>,
+        uid_headers: Vec<String>,
+        group_headers: Vec<String>,
+        extra_prefixes: Vec<String>,
+    ) -> anyhow::Result<Self> {
+        let verifier = chain_verifier(root_store(ca_pem, "request-header client CA")?)?;
+        let (du, di, dg, de) = default_header_names();
+        let or = |v: Vec<String>, d: Vec<String>| if v.is_empty() { d } else { v };
+        Ok(RequestHeader {
+            verifier,
+            allowed_names,
+            username_headers: or(username_headers, du),
+            uid_headers: or(uid_headers, di),
+            group_headers: or(group_headers, dg),
+            extra_prefixes: or(extra_prefixes, de),
+        })
+    }
+
+    /// Whether a client certificate chain is the authenticating proxy's.
+    pub fn is_proxy(&self, chain: &[CertificateDer<'_>]) -> bool {
+        if !chain_verifies(self.verifier.as_ref(), chain) {
+            return false;
+        }
+        if self.allowed_names.is_empty() {
+            return true;
+        }
+        chain
+            .first()
+            .and_then(|c| certs::client_identity(c.as_ref()).ok())
+            .is_some_and(|id| self.allowed_names.contains(&id.user))
+    }
+
+    /// Removes every request-header the proxy could set, returning the identity they carry
+    /// (if `trusted` and a user name is present).
+    pub fn take(&self, headers: &mut HeaderMap, trusted: bool) -> Option<Identity> {
+        let values = |headers: &HeaderMap, name: &str| -> Vec<String> {
+            headers
+                .get_all(name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .map(str::to_string)
+                .collect()
+        };
+        let user = self
+            .username_headers
+            .iter()
+            .flat_map(|h| values(headers, h))
+            .find(|v| !v.is_empty());
+        let uid = self
+            .uid_headers
+            .iter()
+            .flat_map(|h| values(headers, h))
+            .find(|v| !v.is_empty());
+        let groups: Vec<String> = self
+            .group_headers
+            .iter()
+            .flat_map(|h| values(headers, h))
+            .collect();
+        let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut extra_names = Vec::new();
+        for name in headers.keys() {
+            let lower = name.as_str().to_ascii_lowercase();
+            for prefix in &self.extra_prefixes {
+                let prefix = prefix.to_ascii_lowercase();
+                if let Some(rest) = lower.strip_prefix(&prefix) {
+                    let key = percent_encoding::percent_decode_str(rest)
+                        .decode_utf8_lossy()
+                        .to_string();
+                    extra_names.push(name.clone());
+                    extra
+                        .entry(key)
+                        .or_default()
+                        .extend(values(headers, name.as_str()));
+                }
+            }
+        }
+        for h in self
+            .username_headers
+            .iter()
+            .chain(&self.uid_headers)
+            .chain(&self.group_headers)
+        {
+            headers.remove(h.as_str());
+        }
+        for n in extra_names {
+            headers.remove(n);
+        }
+        let user = user.filter(|_| trusted)?;
+        Some(Identity {
+            user,
+            groups,
+            uid: uid.unwrap_or_default(),
+            extra,
+            home_cluster: None,
+        })
+    }
+}
+
+/// Who sent a request, by the chain above. `Ok(None)`: nobody (anonymous); a bad bearer token
+/// is a 401.
+pub async fn authenticate(
+    state: &AppState,
+    peer: &Peer,
+    headers: &mut HeaderMap,
+) -> Result<Option<Arc<Identity>>, ApiError> {
+    if let Some(rh) = &state.authn.request_header {
+        let trusted = matches!(peer, Peer::Proxy);
+        if let Some(id) = rh.take(headers, trusted) {
+            return Ok(Some(Arc::new(id)));
+        }
+    }
+    if let Peer::Client(id) = peer {
+        return Ok(Some(id.clone()));
+    }
+    let Some(token) = bearer(
+        headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    ) else {
+        return Ok(None);
+    };
+    if let Some(id) = state.authn.tokens.authenticate(token) {
+        return Ok(Some(Arc::new(id)));
+    }
+    if let Some(signer) = &state.authn.service_accounts {
+        match crate::serviceaccounts::verify_token(state, signer, token, &[]).await {
+            Ok(claims) => return Ok(Some(Arc::new(crate::serviceaccounts::identity(&claims)))),
+            Err(TokenError::NotOurs) => {}
+            Err(e) => {
+                tracing::debug!(reason = %e, "service account token refused");
+                return Err(ApiError::unauthorized());
+            }
+        }
+    }
+    Err(ApiError::unauthorized())
+}
+
+/// Answers a TokenReview: who the token authenticates, for the given audiences.
+pub async fn review_token(
+    state: &AppState,
+    token: &str,
+    audiences: &[String],
+) -> serde_json::Value {
+    use serde_json::json;
+    if audiences.is_empty()
+        || audiences.iter().any(|a| {
+            state
+                .authn
+                .service_accounts
+                .as_ref()
+                .is_some_and(|s| s.audiences().contains(a))
+        })
+    {
+        if let Some(id) = state.authn.tokens.authenticate(token) {
+            return json!({"authenticated": true, "user": user_json(&id), "audiences": audiences});
+        }
+    }
+    let error = match &state.authn.service_accounts {
+        Some(signer) => {
+            match crate::serviceaccounts::verify_token(state, signer, token, audiences).await {
+                Ok(claims) => {
+                    let id = crate::serviceaccounts::identity(&claims);
+                    let aud: Vec<&String> = if audiences.is_empty() {
+                        claims
+                            .aud
+                            .iter()
+                            .filter(|a| signer.audiences().contains(a))
+                            .collect()
+                    } else {
+                        claims
+                            .aud
+                            .iter()
+                            .filter(|a| audiences.contains(a))
+                            .collect()
+                    };
+                    return json!({"authenticated": true, "user": user_json(&id), "audiences": aud});
+                }
+                Err(e) => e.to_string(),
+            }
+        }
+        None => "token is not valid".to_string(),
+    };
+    json!({"authenticated": false, "user": {}, "error": error})
+}
+
+/// The `UserInfo` JSON of an identity, `system:authenticated` included.
+pub fn user_json(id: &Identity) -> serde_json::Value {
+    let mut groups = id.groups.clone();
+    if !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+        groups.push(AUTHENTICATED_GROUP.into());
+    }
+    let mut out = serde_json::json!({"username": id.user, "groups": groups});
+    if !id.uid.is_empty() {
+        out["uid"] = serde_json::json!(id.uid);
+    }
+    if !id.extra.is_empty() {
+        out["extra"] = serde_json::json!(id.extra);
+    }
+    out
+}
 
 /// Tokens and who they authenticate.
 #[derive(Default)]
@@ -72,6 +424,8 @@ impl StaticTokens {
                 Identity {
                     user: f[1].clone(),
                     groups,
+                    uid: f[2].clone(),
+                    ..Identity::default()
                 },
             ));
         }

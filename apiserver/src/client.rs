@@ -54,9 +54,15 @@ impl ClientConfig {
 
     /// Opens one connection.
     pub async fn connect(&self) -> anyhow::Result<Connection> {
+        self.connect_to("localhost").await
+    }
+
+    /// Opens one connection, verifying the server's certificate for `server_name` (as
+    /// kube-apiserver does for `<service>.<namespace>.svc`).
+    pub async fn connect_to(&self, server_name: &str) -> anyhow::Result<Connection> {
         let tcp = TcpStream::connect(self.address).await?;
         tcp.set_nodelay(true)?;
-        let name = ServerName::try_from("localhost")?;
+        let name = ServerName::try_from(server_name.to_string())?;
         let tls = TlsConnector::from(self.tls.clone())
             .connect(name, tcp)
             .await?;

@@ -30,10 +30,25 @@ use crate::{discovery, namespaces};
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// The authenticated user of a request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Identity {
     pub user: String,
     pub groups: Vec<String>,
+    pub uid: String,
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+    /// For service accounts: the logical cluster they live in. Elsewhere they are foreigners.
+    pub home_cluster: Option<String>,
+}
+
+impl Identity {
+    /// A user with groups and nothing else.
+    pub fn new(user: impl Into<String>, groups: Vec<String>) -> Self {
+        Identity {
+            user: user.into(),
+            groups,
+            ..Identity::default()
+        }
+    }
 }
 
 /// Everything a request handler may use. No global state: the server is this value.
@@ -49,31 +64,63 @@ pub struct AppState {
     pub tenancy: crate::tenancy::Tenancy,
     /// Short requests being served at once; beyond the limit the server answers 429.
     in_flight: Arc<tokio::sync::Semaphore>,
-    /// Bearer tokens from `--token-auth-file`.
-    pub tokens: crate::authn::StaticTokens,
+    /// How requests authenticate.
+    pub authn: crate::authn::Authn,
+    /// Objects one logical cluster may hold (`--max-objects-per-workspace`); 0 is no limit.
+    pub max_objects_per_workspace: usize,
+    /// How long a short request may take before it is answered 504 (`--request-timeout`).
+    pub request_timeout: std::time::Duration,
+    /// Upper bounds of object counts per workspace, for the object limit.
+    pub object_counts: crate::limits::ObjectCounts,
 }
+
+/// What `AppState::new` needs beyond the store and the registry.
+#[derive(Debug)]
+pub struct StateOptions {
+    /// `host:port` clients reach the server at.
+    pub advertise_address: String,
+    pub max_requests_in_flight: usize,
+    pub authn: crate::authn::Authn,
+    pub max_objects_per_workspace: usize,
+    pub request_timeout: std::time::Duration,
+}
+
+impl StateOptions {
+    /// Defaults for a server reached at `advertise_address`.
+    pub fn new(advertise_address: impl Into<String>) -> Self {
+        StateOptions {
+            advertise_address: advertise_address.into(),
+            max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+            authn: crate::authn::Authn::default(),
+            max_objects_per_workspace: 0,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+}
+
+/// Default `--request-timeout` (kube-apiserver's).
+pub const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Default limit of short (non-watch) requests served at once.
 pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 400;
 
 impl AppState {
-    pub fn new(
-        store: Arc<dyn Store>,
-        registry: Registry,
-        advertise_address: String,
-        max_requests_in_flight: usize,
-        tokens: crate::authn::StaticTokens,
-    ) -> Arc<Self> {
+    pub fn new(store: Arc<dyn Store>, registry: Registry, options: StateOptions) -> Arc<Self> {
         let catalog = Catalog::new(registry.resources().to_vec());
         Arc::new_cyclic(|weak| AppState {
             namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
             tenancy: crate::tenancy::Tenancy::new(weak.clone()),
-            in_flight: Arc::new(tokio::sync::Semaphore::new(max_requests_in_flight.max(1))),
-            tokens,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(
+                options.max_requests_in_flight.max(1),
+            )),
+            authn: options.authn,
+            max_objects_per_workspace: options.max_objects_per_workspace,
+            request_timeout: options.request_timeout,
+            object_counts: Default::default(),
             store,
             catalog,
             metrics: Metrics::new(),
-            advertise_address,
+            advertise_address: options.advertise_address,
         })
     }
 }
@@ -91,7 +138,7 @@ fn is_public(target: &Target) -> bool {
 /// Serves one request. Never panics: a panic inside a handler becomes a 500 Status.
 pub async fn handle(
     state: Arc<AppState>,
-    identity: Option<Arc<Identity>>,
+    peer: crate::authn::Peer,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let started = Instant::now();
@@ -125,12 +172,21 @@ pub async fn handle(
         }
     };
     let label = std::sync::Mutex::new(("unknown".to_string(), String::new()));
-    let result = AssertUnwindSafe(route(&state, identity, req, &label))
-        .catch_unwind()
-        .await;
+    let routed = AssertUnwindSafe(route(&state, peer, req, &label)).catch_unwind();
+    // Short requests end within the request timeout; watches have their own.
+    let result = if long_running {
+        Ok(routed.await)
+    } else {
+        tokio::time::timeout(state.request_timeout, routed)
+            .await
+            .map_err(|_| ())
+    };
     let mut response = match result {
-        Ok(r) => r,
-        Err(panic) => {
+        Err(()) => error_response(&ApiError::timeout(
+            "the request did not complete within the allowed duration",
+        )),
+        Ok(Ok(r)) => r,
+        Ok(Err(panic)) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
@@ -169,44 +225,67 @@ pub async fn handle(
 
 async fn route(
     state: &Arc<AppState>,
-    identity: Option<Arc<Identity>>,
+    peer: crate::authn::Peer,
     req: Request<Incoming>,
     label: &std::sync::Mutex<(String, String)>,
 ) -> Response<Body> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let query = Query::parse(parts.uri.query());
     let info = match request_info::parse(&parts.method, parts.uri.path(), query.flag("watch")) {
         Ok(i) => i,
         Err(e) => return error_response(&e),
     };
-    // Without a client certificate, a bearer token may say who the client is; a wrong one is a 401.
-    let identity = match identity {
-        Some(id) => Some(id),
-        None => match crate::authn::bearer(
-            parts
-                .headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok()),
-        ) {
-            Some(token) => match state.tokens.authenticate(token) {
-                Some(id) => Some(Arc::new(id)),
-                None => return error_response(&ApiError::unauthorized()),
-            },
-            None => None,
-        },
+    let identity = match crate::authn::authenticate(state, &peer, &mut parts.headers).await {
+        Ok(id) => id,
+        Err(e) => return error_response(&e),
     };
     if identity.is_none() && !is_public(&info.target) {
         return error_response(&ApiError::unauthorized());
     }
     let mut info = info;
-    if !matches!(
+    let cluster_scoped = !matches!(
         info.target,
         Target::Health { .. } | Target::Version | Target::Metrics | Target::Admission(_)
-    ) {
+    );
+    if cluster_scoped {
         info.cluster = match state.tenancy.resolve(info.cluster) {
             Ok(c) => c,
             Err(e) => return error_response(&e),
         };
+    }
+    // Impersonation is checked in the addressed workspace (the export's, for a virtual workspace).
+    let scope = match (&info.virtual_workspace, &info.cluster) {
+        (Some((c, e)), _) => crate::reviews::Scope::VirtualWorkspace(c, e),
+        (None, ClusterTarget::Name(c)) => crate::reviews::Scope::Cluster(c),
+        (None, ClusterTarget::Wildcard) => crate::reviews::Scope::Wildcard,
+    };
+    let scope_cluster = match scope {
+        crate::reviews::Scope::Cluster(c) | crate::reviews::Scope::VirtualWorkspace(c, _) => {
+            Some(c)
+        }
+        crate::reviews::Scope::Wildcard => None,
+    };
+    let identity = match identity {
+        Some(id) => {
+            match crate::reviews::impersonate(state, scope_cluster, &id, &mut parts.headers).await {
+                Ok(Some(other)) => Some(Arc::new(other)),
+                Ok(None) => Some(id),
+                Err(e) => return error_response(&e),
+            }
+        }
+        None => None,
+    };
+    if let (Some(id), true, false) = (
+        identity.as_deref(),
+        cluster_scoped,
+        matches!(info.target, Target::Resource(_)),
+    ) {
+        let verb = parts.method.as_str().to_ascii_lowercase();
+        if let Err(e) =
+            crate::reviews::authorize_non_resource(state, scope, id, &verb, parts.uri.path()).await
+        {
+            return error_response(&e);
+        }
     }
     // The API surface the request sees: its cluster's, or an APIExport's virtual workspace.
     let mut forced_selector = None;
@@ -257,17 +336,12 @@ async fn route(
                 return crate::reviews::serve(state, info.cluster.name(), id, &rr, &body).await;
             }
             if let Some(id) = identity.as_deref() {
-                if let Err(e) = crate::reviews::authorize(
-                    state,
-                    info.cluster.name(),
-                    id,
-                    &rr,
-                    info.virtual_workspace.is_some(),
-                )
-                .await
-                {
+                if let Err(e) = crate::reviews::authorize(state, scope, id, &rr).await {
                     return error_response(&e);
                 }
+            }
+            if crate::reviews::is_special(&rr) && info.virtual_workspace.is_none() {
+                return crate::reviews::serve_special(state, info.cluster.name(), &rr, &body).await;
             }
             let call = ResourceCall {
                 state: state.clone(),

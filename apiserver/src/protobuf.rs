@@ -221,6 +221,56 @@ const SELF_SUBJECT_RULES_REVIEW: &[Field] = &[
 
 const SELF_SUBJECT_REVIEW: &[Field] = &[f(1, "metadata", Ty::Msg(OBJECT_META))];
 
+const TOKEN_REQUEST: &[Field] = &[
+    f(1, "metadata", Ty::Msg(OBJECT_META)),
+    f(
+        2,
+        "spec",
+        Ty::Msg(&[
+            r(1, "audiences", Ty::Str),
+            f(
+                3,
+                "boundObjectRef",
+                Ty::Msg(&[
+                    f(1, "kind", Ty::Str),
+                    f(2, "apiVersion", Ty::Str),
+                    f(3, "name", Ty::Str),
+                    f(4, "uid", Ty::Str),
+                ]),
+            ),
+            f(4, "expirationSeconds", Ty::Int),
+        ]),
+    ),
+];
+
+const TOKEN_REVIEW: &[Field] = &[
+    f(1, "metadata", Ty::Msg(OBJECT_META)),
+    f(
+        2,
+        "spec",
+        Ty::Msg(&[f(1, "token", Ty::Str), r(2, "audiences", Ty::Str)]),
+    ),
+];
+
+const SUBJECT_ACCESS_REVIEW: &[Field] = &[
+    f(1, "metadata", Ty::Msg(OBJECT_META)),
+    f(
+        2,
+        "spec",
+        Ty::Msg(&[
+            f(1, "resourceAttributes", Ty::Msg(RESOURCE_ATTRIBUTES)),
+            f(
+                2,
+                "nonResourceAttributes",
+                Ty::Msg(&[f(1, "path", Ty::Str), f(2, "verb", Ty::Str)]),
+            ),
+            f(3, "user", Ty::Str),
+            r(4, "groups", Ty::Str),
+            f(6, "uid", Ty::Str),
+        ]),
+    ),
+];
+
 fn message_for(api_version: &str, kind: &str) -> Option<&'static [Field]> {
     Some(match (api_version, kind) {
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
@@ -231,6 +281,9 @@ fn message_for(api_version: &str, kind: &str) -> Option<&'static [Field]> {
             | "authentication.k8s.io/v1alpha1",
             "SelfSubjectReview",
         ) => SELF_SUBJECT_REVIEW,
+        ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
+        ("authentication.k8s.io/v1", "TokenReview") => TOKEN_REVIEW,
+        ("authorization.k8s.io/v1", "SubjectAccessReview") => SUBJECT_ACCESS_REVIEW,
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ConfigMap") => CONFIG_MAP,
         ("v1", "Secret") => SECRET,

@@ -7,6 +7,7 @@ use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::auth::{Attributes, RbacPolicy, UserInfo};
+use crate::authn::AUTHENTICATED_GROUP;
 use crate::body::Body;
 use crate::dispatch::{error_response, json_response, AppState, Identity};
 use crate::handlers::list_keys;
@@ -26,15 +27,35 @@ pub fn is_review(rr: &ResourceRequest) -> bool {
     )
 }
 
-fn user_info(identity: &Identity) -> UserInfo {
-    let mut groups = identity.groups.clone();
-    if !groups.iter().any(|g| g == "system:authenticated") {
-        groups.push("system:authenticated".into());
+/// The user RBAC sees for `identity` in `cluster`. A service account used outside its own
+/// logical cluster is `system:kcp:serviceaccount:<cluster>:<ns>:<name>` there, with no
+/// service-account groups (kcp's rule), so another workspace's bindings for
+/// `system:serviceaccounts` or for a same-named account do not reach it.
+pub fn user_info(identity: &Identity, cluster: Option<&str>) -> UserInfo {
+    let foreign = identity
+        .home_cluster
+        .as_deref()
+        .is_some_and(|home| Some(home) != cluster);
+    let (name, mut groups) = match (
+        foreign,
+        identity.user.strip_prefix("system:serviceaccount:"),
+    ) {
+        (true, Some(rest)) => (
+            format!(
+                "system:kcp:serviceaccount:{}:{rest}",
+                identity.home_cluster.as_deref().unwrap_or_default()
+            ),
+            Vec::new(),
+        ),
+        _ => (identity.user.clone(), identity.groups.clone()),
+    };
+    if name != "system:anonymous" && !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+        groups.push(AUTHENTICATED_GROUP.into());
     }
     UserInfo {
-        name: identity.user.clone(),
+        name,
         groups,
-        extra: Default::default(),
+        extra: identity.extra.clone(),
     }
 }
 
@@ -93,13 +114,16 @@ pub async fn serve(
             ))
         }
     };
-    let user = user_info(identity);
+    let user = user_info(identity, cluster);
     let api_version = format!("{}/{}", rr.group, rr.version);
     let mut out = json!({"kind": request["kind"], "apiVersion": api_version, "metadata": {"creationTimestamp": null}});
     match rr.resource.as_str() {
         "selfsubjectreviews" => {
             out["kind"] = json!("SelfSubjectReview");
-            out["status"] = json!({"userInfo": {"username": user.name, "groups": user.groups}});
+            let mut info = crate::authn::user_json(identity);
+            info["username"] = json!(user.name);
+            info["groups"] = json!(user.groups);
+            out["status"] = json!({ "userInfo": info });
         }
         resource => {
             let Some(cluster) = cluster else {
@@ -139,17 +163,69 @@ pub async fn serve(
     json_response(StatusCode::CREATED, &out)
 }
 
-/// Authorizes a resource request with the RBAC objects of its cluster. `system:masters` skips the
-/// lookup. Wildcard (`/clusters/*`) and virtual-workspace requests are for `system:masters` only
-/// until workspace-level access and APIExport permissions are modelled.
+/// Where a request is evaluated: one logical cluster, every cluster, or an APIExport's virtual
+/// workspace (`(export cluster, export name)`).
+#[derive(Clone, Copy, Debug)]
+pub enum Scope<'a> {
+    Cluster(&'a str),
+    Wildcard,
+    VirtualWorkspace(&'a str, &'a str),
+}
+
+fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
+    let mut e = ApiError::forbidden(crate::auth::forbidden_message(attrs, reason));
+    if attrs.resource_request {
+        e.details = Some(Box::new(crate::status::Details {
+            name: attrs.name.clone(),
+            group: attrs.api_group.clone(),
+            kind: attrs.resource.clone(),
+            ..Default::default()
+        }));
+    }
+    e
+}
+
+/// Authorizes a virtual-workspace request: the user must hold the request's verb on the
+/// export's `apiexports/content` in the export's workspace (kcp's rule).
+async fn authorize_export_content(
+    state: &AppState,
+    identity: &Identity,
+    export_cluster: &str,
+    export: &str,
+    verb: &str,
+) -> Result<(), ApiError> {
+    let user = user_info(identity, Some(export_cluster));
+    if user.is_master() {
+        return Ok(());
+    }
+    let attrs = Attributes::resource(user, verb, "apis.kcp.io", "apiexports", None)
+        .with_name(export)
+        .with_subresource("content");
+    let decision = policy_of(state, export_cluster).await?.authorize(&attrs);
+    if decision.is_allowed() {
+        Ok(())
+    } else {
+        Err(forbidden(&attrs, decision.reason()))
+    }
+}
+
+/// Authorizes a resource request with the RBAC objects of its cluster. `system:masters` skip the
+/// lookup. Wildcard (`/clusters/*`) requests are for `system:masters` only; virtual-workspace
+/// requests need `apiexports/content` on the export.
 pub async fn authorize(
     state: &AppState,
-    cluster: Option<&str>,
+    scope: Scope<'_>,
     identity: &Identity,
     rr: &ResourceRequest,
-    virtual_workspace: bool,
 ) -> Result<(), ApiError> {
-    let user = user_info(identity);
+    if let Scope::VirtualWorkspace(cluster, export) = scope {
+        return authorize_export_content(state, identity, cluster, export, rr.verb.as_str()).await;
+    }
+    let cluster = match scope {
+        Scope::Cluster(c) => Some(c),
+        _ => None,
+    };
+    let user = user_info(identity, cluster);
     if user.is_master() {
         return Ok(());
     }
@@ -166,23 +242,278 @@ pub async fn authorize(
         attrs = attrs.with_subresource(sub);
     }
     let decision = match cluster {
-        Some(c) if !virtual_workspace => policy_of(state, c).await?.authorize(&attrs),
-        _ => crate::auth::Decision::Deny(
-            "only system:masters may use wildcard and virtual workspace requests".into(),
+        Some(c) => policy_of(state, c).await?.authorize(&attrs),
+        None => crate::auth::Decision::Deny(
+            "only system:masters may list or watch across all workspaces".into(),
         ),
     };
     if decision.is_allowed() {
         return Ok(());
     }
+    Err(forbidden(&attrs, decision.reason()))
+}
+
+/// Authorizes a non-resource request (discovery, OpenAPI) in a workspace: allowed in `root` (where
+/// every kubeconfig starts; kube-apiserver's `system:discovery` role opens the same to every
+/// authenticated user), and elsewhere when RBAC allows the path or the user has any binding there
+/// (access to the workspace, as kcp's workspace content authorizer). Other workspaces are closed,
+/// so their APIs stay private.
+pub async fn authorize_non_resource(
+    state: &AppState,
+    scope: Scope<'_>,
+    identity: &Identity,
+    verb: &str,
+    path: &str,
+) -> Result<(), ApiError> {
+    if let Scope::VirtualWorkspace(cluster, export) = scope {
+        return authorize_export_content(state, identity, cluster, export, "get").await;
+    }
+    let cluster = match scope {
+        Scope::Cluster(c) => Some(c),
+        _ => None,
+    };
+    let user = user_info(identity, cluster);
+    if user.is_master() {
+        return Ok(());
+    }
+    let attrs = Attributes::non_resource(user, verb, path);
+    if cluster == Some(crate::request_info::ROOT_CLUSTER) {
+        return Ok(());
+    }
+    if let Some(c) = cluster {
+        let policy = policy_of(state, c).await?;
+        if policy.is_bound(&attrs.user) || policy.authorize(&attrs).is_allowed() {
+            return Ok(());
+        }
+    }
+    Err(forbidden(
+        &attrs,
+        "access to this workspace is not permitted",
+    ))
+}
+
+/// Applies `Impersonate-*` headers: the authenticated user must be allowed to `impersonate`
+/// each requested user (or service account), group, uid and extra value in the request's
+/// workspace. The headers are removed. `Ok(None)` when none were sent.
+pub async fn impersonate(
+    state: &AppState,
+    cluster: Option<&str>,
+    identity: &Identity,
+    headers: &mut http::HeaderMap,
+) -> Result<Option<Identity>, ApiError> {
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_string)
+            .collect()
+    };
+    let user = values("impersonate-user").into_iter().next();
+    let uid = values("impersonate-uid").into_iter().next();
+    let groups = values("impersonate-group");
+    let mut extra: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut extra_headers = Vec::new();
+    for name in headers.keys() {
+        if let Some(key) = name.as_str().strip_prefix("impersonate-extra-") {
+            let key = percent_encoding::percent_decode_str(key)
+                .decode_utf8_lossy()
+                .to_string();
+            extra_headers.push(name.clone());
+            extra.entry(key).or_default().extend(
+                headers
+                    .get_all(name)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .map(str::to_string),
+            );
+        }
+    }
+    for h in ["impersonate-user", "impersonate-uid", "impersonate-group"] {
+        headers.remove(h);
+    }
+    for h in extra_headers {
+        headers.remove(h);
+    }
+    let Some(user) = user else {
+        if groups.is_empty() && uid.is_none() && extra.is_empty() {
+            return Ok(None);
+        }
+        return Err(ApiError::bad_request(
+            "Impersonate-Group, Impersonate-Uid and Impersonate-Extra need an Impersonate-User header",
+        ));
+    };
+    let me = user_info(identity, cluster);
+    let policy = match cluster {
+        Some(c) if !me.is_master() => Some(policy_of(state, c).await?),
+        _ => None,
+    };
+    let check = |group: &str, resource: &str, sub: &str, ns: Option<&str>, name: &str| {
+        if me.is_master() {
+            return Ok(());
+        }
+        let mut attrs =
+            Attributes::resource(me.clone(), "impersonate", group, resource, ns).with_name(name);
+        if !sub.is_empty() {
+            attrs = attrs.with_subresource(sub);
+        }
+        let decision = match &policy {
+            Some(p) => p.authorize(&attrs),
+            None => crate::auth::Decision::Deny(String::new()),
+        };
+        if decision.is_allowed() {
+            Ok(())
+        } else {
+            Err(forbidden(&attrs, decision.reason()))
+        }
+    };
+    let mut out_groups = groups.clone();
+    match UserInfo::new(user.clone(), &[]).service_account_parts() {
+        Some((ns, name)) => {
+            check("", "serviceaccounts", "", Some(ns), name)?;
+            for g in [
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{ns}"),
+            ] {
+                if !out_groups.contains(&g) {
+                    out_groups.push(g);
+                }
+            }
+        }
+        None => check("", "users", "", None, &user)?,
+    }
+    for g in &groups {
+        check("", "groups", "", None, g)?;
+    }
+    if let Some(uid) = &uid {
+        check("authentication.k8s.io", "uids", "", None, uid)?;
+    }
+    for (key, vals) in &extra {
+        for v in vals {
+            check("authentication.k8s.io", "userextras", key, None, v)?;
+        }
+    }
+    if user != "system:anonymous" && !out_groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+        out_groups.push(AUTHENTICATED_GROUP.into());
+    }
+    Ok(Some(Identity {
+        user,
+        groups: out_groups,
+        uid: uid.unwrap_or_default(),
+        extra,
+        home_cluster: cluster.map(str::to_string),
+    }))
+}
+
+/// Whether a resource request is answered here rather than by the storage handlers:
+/// TokenRequest, TokenReview and SubjectAccessReview (after authorization).
+pub fn is_special(rr: &ResourceRequest) -> bool {
+    matches!(
+        (
+            rr.group.as_str(),
+            rr.resource.as_str(),
+            rr.subresource.as_deref()
+        ),
+        ("", "serviceaccounts", Some("token"))
+            | ("authentication.k8s.io", "tokenreviews", None)
+            | ("authorization.k8s.io", "subjectaccessreviews", None)
+    )
+}
+
+/// Serves the requests of [`is_special`].
+pub async fn serve_special(
+    state: &AppState,
+    cluster: Option<&str>,
+    rr: &ResourceRequest,
+    body: &[u8],
+) -> Response<Body> {
     let gr = crate::status::GroupResource::new(rr.group.clone(), rr.resource.clone());
-    let mut e = ApiError::forbidden(crate::auth::forbidden_message(&attrs, decision.reason()));
-    e.details = Some(Box::new(crate::status::Details {
-        name,
-        group: gr.group,
-        kind: gr.resource,
-        ..Default::default()
-    }));
-    Err(e)
+    let Some(cluster) = cluster else {
+        return error_response(&ApiError::method_not_allowed(rr.verb.as_str(), &gr));
+    };
+    if rr.resource == "serviceaccounts" {
+        return crate::serviceaccounts::token_request(state, cluster, rr, body).await;
+    }
+    if rr.verb != Verb::Create || rr.name.is_some() {
+        return error_response(&ApiError::method_not_allowed(rr.verb.as_str(), &gr));
+    }
+    let kind = if rr.resource == "tokenreviews" {
+        "TokenReview"
+    } else {
+        "SubjectAccessReview"
+    };
+    let request = match crate::serviceaccounts::decode_request(body, kind) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let spec = &request["spec"];
+    let status = if kind == "TokenReview" {
+        let Some(token) = spec["token"].as_str().filter(|t| !t.is_empty()) else {
+            return error_response(&ApiError::invalid(
+                kind,
+                &rr.group,
+                "",
+                vec![crate::status::Cause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value".into(),
+                    field: "spec.token".into(),
+                }],
+            ));
+        };
+        let audiences: Vec<String> = spec["audiences"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        crate::authn::review_token(state, token, &audiences).await
+    } else {
+        let groups: Vec<String> = spec["groups"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let extra = serde_json::from_value(spec["extra"].clone()).unwrap_or_default();
+        let user = UserInfo {
+            name: spec["user"].as_str().unwrap_or_default().to_string(),
+            groups,
+            extra,
+        };
+        if user.name.is_empty() && user.groups.is_empty() {
+            return error_response(&ApiError::bad_request(
+                "spec.user or spec.groups is required",
+            ));
+        }
+        let Some(attrs) = Attributes::from_access_review_spec(user, spec) else {
+            return error_response(&ApiError::bad_request(
+                "spec.resourceAttributes or spec.nonResourceAttributes is required",
+            ));
+        };
+        let policy = match policy_of(state, cluster).await {
+            Ok(p) => p,
+            Err(e) => return error_response(&e),
+        };
+        let decision = policy.authorize(&attrs);
+        let mut status = json!({"allowed": decision.is_allowed()});
+        if !decision.reason().is_empty() {
+            status["reason"] = json!(decision.reason());
+        }
+        status
+    };
+    let mut out = request.clone();
+    out["kind"] = json!(kind);
+    out["apiVersion"] = json!(format!("{}/{}", rr.group, rr.version));
+    if !out["metadata"].is_object() {
+        out["metadata"] = json!({});
+    }
+    out["metadata"]["creationTimestamp"] = Value::Null;
+    out["status"] = status;
+    json_response(StatusCode::CREATED, &out)
 }
 
 /// Refuses a Role, ClusterRole or binding that would grant its writer permissions it does not
@@ -200,7 +531,7 @@ pub async fn check_rbac_write(
     let Some(identity) = identity else {
         return Ok(());
     };
-    let user = user_info(identity);
+    let user = user_info(identity, Some(cluster));
     if user.is_master() {
         return Ok(());
     }

@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
-use crate::dispatch::{handle, AppState, Identity};
+use crate::dispatch::{handle, AppState, StateOptions};
 
 /// PEM material for the listener.
 #[derive(Clone, Debug)]
@@ -27,6 +27,8 @@ pub struct TlsMaterial {
     pub key_pem: String,
     /// CA bundle that signs accepted client certificates.
     pub client_ca_pem: String,
+    /// CA bundle of an authenticating proxy's client certificate (`--requestheader-client-ca-file`).
+    pub requestheader_ca_pem: Option<String>,
 }
 
 /// Builds the rustls server configuration: ring only, h2 + http/1.1, client certificates
@@ -39,12 +41,20 @@ pub fn tls_config(m: &TlsMaterial) -> anyhow::Result<Arc<rustls::ServerConfig>> 
             .map_err(|e| anyhow::anyhow!("serving certificate is not valid PEM: {e}"))?;
     let key = PrivateKeyDer::from_pem_slice(m.key_pem.as_bytes())
         .map_err(|e| anyhow::anyhow!("serving key is not valid PEM: {e}"))?;
+    // The handshake accepts certificates of either CA; which one signed a certificate decides,
+    // per connection, whether it is a user's or the authenticating proxy's.
     let mut roots = RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(m.client_ca_pem.as_bytes()) {
-        let ca = ca.map_err(|e| anyhow::anyhow!("client CA is not valid PEM: {e}"))?;
-        roots
-            .add(ca)
-            .map_err(|e| anyhow::anyhow!("client CA certificate rejected: {e}"))?;
+    for (pem, what) in std::iter::once((m.client_ca_pem.as_str(), "client CA")).chain(
+        m.requestheader_ca_pem
+            .as_deref()
+            .map(|p| (p, "request-header client CA")),
+    ) {
+        for ca in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let ca = ca.map_err(|e| anyhow::anyhow!("{what} is not valid PEM: {e}"))?;
+            roots
+                .add(ca)
+                .map_err(|e| anyhow::anyhow!("{what} certificate rejected: {e}"))?;
+        }
     }
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .allow_unauthenticated()
@@ -100,22 +110,11 @@ pub async fn serve(
                         return;
                     }
                 };
-            let identity = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(|c| certs::client_identity(c.as_ref()).ok())
-                .map(|id| {
-                    Arc::new(Identity {
-                        user: id.user,
-                        groups: id.groups,
-                    })
-                });
+            let who = state.authn.peer(tls.get_ref().1.peer_certificates());
             let service = service_fn(move |req: Request<Incoming>| {
                 let state = state.clone();
-                let identity = identity.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(state, identity, req).await) }
+                let who = who.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(state, who, req).await) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             if let Err(e) = builder
@@ -151,6 +150,24 @@ pub struct ServeOptions {
     pub max_requests_in_flight: usize,
     /// A kube-apiserver style token file (`token,user,uid,"group1,group2"`).
     pub token_auth_file: Option<std::path::PathBuf>,
+    /// PKCS#8 P-256 key that signs ServiceAccount tokens (default `<data-dir>/pki/service-account.key`).
+    pub service_account_key_file: Option<std::path::PathBuf>,
+    /// `iss` of ServiceAccount tokens.
+    pub service_account_issuer: String,
+    /// Audiences accepted in tokens (default: the issuer).
+    pub api_audiences: Vec<String>,
+    /// CA of an authenticating proxy's client certificate; enables request-header authentication.
+    pub requestheader_client_ca_file: Option<std::path::PathBuf>,
+    /// Common names the proxy certificate may have (empty: any, allowed only with a separate CA).
+    pub requestheader_allowed_names: Vec<String>,
+    pub requestheader_username_headers: Vec<String>,
+    pub requestheader_uid_headers: Vec<String>,
+    pub requestheader_group_headers: Vec<String>,
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Objects one logical cluster may hold; 0 for no limit.
+    pub max_objects_per_workspace: usize,
+    /// How long a short request may take (504 beyond).
+    pub request_timeout: Duration,
 }
 
 impl ServeOptions {
@@ -165,6 +182,17 @@ impl ServeOptions {
             store: StoreKind::Redb,
             max_requests_in_flight: crate::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT,
             token_auth_file: None,
+            service_account_key_file: None,
+            service_account_issuer: crate::serviceaccounts::DEFAULT_ISSUER.to_string(),
+            api_audiences: Vec::new(),
+            requestheader_client_ca_file: None,
+            requestheader_allowed_names: Vec::new(),
+            requestheader_username_headers: Vec::new(),
+            requestheader_uid_headers: Vec::new(),
+            requestheader_group_headers: Vec::new(),
+            requestheader_extra_headers_prefix: Vec::new(),
+            max_objects_per_workspace: 0,
+            request_timeout: crate::dispatch::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -193,6 +221,18 @@ impl RunningServer {
     pub async fn wait(self) -> anyhow::Result<()> {
         self.task.await?
     }
+}
+
+/// Whether two PEM bundles hold the same certificates.
+fn same_certs(a: &str, b: &str) -> bool {
+    let ders = |p: &str| -> Vec<Vec<u8>> {
+        CertificateDer::pem_slice_iter(p.as_bytes())
+            .filter_map(Result::ok)
+            .map(|c| c.as_ref().to_vec())
+            .collect()
+    };
+    let (a, b) = (ders(a), ders(b));
+    a.iter().any(|c| b.contains(c))
 }
 
 fn read_file(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
@@ -233,10 +273,38 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
         Some(p) => read_file(p, "client CA file")?,
         None => pki.ca_cert_pem().to_string(),
     };
+    let requestheader_ca_pem = match &opts.requestheader_client_ca_file {
+        Some(p) => Some(read_file(p, "request-header client CA file")?),
+        None => None,
+    };
+    let request_header = match &requestheader_ca_pem {
+        Some(pem) => {
+            // A proxy CA that also signs users' certificates, with any CN allowed, would let
+            // every user claim to be anyone (NCC Group's Kubernetes audit, finding F9W).
+            if opts.requestheader_allowed_names.is_empty() && same_certs(pem, &client_ca_pem) {
+                anyhow::bail!(
+                    "--requestheader-client-ca-file is the client CA: set --requestheader-allowed-names \
+                     to the proxy's certificate names, or use a separate CA for the proxy"
+                );
+            }
+            Some(crate::authn::RequestHeader::new(
+                pem,
+                opts.requestheader_allowed_names.clone(),
+                opts.requestheader_username_headers.clone(),
+                opts.requestheader_uid_headers.clone(),
+                opts.requestheader_group_headers.clone(),
+                opts.requestheader_extra_headers_prefix.clone(),
+            )?)
+        }
+        None => None,
+    };
+    let client_ca =
+        crate::authn::chain_verifier(crate::authn::root_store(&client_ca_pem, "client CA")?)?;
     let tls = tls_config(&TlsMaterial {
         cert_chain_pem,
         key_pem,
         client_ca_pem,
+        requestheader_ca_pem,
     })?;
     let store: Arc<dyn crate::storage::Store> = match opts.store {
         StoreKind::Redb => Arc::new(crate::storage::redb_store::RedbStore::open(
@@ -258,12 +326,31 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
             .map_err(|e| anyhow::anyhow!("token file {}: {e}", p.display()))?,
         None => crate::authn::StaticTokens::default(),
     };
+    let sa_key = opts
+        .service_account_key_file
+        .clone()
+        .unwrap_or_else(|| opts.data_dir.join("pki").join("service-account.key"));
+    let service_accounts = crate::serviceaccounts::ServiceAccountTokens::load_or_create(
+        &sa_key,
+        &opts.service_account_issuer,
+        &opts.api_audiences,
+        pki.ca_cert_pem(),
+    )?;
     let state = AppState::new(
         store,
         crate::registry::Registry::builtin(),
-        advertise.clone(),
-        opts.max_requests_in_flight,
-        tokens,
+        StateOptions {
+            advertise_address: advertise.clone(),
+            max_requests_in_flight: opts.max_requests_in_flight,
+            authn: crate::authn::Authn {
+                tokens,
+                service_accounts: Some(service_accounts),
+                request_header,
+                client_ca: Some(client_ca),
+            },
+            max_objects_per_workspace: opts.max_objects_per_workspace,
+            request_timeout: opts.request_timeout,
+        },
     );
     state
         .namespaces

@@ -25,7 +25,7 @@ use std::path::Path;
 pub use error::CertError;
 pub use identity::{client_identity, ClientIdentity};
 pub use kubeconfig::{kubeconfig_yaml, write_kubeconfig, KubeconfigOptions};
-pub use pem::{load_pem_files, pem_to_cert_chain, pem_to_private_key};
+pub use pem::{encode_pem, load_pem_files, pem_to_cert_chain, pem_to_private_key};
 pub use pki::{
     Pki, ADMIN_CERT_FILE, ADMIN_KEY_FILE, CA_CERT_FILE, CA_KEY_FILE, DEFAULT_CLUSTER_NAME,
     SERVING_CERT_FILE, SERVING_KEY_FILE,

@@ -14,7 +14,7 @@ use crate::CertError;
 
 /// Encodes `der` as a PEM block with the given label (e.g. `CERTIFICATE`),
 /// using 64-character lines and `\n` line endings.
-pub(crate) fn encode_pem(label: &str, der: &[u8]) -> String {
+pub fn encode_pem(label: &str, der: &[u8]) -> String {
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
     let mut out = String::with_capacity(b64.len() + b64.len() / 64 + 2 * label.len() + 40);
     out.push_str("-----BEGIN ");

@@ -221,8 +221,8 @@ pub async fn in_process_with(
     );
     opts.store = apiserver::server::StoreKind::Memory;
     adjust(&mut opts);
+    let pki = opts.data_dir.join("pki");
     let running = apiserver::server::start(opts).await.expect("start");
-    let pki = dir.path().join("data/pki");
     let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("pki");
     let client = apiserver::client::ClientConfig::new(
         running.address,

@@ -391,6 +391,20 @@ impl RbacPolicy {
         }
     }
 
+    /// Whether any RoleBinding or ClusterRoleBinding of this cluster names `user` (directly,
+    /// by group or as a service account): kcp's "the user has access to the workspace".
+    pub fn is_bound(&self, user: &UserInfo) -> bool {
+        let groups = user.effective_groups();
+        self.cluster_role_bindings
+            .iter()
+            .chain(&self.role_bindings)
+            .any(|b| {
+                b.subjects
+                    .iter()
+                    .any(|s| s.applies_to(user, &groups, &b.namespace))
+            })
+    }
+
     /// Authorizes a request. Members of `system:masters` may do anything;
     /// otherwise the request is allowed if a rule of a role bound to the
     /// user matches. A denial carries kube's reason text:

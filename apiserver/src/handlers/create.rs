@@ -95,6 +95,9 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
         }
     }
     ctx.admit(&mut obj, None)?;
+    if resource.ty.group.is_empty() && resource.ty.kind == "Secret" {
+        crate::serviceaccounts::fill_legacy_secret(&ctx.state, &cluster, &mut obj).await?;
+    }
     ctx.record_update(None, &mut obj)?;
     ctx.state
         .tenancy
@@ -109,6 +112,9 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     )
     .await?;
     let dry_run = ctx.dry_run()?;
+    if !dry_run {
+        crate::limits::check_create(&ctx.state, &cluster, ctx.gr(), objects::name(&obj)).await?;
+    }
     let mut attempt = 0;
     loop {
         let name = objects::name(&obj).to_string();
@@ -124,6 +130,7 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
             .await
         {
             Ok(kv) => {
+                ctx.state.object_counts.created(&cluster);
                 ctx.state
                     .tenancy
                     .after_write_bytes(&resource, &cluster, &kv.value, false)

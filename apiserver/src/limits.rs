@@ -1,0 +1,107 @@
+//! Per-workspace object limit (`--max-objects-per-workspace`, as kcp's per-workspace quota of
+//! total objects): a create beyond it is answered 403.
+//!
+//! Each workspace keeps an upper bound of its object count, raised on every create and never
+//! lowered; only when the bound reaches the limit is the workspace counted exactly, so deletes need
+//! no bookkeeping and the cost of counting falls only on workspaces at their limit.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::dispatch::AppState;
+use crate::status::{ApiError, GroupResource};
+use crate::storage::ListOptions;
+
+/// Upper bounds of object counts per logical cluster.
+#[derive(Debug, Default)]
+pub struct ObjectCounts {
+    bounds: Mutex<HashMap<String, usize>>,
+}
+
+impl ObjectCounts {
+    fn bound(&self, cluster: &str) -> Option<usize> {
+        self.bounds.lock().ok()?.get(cluster).copied()
+    }
+
+    fn set(&self, cluster: &str, n: usize) {
+        if let Ok(mut m) = self.bounds.lock() {
+            m.insert(cluster.to_string(), n);
+        }
+    }
+
+    /// Records one more object in `cluster`.
+    pub fn created(&self, cluster: &str) {
+        if let Ok(mut m) = self.bounds.lock() {
+            if let Some(n) = m.get_mut(cluster) {
+                *n += 1;
+            }
+        }
+    }
+}
+
+/// Counts the objects of `cluster`, stopping once `stop_at` are found.
+async fn count(state: &AppState, cluster: &str, stop_at: usize) -> Result<usize, ApiError> {
+    let view = state.catalog.view(cluster);
+    let mut prefixes: Vec<String> = view
+        .registry
+        .resources()
+        .iter()
+        .map(|r| r.prefix(Some(cluster), None))
+        .collect();
+    prefixes.sort();
+    prefixes.dedup();
+    let mut total = 0;
+    for prefix in prefixes {
+        let mut after: Option<String> = None;
+        loop {
+            let page = state
+                .store
+                .list(ListOptions {
+                    prefix: &prefix,
+                    start_after: after.as_deref(),
+                    limit: 1000,
+                    revision: None,
+                })
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            total += page.items.len();
+            if total >= stop_at || !page.more {
+                break;
+            }
+            after = page.items.last().map(|kv| kv.key.to_string());
+        }
+        if total >= stop_at {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+/// Refuses a create in `cluster` when the workspace already holds the most objects allowed.
+pub async fn check_create(
+    state: &AppState,
+    cluster: &str,
+    gr: &GroupResource,
+    name: &str,
+) -> Result<(), ApiError> {
+    let max = state.max_objects_per_workspace;
+    if max == 0 {
+        return Ok(());
+    }
+    let known = state.object_counts.bound(cluster);
+    let n = match known {
+        Some(n) if n < max => n,
+        _ => {
+            let n = count(state, cluster, max).await?;
+            state.object_counts.set(cluster, n);
+            n
+        }
+    };
+    if n >= max {
+        return Err(ApiError::forbidden(format!(
+            "{gr} \"{name}\" is forbidden: the workspace holds {n} objects and \
+             --max-objects-per-workspace allows {max}"
+        )));
+    }
+    Ok(())
+}
