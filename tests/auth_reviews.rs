@@ -1,5 +1,6 @@
 //! `kubectl auth whoami` and `kubectl auth can-i [--list]` against the server, for the admin and
-//! for a user whose rights come from a RoleBinding (kubectl 1.27 and 1.33).
+//! for a user whose rights come from a RoleBinding, a static-token user and a ServiceAccount token
+//! from `kubectl create token` (kubectl 1.27 and 1.33).
 
 mod common;
 
@@ -205,4 +206,93 @@ fn token_identity_kubectl_1_27() {
 #[test]
 fn token_identity_kubectl_1_33() {
     token_identity("1.33");
+}
+
+/// The third kind of identity: a ServiceAccount token from `kubectl create token` (TokenRequest).
+fn service_account_identity(version: &str) {
+    let bin =
+        kubectl_binary(version).unwrap_or_else(|| panic!("kubectl.{version} is not installed"));
+    let server = Server::start();
+    let admin = Kubectl::new(bin.clone(), &server.kubeconfig);
+    admin.ok(&["create", "serviceaccount", "robot"]);
+    admin.ok(&[
+        "create",
+        "rolebinding",
+        "robot-reads-configmaps",
+        "--clusterrole=view-configmaps",
+        "--serviceaccount=default:robot",
+    ]);
+    admin.ok(&[
+        "create",
+        "clusterrole",
+        "view-configmaps",
+        "--verb=get,list,watch",
+        "--resource=configmaps",
+    ]);
+    let token = admin.ok(&["create", "token", "robot", "--duration=1h"]);
+    let token = token.trim();
+    assert_eq!(token.split('.').count(), 3, "not a JWT: {token}");
+    let pki = certs::load_or_create(&server.data_dir.join("pki"), &[]).expect("pki");
+    let mut opts = pki.admin_kubeconfig_options(&server.url());
+    opts.user_name = "robot".into();
+    opts.client_cert_pem = None;
+    opts.client_key_pem = None;
+    opts.token = Some(token.to_string());
+    let path = server.data_dir.join("robot.kubeconfig");
+    certs::write_kubeconfig(&path, &opts).expect("kubeconfig");
+    let robot = Kubectl::new(bin, &path);
+    let whoami = robot.ok(&["auth", "whoami"]);
+    for expected in [
+        "system:serviceaccount:default:robot",
+        "system:serviceaccounts:default",
+        "system:authenticated",
+    ] {
+        assert!(whoami.contains(expected), "{expected} missing: {whoami}");
+    }
+    assert!(!whoami.contains("system:masters"), "{whoami}");
+    let list = robot.ok(&["auth", "can-i", "--list"]);
+    assert!(
+        list.contains("configmaps") && list.contains("[get list watch]"),
+        "{list}"
+    );
+    assert!(!list.contains("secrets"), "{list}");
+    assert_eq!(
+        robot.ok(&["auth", "can-i", "list", "configmaps"]).trim(),
+        "yes"
+    );
+    let no = robot.run(&["auth", "can-i", "list", "secrets"]);
+    assert_eq!(String::from_utf8_lossy(&no.stdout).trim(), "no");
+    admin.ok(&["create", "configmap", "seen", "--from-literal=k=v"]);
+    assert_eq!(
+        robot.ok(&["get", "configmap", "seen", "-o", "jsonpath={.data.k}"]),
+        "v"
+    );
+    let denied = robot.run(&["get", "secrets"]);
+    assert!(!denied.status.success());
+    assert!(
+        String::from_utf8_lossy(&denied.stderr).contains(
+            "User \"system:serviceaccount:default:robot\" cannot list resource \"secrets\""
+        ),
+        "{}",
+        String::from_utf8_lossy(&denied.stderr)
+    );
+    // Deleting the account revokes the token.
+    admin.ok(&["delete", "serviceaccount", "robot"]);
+    let gone = robot.run(&["get", "configmaps"]);
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("You must be logged in"),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+}
+
+#[test]
+fn service_account_identity_kubectl_1_27() {
+    service_account_identity("1.27");
+}
+
+#[test]
+fn service_account_identity_kubectl_1_33() {
+    service_account_identity("1.33");
 }

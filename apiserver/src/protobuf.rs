@@ -221,6 +221,65 @@ const SELF_SUBJECT_RULES_REVIEW: &[Field] = &[
 
 const SELF_SUBJECT_REVIEW: &[Field] = &[f(1, "metadata", Ty::Msg(OBJECT_META))];
 
+const POLICY_RULE: &[Field] = &[
+    r(1, "verbs", Ty::Str),
+    r(2, "apiGroups", Ty::Str),
+    r(3, "resources", Ty::Str),
+    r(4, "resourceNames", Ty::Str),
+    r(5, "nonResourceURLs", Ty::Str),
+];
+
+const LABEL_SELECTOR: &[Field] = &[
+    f(1, "matchLabels", Ty::MapStr),
+    r(
+        2,
+        "matchExpressions",
+        Ty::Msg(&[
+            f(1, "key", Ty::Str),
+            f(2, "operator", Ty::Str),
+            r(3, "values", Ty::Str),
+        ]),
+    ),
+];
+
+const ROLE: &[Field] = &[
+    f(1, "metadata", Ty::Msg(OBJECT_META)),
+    r(2, "rules", Ty::Msg(POLICY_RULE)),
+];
+
+const CLUSTER_ROLE: &[Field] = &[
+    f(1, "metadata", Ty::Msg(OBJECT_META)),
+    r(2, "rules", Ty::Msg(POLICY_RULE)),
+    f(
+        3,
+        "aggregationRule",
+        Ty::Msg(&[r(1, "clusterRoleSelectors", Ty::Msg(LABEL_SELECTOR))]),
+    ),
+];
+
+const ROLE_BINDING: &[Field] = &[
+    f(1, "metadata", Ty::Msg(OBJECT_META)),
+    r(
+        2,
+        "subjects",
+        Ty::Msg(&[
+            f(1, "kind", Ty::Str),
+            f(2, "apiGroup", Ty::Str),
+            f(3, "name", Ty::Str),
+            f(4, "namespace", Ty::Str),
+        ]),
+    ),
+    f(
+        3,
+        "roleRef",
+        Ty::Msg(&[
+            f(1, "apiGroup", Ty::Str),
+            f(2, "kind", Ty::Str),
+            f(3, "name", Ty::Str),
+        ]),
+    ),
+];
+
 const TOKEN_REQUEST: &[Field] = &[
     f(1, "metadata", Ty::Msg(OBJECT_META)),
     f(
@@ -284,6 +343,9 @@ fn message_for(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
         ("authentication.k8s.io/v1", "TokenReview") => TOKEN_REVIEW,
         ("authorization.k8s.io/v1", "SubjectAccessReview") => SUBJECT_ACCESS_REVIEW,
+        ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => ROLE_BINDING,
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ConfigMap") => CONFIG_MAP,
         ("v1", "Secret") => SECRET,
