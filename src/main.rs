@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod delegation;
 
 #[derive(Parser)]
 #[command(
@@ -140,6 +141,14 @@ struct ServeArgs {
     /// Header prefixes carrying extra attributes (default X-Remote-Extra-).
     #[arg(long, value_delimiter = ',')]
     requestheader_extra_headers_prefix: Vec<String>,
+    /// Kubeconfig of the kube-apiserver this server extends: its
+    /// kube-system/extension-apiserver-authentication ConfigMap sets the request-header options
+    /// no flag sets.
+    #[arg(long, conflicts_with = "authentication_in_cluster")]
+    authentication_kubeconfig: Option<PathBuf>,
+    /// As --authentication-kubeconfig, with the pod's service account (deploy/aggregation).
+    #[arg(long)]
+    authentication_in_cluster: bool,
 }
 
 impl ServeArgs {
@@ -175,6 +184,18 @@ enum CertsCommand {
         #[arg(long, default_value = ".platform-mesh", env = "PLATFORM_MESH_DATA_DIR")]
         data_dir: PathBuf,
     },
+    /// Issue a serving certificate from the data directory's CA (for running in a cluster:
+    /// `--host platform-mesh.platform-mesh-system.svc`), written as tls.crt and tls.key.
+    Serving {
+        #[arg(long, default_value = ".platform-mesh", env = "PLATFORM_MESH_DATA_DIR")]
+        data_dir: PathBuf,
+        /// DNS names or IP addresses the certificate is valid for (repeatable).
+        #[arg(long = "host", required = true)]
+        hosts: Vec<String>,
+        /// Directory to write tls.crt and tls.key to.
+        #[arg(long)]
+        out_dir: PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -189,7 +210,13 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
-                let opts = args.into_options();
+                let host = args.authentication_kubeconfig.clone();
+                let in_cluster = args.authentication_in_cluster;
+                let mut opts = args.into_options();
+                if host.is_some() || in_cluster {
+                    let config = delegation::host_config(host.as_deref()).await?;
+                    delegation::apply(delegation::fetch(config).await?, &mut opts)?;
+                }
                 let server = apiserver::server::start(opts).await?;
                 eprintln!(
                     "platform-mesh is serving on https://{}\n  kubectl --kubeconfig {} get namespaces",
@@ -241,6 +268,31 @@ fn main() -> anyhow::Result<()> {
             println!("{}", pki.ca_bundle_base64());
             Ok(())
         }
+        Command::Certs {
+            what:
+                CertsCommand::Serving {
+                    data_dir,
+                    hosts,
+                    out_dir,
+                },
+        } => {
+            let pki = certs::load_or_create(&data_dir.join("pki"), &[])
+                .with_context(|| format!("loading the certificates in {}", data_dir.display()))?;
+            let (cert, key) = pki
+                .issue_serving_certificate(&hosts)
+                .context("issuing the serving certificate")?;
+            std::fs::create_dir_all(&out_dir)
+                .with_context(|| format!("creating {}", out_dir.display()))?;
+            std::fs::write(out_dir.join("tls.crt"), cert)
+                .with_context(|| format!("writing {}/tls.crt", out_dir.display()))?;
+            write_private(&out_dir.join("tls.key"), key.as_bytes())?;
+            println!(
+                "wrote {0}/tls.crt and {0}/tls.key for {1}",
+                out_dir.display(),
+                hosts.join(", ")
+            );
+            Ok(())
+        }
         Command::Crds { dir, check } => {
             if check {
                 api::check_crds(&dir).map_err(|e| {
@@ -271,4 +323,20 @@ async fn shutdown_signal() -> anyhow::Result<()> {
     #[cfg(not(unix))]
     tokio::signal::ctrl_c().await?;
     Ok(())
+}
+
+/// Writes a private key readable by the owner only.
+fn write_private(path: &std::path::Path, contents: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options
+        .open(path)
+        .and_then(|mut f| f.write_all(contents))
+        .with_context(|| format!("writing {}", path.display()))
 }

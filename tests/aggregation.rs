@@ -255,3 +255,85 @@ async fn requests_proxied_by_the_aggregator_are_served_as_the_end_user() {
         .expect("request");
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
 }
+
+/// In a cluster the server learns whom to trust from the kube-apiserver it extends:
+/// `kube-system/extension-apiserver-authentication` (here served by another platform-mesh standing
+/// in for the host cluster) names the front-proxy CA, the allowed names and the headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_settings_come_from_the_host_clusters_configmap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let front_proxy = certs::load_or_create(&dir.path().join("front-proxy"), &[]).expect("fp");
+    let host = common::Server::start();
+    let mut conn = host.client().connect().await.expect("host");
+    let r = conn
+        .post_json(
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}),
+        )
+        .await
+        .expect("namespace");
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let cm = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+        "data": {
+            "requestheader-client-ca-file": front_proxy.ca_cert_pem(),
+            "requestheader-allowed-names": "[\"front-proxy-client\"]",
+            "requestheader-username-headers": "[\"X-Remote-User\"]",
+            "requestheader-group-headers": "[\"X-Remote-Group\"]",
+            "requestheader-extra-headers-prefix": "[\"X-Remote-Extra-\"]",
+        },
+    });
+    let r = conn
+        .post_json("/api/v1/namespaces/kube-system/configmaps", &cm)
+        .await
+        .expect("create");
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+
+    let extension = common::Server::start_with(&[
+        "--authentication-kubeconfig",
+        host.kubeconfig.to_str().expect("path"),
+    ]);
+    let ca = std::fs::read_to_string(extension.data_dir.join("pki/ca.crt")).expect("ca");
+    let (cert, key) = front_proxy
+        .issue_client_certificate("front-proxy-client", &[], 1)
+        .expect("proxy cert");
+    let proxy = ClientConfig::new(extension.address, &ca, Some((&cert, &key))).expect("proxy");
+    let mut conn = proxy.connect().await.expect("connect");
+    let r = conn
+        .send_with_headers(
+            Method::POST,
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            &[
+                ("x-remote-user", "jane"),
+                ("x-remote-group", "dev"),
+                ("content-type", "application/json"),
+            ],
+            br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#.to_vec(),
+        )
+        .await
+        .expect("request");
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    assert_eq!(r.json()["status"]["userInfo"]["username"], "jane");
+    // A proxy-CA certificate with another name is not the proxy.
+    let (cert, key) = front_proxy
+        .issue_client_certificate("not-the-proxy", &[], 1)
+        .expect("cert");
+    let other = ClientConfig::new(extension.address, &ca, Some((&cert, &key))).expect("other");
+    let r = other
+        .connect()
+        .await
+        .expect("connect")
+        .send_with_headers(
+            Method::GET,
+            "/api/v1/namespaces",
+            &[
+                ("x-remote-user", "admin"),
+                ("x-remote-group", "system:masters"),
+            ],
+            Vec::new(),
+        )
+        .await
+        .expect("request");
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+}

@@ -136,7 +136,10 @@ async fn a_workspace_holds_at_most_the_configured_number_of_objects() {
     let path = "/api/v1/namespaces/default/configmaps";
     let mut created = 0;
     let refused = loop {
-        let r = c.post_json(path, &cm(format!("cm-{created}"))).await.expect("create");
+        let r = c
+            .post_json(path, &cm(format!("cm-{created}")))
+            .await
+            .expect("create");
         if r.status != 201 {
             break r;
         }
@@ -146,7 +149,10 @@ async fn a_workspace_holds_at_most_the_configured_number_of_objects() {
     assert!(created > 0, "root was full before any create");
     assert_eq!(refused.status, 403, "{:?}", refused.json());
     assert_eq!(refused.json()["reason"], "Forbidden");
-    let msg = refused.json()["message"].as_str().unwrap_or_default().to_string();
+    let msg = refused.json()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(
         msg.contains("--max-objects-per-workspace allows 60"),
         "{msg}"
@@ -173,10 +179,16 @@ async fn a_workspace_holds_at_most_the_configured_number_of_objects() {
         .await
         .expect("delete");
     assert_eq!(r.status, 200);
-    let r = c.post_json(path, &cm("again".into())).await.expect("create");
+    let r = c
+        .post_json(path, &cm("again".into()))
+        .await
+        .expect("create");
     assert_eq!(r.status, 201, "{:?}", r.json());
     let r = c
-        .post_json(&format!("/clusters/root:other{path}"), &cm("elsewhere".into()))
+        .post_json(
+            &format!("/clusters/root:other{path}"),
+            &cm("elsewhere".into()),
+        )
         .await
         .expect("create");
     assert_eq!(r.status, 201, "{:?}", r.json());
