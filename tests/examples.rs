@@ -91,6 +91,8 @@ walkthrough! {
     quickstart_kubectl_1_33 => "quickstart", "1.33";
     workspaces_kubectl_1_27 => "workspaces", "1.27";
     workspaces_kubectl_1_33 => "workspaces", "1.33";
+    service_accounts_kubectl_1_27 => "service-accounts", "1.27";
+    service_accounts_kubectl_1_33 => "service-accounts", "1.33";
 }
 
 #[test]
