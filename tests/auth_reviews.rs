@@ -185,6 +185,28 @@ fn token_identity(version: &str) {
     let no = bob.run(&["auth", "can-i", "get", "configmaps"]);
     assert_eq!(String::from_utf8_lossy(&no.stdout).trim(), "no");
     assert!(!bob.run(&["get", "configmaps"]).status.success());
+    // A binding to the token's group shows up in bob's rules.
+    let admin = Kubectl::new(bin.clone(), &server.kubeconfig);
+    admin.ok(&[
+        "create",
+        "clusterrole",
+        "lease-viewer",
+        "--verb=get,list",
+        "--resource=leases.coordination.k8s.io",
+    ]);
+    admin.ok(&[
+        "create",
+        "clusterrolebinding",
+        "viewers-see-leases",
+        "--clusterrole=lease-viewer",
+        "--group=viewers",
+    ]);
+    let list = bob.ok(&["auth", "can-i", "--list"]);
+    assert!(
+        list.contains("leases.coordination.k8s.io") && list.contains("[get list]"),
+        "{list}"
+    );
+    assert!(!list.contains("configmaps"), "{list}");
     let forged = Kubectl::new(
         bin,
         &kubeconfig("s3cr3t-token-for-bobX", "forged.kubeconfig"),
