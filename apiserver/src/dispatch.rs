@@ -259,15 +259,10 @@ async fn route(
         (None, ClusterTarget::Name(c)) => crate::reviews::Scope::Cluster(c),
         (None, ClusterTarget::Wildcard) => crate::reviews::Scope::Wildcard,
     };
-    let scope_cluster = match scope {
-        crate::reviews::Scope::Cluster(c) | crate::reviews::Scope::VirtualWorkspace(c, _) => {
-            Some(c)
-        }
-        crate::reviews::Scope::Wildcard => None,
-    };
     let identity = match identity {
         Some(id) => {
-            match crate::reviews::impersonate(state, scope_cluster, &id, &mut parts.headers).await {
+            match crate::reviews::impersonate(state, scope.cluster(), &id, &mut parts.headers).await
+            {
                 Ok(Some(other)) => Some(Arc::new(other)),
                 Ok(None) => Some(id),
                 Err(e) => return error_response(&e),

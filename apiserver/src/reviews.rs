@@ -172,6 +172,16 @@ pub enum Scope<'a> {
     VirtualWorkspace(&'a str, &'a str),
 }
 
+impl Scope<'_> {
+    /// The one logical cluster whose RBAC applies (the export's for a virtual workspace).
+    pub fn cluster(&self) -> Option<&str> {
+        match self {
+            Scope::Cluster(c) | Scope::VirtualWorkspace(c, _) => Some(c),
+            Scope::Wildcard => None,
+        }
+    }
+}
+
 fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
     let mut e = ApiError::forbidden(crate::auth::forbidden_message(attrs, reason));
     if attrs.resource_request {
