@@ -7,6 +7,7 @@ pub mod lifecycle;
 pub mod platformmesh;
 pub mod providers;
 pub mod runtime;
+pub mod templates;
 
 #[cfg(test)]
 pub(crate) mod e2e;

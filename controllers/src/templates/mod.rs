@@ -1,0 +1,212 @@
+//! Go `text/template` for the profile, the gotemplates and `spec.values` strings.
+//!
+//! The language is Go's: actions, pipelines, variables (`$x :=`, `$x =`, `$`), `if`/`else if`,
+//! `range` over lists, maps (sorted keys) and integers with `$i, $v :=`, `break`/`continue`,
+//! `with`/`else with`, `define`/`template`/`block`, comments and `{{-`/`-}}` trimming. Functions:
+//! Go's builtins, plus `default`, `indent`, `nindent`, `toYaml` and `toJson` with Helm's meaning.
+//! Every case of `../shared/reference/gotemplate-conformance` (Go's own output) passes in Go mode
+//! ([`Options::go`]); see `conformance.rs`.
+//!
+//! Where this engine deliberately differs from Go, in the project's mode ([`Options::default`]):
+//! - **A missing key is an error** when it would be printed or passed to a function other than
+//!   `default`: the message names the template, line, column and key, instead of `<no value>` in a
+//!   manifest. `if`, `with`, `range`, `and`, `or`, `not` and `default` take missing keys as empty, so
+//!   `{{ .x | default "y" }}` and `{{ if .x }}` work as in Go. A printed `null` is an error too.
+//! - **Integers of the data stay integers**: Go code that decodes YAML into `interface{}` sees every
+//!   number as a float64, so `replicas: 1000000` would print `1e+06` and `eq .replicas 1` would be a
+//!   type error; here the first prints `1000000` and the second compares.
+//! - `and`, `or` and `not` are Go's builtins (variadic, short-circuit, returning the deciding value),
+//!   not the upstream operator's two-argument replacements; in `if` they decide alike.
+//! - `nindent`/`indent` are Helm's (prefix every line, including an empty last one), and `toYaml`
+//!   drops the trailing newline as Helm's does, where the upstream operator's `nindent` trims blank
+//!   lines and adds a newline.
+
+mod exec;
+mod funcs;
+mod parse;
+mod value;
+
+#[cfg(test)]
+mod conformance;
+
+pub use value::Numbers;
+
+/// What happens with a key that is not in its map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissingKey {
+    /// The project's rule: usable where emptiness is asked for, an error where printed or passed on.
+    Strict,
+    /// Go's default (`missingkey=default`/`zero` for generic maps): prints `<no value>`.
+    Print,
+    /// Go's `missingkey=error`: any lookup of a missing key is an error.
+    Error,
+}
+
+/// Execution options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// How keys absent from their map are treated.
+    pub missing_key: MissingKey,
+    /// Whether data integers stay integers.
+    pub numbers: Numbers,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            missing_key: MissingKey::Strict,
+            numbers: Numbers::Exact,
+        }
+    }
+}
+
+impl Options {
+    /// Exactly Go's behaviour (for the conformance suite and comparisons with upstream output).
+    pub fn go() -> Self {
+        Options {
+            missing_key: MissingKey::Print,
+            numbers: Numbers::GoFloat,
+        }
+    }
+}
+
+/// A parse or execution error, worded as Go words them:
+/// `template: NAME:LINE:COL: executing "NAME" at <SRC>: MESSAGE`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Error(String);
+
+impl Error {
+    fn parse(name: &str, line: usize, message: &str) -> Error {
+        if line == 0 {
+            Error(format!("template: {name}: {message}"))
+        } else {
+            Error(format!("template: {name}:{line}: {message}"))
+        }
+    }
+
+    fn exec(name: &str, pos: parse::Pos, src: &str, message: impl Into<String>) -> Error {
+        let message = message.into();
+        if src.is_empty() {
+            return Error(format!(
+                "template: {name}:{}:{}: executing {name:?}: {message}",
+                pos.line, pos.col
+            ));
+        }
+        Error(format!(
+            "template: {name}:{}:{}: executing {name:?} at <{src}>: {message}",
+            pos.line, pos.col
+        ))
+    }
+
+    /// The whole message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A parsed template, ready to run any number of times.
+#[derive(Clone, Debug)]
+pub struct Template {
+    name: String,
+    tree: parse::Tree,
+}
+
+impl Template {
+    /// Parses `text`; `name` appears in every error.
+    pub fn parse(name: &str, text: &str) -> Result<Template, Error> {
+        Ok(Template {
+            name: name.to_string(),
+            tree: parse::parse(name, text, &funcs::exists)?,
+        })
+    }
+
+    /// Runs the template with `data`.
+    pub fn execute(&self, data: &serde_json::Value, options: &Options) -> Result<String, Error> {
+        let root = value::V::from_json(data, options.numbers);
+        let mut exec = exec::Exec::new(&self.name, &self.tree, options, root);
+        exec.run()?;
+        Ok(exec.out)
+    }
+}
+
+/// Parses and runs in one step.
+pub fn render(
+    name: &str,
+    text: &str,
+    data: &serde_json::Value,
+    options: &Options,
+) -> Result<String, Error> {
+    Template::parse(name, text)?.execute(data, options)
+}
+
+/// The engine the PlatformMesh controller renders with (the project's options).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Engine {
+    /// How templates run.
+    pub options: Options,
+}
+
+impl crate::platformmesh::vars::Render for Engine {
+    fn render(&self, name: &str, text: &str, data: &serde_json::Value) -> Result<String, String> {
+        render(name, text, data, &self.options).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn strict(text: &str, data: serde_json::Value) -> Result<String, String> {
+        render("t", text, &data, &Options::default()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_printed_missing_key_is_an_error_naming_template_line_and_key() {
+        let err = strict("a: 1\nb: {{ .config.port }}\n", json!({"config": {}})).expect_err("missing");
+        assert_eq!(
+            err,
+            "template: t:2:7: executing \"t\" at <.config.port>: map has no entry for key \".config.port\"; printing it would write \"<no value>\" (use default, if or with)"
+        );
+        let err = strict("{{ toYaml $.values.x }}", json!({"values": {}})).expect_err("missing");
+        assert!(err.contains("\"$.values.x\""), "{err}");
+        let err = strict("{{ .n }}", json!({"n": null})).expect_err("null");
+        assert!(err.contains("the value is null"), "{err}");
+    }
+
+    #[test]
+    fn missing_keys_are_empty_where_emptiness_is_asked() {
+        let data = json!({"config": {"name": "x"}});
+        for (text, want) in [
+            ("{{ .config.port | default 8443 }}", "8443"),
+            ("{{ if .config.port }}a{{ else }}b{{ end }}", "b"),
+            ("{{ with .config.port }}a{{ else }}b{{ end }}", "b"),
+            ("{{ range .config.ports }}a{{ else }}b{{ end }}", "b"),
+            ("{{ if and .config.name (not .config.port) }}y{{ end }}", "y"),
+            ("{{ ((.config.ocm).component).name | default \"c\" }}", "c"),
+        ] {
+            assert_eq!(strict(text, data.clone()).as_deref(), Ok(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn integers_stay_integers_in_the_projects_mode() {
+        let data = json!({"replicas": 1000000, "port": 443});
+        assert_eq!(
+            strict("{{ .replicas }} {{ if eq .port 443 }}tls{{ end }}", data.clone()).as_deref(),
+            Ok("1000000 tls")
+        );
+        let go = render("t", "{{ .replicas }}", &data, &Options::go()).expect("go");
+        assert_eq!(go, "1e+06");
+    }
+
+    #[test]
+    fn runaway_templates_are_stopped() {
+        let err = strict("{{ define \"r\" }}{{ template \"r\" . }}{{ end }}{{ template \"r\" . }}", json!({}))
+            .expect_err("recursion");
+        assert!(err.contains("maximum template depth"), "{err}");
+        let err = strict("{{ range 100000000 }}x{{ end }}", json!({})).expect_err("range");
+        assert!(err.contains("exceeds"), "{err}");
+    }
+}
