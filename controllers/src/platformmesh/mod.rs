@@ -5,5 +5,6 @@ pub mod controller;
 pub mod deploy;
 pub mod deployment;
 pub mod render;
+pub mod review;
 pub mod vars;
 pub mod wait;

@@ -22,14 +22,35 @@ fn corpus() -> (Vec<Value>, Vec<Value>) {
 
 /// Cases whose result in the project's mode deliberately differs from Go's, and why.
 const PROJECT_DIFFERS: &[(&str, &str)] = &[
-    ("field-bigint", "integers stay integers: 123456789, not 1.23456789e+08"),
+    (
+        "field-bigint",
+        "integers stay integers: 123456789, not 1.23456789e+08",
+    ),
     ("field-null", "printing null is an error, not <no value>"),
-    ("field-missing", "printing a missing key is an error, not <no value>"),
-    ("field-missing-chain", "printing a missing key is an error, not <no value>"),
-    ("index-missing-key", "printing a missing key is an error, not <no value>"),
-    ("missingkey-zero-option", "printing a missing key is an error, not <no value>"),
-    ("range-break-continue", "integers stay integers, so eq . 1 compares instead of failing"),
-    ("printf-float-as-d", "integers stay integers, so %d formats 8443"),
+    (
+        "field-missing",
+        "printing a missing key is an error, not <no value>",
+    ),
+    (
+        "field-missing-chain",
+        "printing a missing key is an error, not <no value>",
+    ),
+    (
+        "index-missing-key",
+        "printing a missing key is an error, not <no value>",
+    ),
+    (
+        "missingkey-zero-option",
+        "printing a missing key is an error, not <no value>",
+    ),
+    (
+        "range-break-continue",
+        "integers stay integers, so eq . 1 compares instead of failing",
+    ),
+    (
+        "printf-float-as-d",
+        "integers stay integers, so %d formats 8443",
+    ),
 ];
 
 fn go_options(case: &Value) -> Options {

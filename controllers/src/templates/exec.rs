@@ -125,7 +125,8 @@ impl<'a> Exec<'a> {
                         ));
                     }
                     self.depth += 1;
-                    let saved = std::mem::replace(&mut self.vars, vec![("$".to_string(), arg.clone())]);
+                    let saved =
+                        std::mem::replace(&mut self.vars, vec![("$".to_string(), arg.clone())]);
                     let result = self.walk(&arg, body);
                     self.vars = saved;
                     self.depth -= 1;
@@ -197,7 +198,10 @@ impl<'a> Exec<'a> {
                 .enumerate()
                 .map(|(i, x)| (V::Int(i as i64), x.clone()))
                 .collect(),
-            V::Map(m) => m.iter().map(|(k, x)| (V::str(k.clone()), x.clone())).collect(),
+            V::Map(m) => m
+                .iter()
+                .map(|(k, x)| (V::str(k.clone()), x.clone()))
+                .collect(),
             V::Int(n) => {
                 if *n > MAX_RANGE_INT {
                     return Err(self.err(&at, format!("range over {n} exceeds {MAX_RANGE_INT}")));
@@ -208,7 +212,10 @@ impl<'a> Exec<'a> {
             other => {
                 return Err(self.err(
                     &at,
-                    format!("range can't iterate over {}", super::value::to_v_string(other)),
+                    format!(
+                        "range can't iterate over {}",
+                        super::value::to_v_string(other)
+                    ),
                 ))
             }
         };
@@ -321,7 +328,10 @@ impl<'a> Exec<'a> {
         }
         if self.opts.missing_key == MissingKey::Strict && name != "default" {
             if let Some(i) = args.iter().position(|a| matches!(a, V::Missing)) {
-                let path = self.missing.take().unwrap_or_else(|| format!("argument {}", i + 1));
+                let path = self
+                    .missing
+                    .take()
+                    .unwrap_or_else(|| format!("argument {}", i + 1));
                 return Err(self.err(
                     &at,
                     format!("error calling {name}: map has no entry for key {path:?} (use default, if or with)"),
@@ -349,7 +359,12 @@ impl<'a> Exec<'a> {
             Arg::Str(s) => Ok(V::Str(Rc::from(s.as_str()))),
             Arg::Field(fields) => self.fields(dot.clone(), "", fields, at),
             Arg::Var(name, fields) => {
-                let Some(v) = self.vars.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+                let Some(v) = self
+                    .vars
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
                 else {
                     return Err(self.err(at, format!("undefined variable: {name}")));
                 };
@@ -369,7 +384,13 @@ impl<'a> Exec<'a> {
 
     /// Follows `.a.b.c` from `v`: a missing key gives no value (and so does any field of no value,
     /// as in Go); a field of null is an error; `missingkey=error` makes a missing key an error.
-    fn fields(&mut self, mut v: V, prefix: &str, fields: &[String], at: &At<'_>) -> Result<V, Error> {
+    fn fields(
+        &mut self,
+        mut v: V,
+        prefix: &str,
+        fields: &[String],
+        at: &At<'_>,
+    ) -> Result<V, Error> {
         let mut path = prefix.to_string();
         for f in fields {
             path.push('.');

@@ -28,7 +28,10 @@ pub fn call(name: &str, args: &[V], mixed_numbers: bool) -> Result<V, String> {
                 V::Str(s) => Ok(V::Int(s.len() as i64)),
                 V::List(l) => Ok(V::Int(l.len() as i64)),
                 V::Map(m) => Ok(V::Int(m.len() as i64)),
-                other => Err(format!("error calling len: len of type {}", other.type_name())),
+                other => Err(format!(
+                    "error calling len: len of type {}",
+                    other.type_name()
+                )),
             }
         }
         "index" => index(args),
@@ -122,8 +125,8 @@ pub fn call(name: &str, args: &[V], mixed_numbers: bool) -> Result<V, String> {
         "toYaml" => {
             one(name, args)?;
             let json = args[0].to_json();
-            let yaml = serde_saphyr::to_string(&json)
-                .map_err(|e| format!("error calling toYaml: {e}"))?;
+            let yaml =
+                serde_saphyr::to_string(&json).map_err(|e| format!("error calling toYaml: {e}"))?;
             Ok(V::str(yaml.trim_end_matches('\n')))
         }
         "toJson" => {
@@ -176,7 +179,8 @@ fn index(args: &[V]) -> Result<V, String> {
     for key in keys {
         item = match &item {
             V::List(l) => {
-                let i = int_arg(key, "slice/array").map_err(|e| format!("error calling index: {e}"))?;
+                let i =
+                    int_arg(key, "slice/array").map_err(|e| format!("error calling index: {e}"))?;
                 usize::try_from(i)
                     .ok()
                     .and_then(|i| l.get(i))
@@ -446,7 +450,10 @@ fn format_one(verb: char, spec: &Spec, v: &V) -> String {
             spec.pad(s, false)
         }
         ('s', V::List(l)) => {
-            let parts: Vec<String> = l.iter().map(|x| format_one('s', &Spec::default(), x)).collect();
+            let parts: Vec<String> = l
+                .iter()
+                .map(|x| format_one('s', &Spec::default(), x))
+                .collect();
             spec.pad(format!("[{}]", parts.join(" ")), false)
         }
         ('q', V::Str(s)) => spec.pad(go_quote(s), false),
@@ -619,9 +626,21 @@ mod tests {
         assert_eq!(sprintf("%d", &[V::Float(8443.0)]), "%!d(float64=8443)");
         assert_eq!(sprintf("%d %d", &[V::Int(1)]), "1 %!d(MISSING)");
         assert_eq!(sprintf("%d", &[V::Int(1), s("x")]), "1%!(EXTRA string=x)");
-        assert_eq!(sprintf("%-4s|%4s|%q|%%", &[s("a"), s("b"), s("c\"d")]), "a   |   b|\"c\\\"d\"|%");
-        assert_eq!(sprintf("%x %X %o %b", &[V::Int(255), V::Int(255), V::Int(8), V::Int(5)]), "ff FF 10 101");
-        assert_eq!(sprintf("%.2e %g %+d", &[V::Float(1234.5), V::Float(0.5), V::Int(3)]), "1.23e+03 0.5 +3");
+        assert_eq!(
+            sprintf("%-4s|%4s|%q|%%", &[s("a"), s("b"), s("c\"d")]),
+            "a   |   b|\"c\\\"d\"|%"
+        );
+        assert_eq!(
+            sprintf(
+                "%x %X %o %b",
+                &[V::Int(255), V::Int(255), V::Int(8), V::Int(5)]
+            ),
+            "ff FF 10 101"
+        );
+        assert_eq!(
+            sprintf("%.2e %g %+d", &[V::Float(1234.5), V::Float(0.5), V::Int(3)]),
+            "1.23e+03 0.5 +3"
+        );
     }
 
     #[test]
@@ -634,7 +653,10 @@ mod tests {
             js_escape("say \"hi\" & <bye>"),
             "say \\\"hi\\\" \\u0026 \\u003Cbye\\u003E"
         );
-        assert_eq!(query_escape("say \"hi\" & <bye>"), "say+%22hi%22+%26+%3Cbye%3E");
+        assert_eq!(
+            query_escape("say \"hi\" & <bye>"),
+            "say+%22hi%22+%26+%3Cbye%3E"
+        );
     }
 
     #[test]
@@ -647,10 +669,14 @@ mod tests {
             let r = call("default", &[V::str("d"), empty], false).expect("default");
             assert_eq!(to_v_string(&r), "d");
         }
-        let r = call("toYaml", &[V::from_json(
-            &serde_json::json!({"b": [1, 2], "a": {"c": "x"}}),
-            super::super::value::Numbers::Exact,
-        )], false)
+        let r = call(
+            "toYaml",
+            &[V::from_json(
+                &serde_json::json!({"b": [1, 2], "a": {"c": "x"}}),
+                super::super::value::Numbers::Exact,
+            )],
+            false,
+        )
         .expect("toYaml");
         assert_eq!(to_v_string(&r), "a:\n  c: x\nb:\n- 1\n- 2");
     }

@@ -164,7 +164,8 @@ mod tests {
 
     #[test]
     fn a_printed_missing_key_is_an_error_naming_template_line_and_key() {
-        let err = strict("a: 1\nb: {{ .config.port }}\n", json!({"config": {}})).expect_err("missing");
+        let err =
+            strict("a: 1\nb: {{ .config.port }}\n", json!({"config": {}})).expect_err("missing");
         assert_eq!(
             err,
             "template: t:2:7: executing \"t\" at <.config.port>: map has no entry for key \".config.port\"; printing it would write \"<no value>\" (use default, if or with)"
@@ -183,7 +184,10 @@ mod tests {
             ("{{ if .config.port }}a{{ else }}b{{ end }}", "b"),
             ("{{ with .config.port }}a{{ else }}b{{ end }}", "b"),
             ("{{ range .config.ports }}a{{ else }}b{{ end }}", "b"),
-            ("{{ if and .config.name (not .config.port) }}y{{ end }}", "y"),
+            (
+                "{{ if and .config.name (not .config.port) }}y{{ end }}",
+                "y",
+            ),
             ("{{ ((.config.ocm).component).name | default \"c\" }}", "c"),
         ] {
             assert_eq!(strict(text, data.clone()).as_deref(), Ok(want), "{text}");
@@ -194,7 +198,11 @@ mod tests {
     fn integers_stay_integers_in_the_projects_mode() {
         let data = json!({"replicas": 1000000, "port": 443});
         assert_eq!(
-            strict("{{ .replicas }} {{ if eq .port 443 }}tls{{ end }}", data.clone()).as_deref(),
+            strict(
+                "{{ .replicas }} {{ if eq .port 443 }}tls{{ end }}",
+                data.clone()
+            )
+            .as_deref(),
             Ok("1000000 tls")
         );
         let go = render("t", "{{ .replicas }}", &data, &Options::go()).expect("go");
@@ -203,8 +211,11 @@ mod tests {
 
     #[test]
     fn runaway_templates_are_stopped() {
-        let err = strict("{{ define \"r\" }}{{ template \"r\" . }}{{ end }}{{ template \"r\" . }}", json!({}))
-            .expect_err("recursion");
+        let err = strict(
+            "{{ define \"r\" }}{{ template \"r\" . }}{{ end }}{{ template \"r\" . }}",
+            json!({}),
+        )
+        .expect_err("recursion");
         assert!(err.contains("maximum template depth"), "{err}");
         let err = strict("{{ range 100000000 }}x{{ end }}", json!({})).expect_err("range");
         assert!(err.contains("exceeds"), "{err}");

@@ -17,7 +17,11 @@ pub struct Pos {
 pub enum Node {
     Text(String),
     /// `{{ pipeline }}`: prints the result unless the pipeline declares variables.
-    Action { pos: Pos, src: String, pipe: Pipe },
+    Action {
+        pos: Pos,
+        src: String,
+        pipe: Pipe,
+    },
     If(Branch),
     Range(Branch),
     With(Branch),
@@ -145,14 +149,16 @@ fn split(name: &str, src: &str) -> Result<Vec<Piece>, Error> {
                         i += 1;
                     }
                 }
-                b'/' if src[i..].starts_with("/*") => {
-                    match src[i + 2..].find("*/") {
-                        Some(end) => i += 2 + end + 1,
-                        None => {
-                            return Err(Error::parse(name, pos_at(src, open).line, "unclosed comment"))
-                        }
+                b'/' if src[i..].starts_with("/*") => match src[i + 2..].find("*/") {
+                    Some(end) => i += 2 + end + 1,
+                    None => {
+                        return Err(Error::parse(
+                            name,
+                            pos_at(src, open).line,
+                            "unclosed comment",
+                        ))
                     }
-                }
+                },
                 b'}' if src[i..].starts_with("}}") => {
                     close = Some(i);
                     break;
@@ -162,7 +168,11 @@ fn split(name: &str, src: &str) -> Result<Vec<Piece>, Error> {
             i += 1;
         }
         let Some(close) = close else {
-            return Err(Error::parse(name, pos_at(src, open).line, "unclosed action"));
+            return Err(Error::parse(
+                name,
+                pos_at(src, open).line,
+                "unclosed action",
+            ));
         };
         let mut body_end = close;
         trim_next = false;
@@ -326,7 +336,10 @@ fn tokens(name: &str, line: usize, body: &str) -> Result<Vec<(Tok, usize)>, Erro
                 if next.is_some_and(|c| c.is_ascii_digit()) {
                     let start = i;
                     i += 1;
-                    while chars.get(i).is_some_and(|c| c.1.is_ascii_alphanumeric() || c.1 == '.') {
+                    while chars
+                        .get(i)
+                        .is_some_and(|c| c.1.is_ascii_alphanumeric() || c.1 == '.')
+                    {
                         i += 1;
                     }
                     let s: String = chars[start..i].iter().map(|c| c.1).collect();
@@ -348,7 +361,12 @@ fn tokens(name: &str, line: usize, body: &str) -> Result<Vec<(Tok, usize)>, Erro
                     i += 1;
                 }
             }
-            c if c.is_ascii_digit() || ((c == '-' || c == '+') && chars.get(i + 1).is_some_and(|n| n.1.is_ascii_digit() || n.1 == '.')) => {
+            c if c.is_ascii_digit()
+                || ((c == '-' || c == '+')
+                    && chars
+                        .get(i + 1)
+                        .is_some_and(|n| n.1.is_ascii_digit() || n.1 == '.')) =>
+            {
                 let start = i;
                 i += 1;
                 while let Some(&(_, c)) = chars.get(i) {
@@ -397,7 +415,8 @@ fn number(text: &str) -> Option<Arg> {
         i64::from_str_radix(o, 8).ok()
     } else if let Some(b) = lower.strip_prefix("0b") {
         i64::from_str_radix(b, 2).ok()
-    } else if lower.len() > 1 && lower.starts_with('0') && lower.chars().all(|c| c.is_ascii_digit()) {
+    } else if lower.len() > 1 && lower.starts_with('0') && lower.chars().all(|c| c.is_ascii_digit())
+    {
         i64::from_str_radix(&lower[1..], 8).ok()
     } else {
         lower.parse::<i64>().ok()
@@ -443,7 +462,10 @@ impl PipeParser<'_> {
     }
 
     fn offset(&self) -> usize {
-        self.toks.get(self.i).map(|t| t.1).unwrap_or(self.body.len())
+        self.toks
+            .get(self.i)
+            .map(|t| t.1)
+            .unwrap_or(self.body.len())
     }
 
     fn peek(&self) -> Option<&Tok> {
@@ -629,7 +651,11 @@ impl Parser<'_> {
             match keyword.as_str() {
                 "end" => {
                     if !rest.is_empty() {
-                        return Err(Error::parse(self.name, pos.line, "unexpected token after end"));
+                        return Err(Error::parse(
+                            self.name,
+                            pos.line,
+                            "unexpected token after end",
+                        ));
                     }
                     return Ok((nodes, End::End));
                 }
@@ -654,11 +680,19 @@ impl Parser<'_> {
                     let pipe = if keyword == "block" {
                         let args: Vec<(Tok, usize)> = rest.iter().skip(1).cloned().collect();
                         if args.is_empty() {
-                            return Err(Error::parse(self.name, pos.line, "block needs a pipeline"));
+                            return Err(Error::parse(
+                                self.name,
+                                pos.line,
+                                "block needs a pipeline",
+                            ));
                         }
                         Some(self.pipe(&args, &body, pos, false, false)?)
                     } else if rest.len() > 1 {
-                        return Err(Error::parse(self.name, pos.line, "unexpected token in define"));
+                        return Err(Error::parse(
+                            self.name,
+                            pos.line,
+                            "unexpected token in define",
+                        ));
                     } else {
                         None
                     };
@@ -752,7 +786,11 @@ impl Parser<'_> {
         };
         let pipe = p.pipeline(allow_decl, range_decl)?;
         if p.i < toks.len() {
-            return Err(Error::parse(self.name, pos.line, "unexpected \")\" in operand"));
+            return Err(Error::parse(
+                self.name,
+                pos.line,
+                "unexpected \")\" in operand",
+            ));
         }
         Ok(pipe)
     }
@@ -793,7 +831,9 @@ impl Parser<'_> {
                         Some(els)
                     }
                     // `else if` / `else with`: a nested branch that shares this one's `end`.
-                    Some((Tok::Ident(k), _)) if (k == "if" || k == "with") && keyword != "range" => {
+                    Some((Tok::Ident(k), _))
+                        if (k == "if" || k == "with") && keyword != "range" =>
+                    {
                         let k = k.clone();
                         let inner_rest: Vec<(Tok, usize)> =
                             else_toks.iter().skip(1).cloned().collect();

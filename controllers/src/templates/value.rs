@@ -39,7 +39,9 @@ impl V {
                 _ => V::Float(n.as_f64().unwrap_or(0.0)),
             },
             Json::String(s) => V::Str(Rc::from(s.as_str())),
-            Json::Array(a) => V::List(Rc::new(a.iter().map(|x| V::from_json(x, numbers)).collect())),
+            Json::Array(a) => V::List(Rc::new(
+                a.iter().map(|x| V::from_json(x, numbers)).collect(),
+            )),
             Json::Object(m) => V::Map(Rc::new(
                 m.iter()
                     .map(|(k, x)| (k.clone(), V::from_json(x, numbers)))
@@ -105,7 +107,11 @@ pub fn format_float_g(f: f64, precision: Option<usize>) -> String {
         return "NaN".into();
     }
     if f.is_infinite() {
-        return if f > 0.0 { "+Inf".into() } else { "-Inf".into() };
+        return if f > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
     }
     // Digits and decimal exponent: shortest round-trip, or rounded to `precision` digits.
     let sci = match precision {
