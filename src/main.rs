@@ -70,6 +70,30 @@ enum Command {
         #[command(subcommand)]
         what: CertsCommand,
     },
+    /// Print every object the PlatformMesh controller's Deployment step would apply, without a
+    /// cluster: the gotemplates rendered with a PlatformMesh and its profile.
+    Render {
+        /// The PlatformMesh (YAML).
+        #[arg(short = 'f', long = "filename")]
+        platform_mesh: PathBuf,
+        /// The profile: its ConfigMap, or the profile.yaml it holds.
+        #[arg(long)]
+        profile: PathBuf,
+        /// Render for a remote runtime cluster whose kubeconfig is in this Secret (name).
+        #[arg(long)]
+        remote_runtime_secret: Option<String>,
+        /// Key of the kubeconfig in --remote-runtime-secret.
+        #[arg(long, default_value = "kubeconfig")]
+        remote_runtime_secret_key: String,
+    },
+    /// Render one Go template with data, with the engine and functions the controller uses.
+    Template {
+        /// The template file.
+        file: PathBuf,
+        /// Data (YAML or JSON).
+        #[arg(long)]
+        values: PathBuf,
+    },
     /// Write the CRDs of the Platform Mesh APIs to manifests/crds (or check them with --check).
     Crds {
         /// Directory to write to.
@@ -291,6 +315,47 @@ fn main() -> anyhow::Result<()> {
                 out_dir.display(),
                 hosts.join(", ")
             );
+            Ok(())
+        }
+        Command::Render {
+            platform_mesh,
+            profile,
+            remote_runtime_secret,
+            remote_runtime_secret_key,
+        } => {
+            let read = |p: &PathBuf| {
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+            };
+            let remote = remote_runtime_secret.map(|secret_name| {
+                controllers::platformmesh::vars::RemoteRuntime {
+                    secret_name,
+                    secret_key: remote_runtime_secret_key,
+                }
+            });
+            let out = controllers::platformmesh::review::render_yaml(
+                &controllers::templates::Engine::default(),
+                &read(&platform_mesh)?,
+                &read(&profile)?,
+                remote.as_ref(),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            print!("{out}");
+            Ok(())
+        }
+        Command::Template { file, values } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let data = std::fs::read_to_string(&values)
+                .with_context(|| format!("reading {}", values.display()))?;
+            let name = file.display().to_string();
+            let out = controllers::platformmesh::review::template(
+                &controllers::templates::Engine::default(),
+                &name,
+                &text,
+                &data,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            print!("{out}");
             Ok(())
         }
         Command::Crds { dir, check } => {

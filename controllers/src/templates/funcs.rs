@@ -619,7 +619,7 @@ mod tests {
         assert_eq!(
             sprintf(
                 "%s:%d:%v:%05.1f",
-                &[s("acme"), V::Int(7), V::Bool(true), V::Float(3.14159)]
+                &[s("acme"), V::Int(7), V::Bool(true), V::Float(3.14259)]
             ),
             "acme:7:true:003.1"
         );

@@ -552,10 +552,7 @@ impl PipeParser<'_> {
     fn command(&mut self) -> Result<Cmd, Error> {
         let start = self.offset();
         let mut args = Vec::new();
-        loop {
-            let Some((tok, _)) = self.toks.get(self.i).cloned() else {
-                break;
-            };
+        while let Some((tok, _)) = self.toks.get(self.i).cloned() {
             let arg = match tok {
                 Tok::Pipe | Tok::RParen => break,
                 Tok::Dot => {
@@ -617,7 +614,7 @@ impl PipeParser<'_> {
 }
 
 /// What ended a list of nodes.
-enum End {
+enum Stop {
     Eof,
     End,
     Else(Vec<(Tok, usize)>, String, Pos),
@@ -632,7 +629,7 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn list(&mut self) -> Result<(Vec<Node>, End), Error> {
+    fn list(&mut self) -> Result<(Vec<Node>, Stop), Error> {
         let mut nodes = Vec::new();
         while let Some(piece) = self.pieces.next() {
             let (body, pos) = match piece {
@@ -657,9 +654,9 @@ impl Parser<'_> {
                             "unexpected token after end",
                         ));
                     }
-                    return Ok((nodes, End::End));
+                    return Ok((nodes, Stop::End));
                 }
-                "else" => return Ok((nodes, End::Else(rest, body, pos))),
+                "else" => return Ok((nodes, Stop::Else(rest, body, pos))),
                 "if" | "range" | "with" => {
                     let branch = self.branch(&keyword, &rest, &body, pos)?;
                     nodes.push(match keyword.as_str() {
@@ -700,7 +697,7 @@ impl Parser<'_> {
                     self.range_depth = 0;
                     let (inner, end) = self.list()?;
                     self.range_depth = saved;
-                    if !matches!(end, End::End) {
+                    if !matches!(end, Stop::End) {
                         return Err(Error::parse(self.name, pos.line, "unexpected EOF"));
                     }
                     self.defines.insert(tname.clone(), inner);
@@ -758,7 +755,7 @@ impl Parser<'_> {
                 }
             }
         }
-        Ok((nodes, End::Eof))
+        Ok((nodes, Stop::Eof))
     }
 
     fn pipe(
@@ -819,13 +816,13 @@ impl Parser<'_> {
         }
         let (then, end) = listed?;
         let otherwise = match end {
-            End::Eof => return Err(Error::parse(self.name, pos.line, "unexpected EOF")),
-            End::End => None,
-            End::Else(else_toks, else_body, else_pos) => {
+            Stop::Eof => return Err(Error::parse(self.name, pos.line, "unexpected EOF")),
+            Stop::End => None,
+            Stop::Else(else_toks, else_body, else_pos) => {
                 match else_toks.first() {
                     None => {
                         let (els, end) = self.list()?;
-                        if !matches!(end, End::End) {
+                        if !matches!(end, Stop::End) {
                             return Err(Error::parse(self.name, pos.line, "unexpected EOF"));
                         }
                         Some(els)
@@ -875,11 +872,11 @@ pub fn parse(name: &str, src: &str, funcs: &dyn Fn(&str) -> bool) -> Result<Tree
     };
     let (root, end) = p.list()?;
     match end {
-        End::Eof => Ok(Tree {
+        Stop::Eof => Ok(Tree {
             root,
             defines: p.defines,
         }),
-        End::End => Err(Error::parse(name, 0, "unexpected {{end}}")),
-        End::Else(_, _, pos) => Err(Error::parse(name, pos.line, "unexpected {{else}}")),
+        Stop::End => Err(Error::parse(name, 0, "unexpected {{end}}")),
+        Stop::Else(_, _, pos) => Err(Error::parse(name, pos.line, "unexpected {{else}}")),
     }
 }

@@ -132,7 +132,7 @@ pub fn format_float_g(f: f64, precision: Option<usize>) -> String {
         None => 6,
         Some(p) => {
             let p = p.max(1) as i32;
-            if p > digits.len() as i32 && digits.len() as i32 >= exp + 1 {
+            if p > digits.len() as i32 && digits.len() as i32 > exp {
                 digits.len() as i32
             } else {
                 p
@@ -221,7 +221,7 @@ mod tests {
         ] {
             assert_eq!(format_float(f), want, "{f}");
         }
-        assert_eq!(format_float_g(3.14159, Some(3)), "3.14");
+        assert_eq!(format_float_g(5.4321, Some(3)), "5.43");
         assert_eq!(format_float_g(1234567.0, Some(3)), "1.23e+06");
     }
 }

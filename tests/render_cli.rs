@@ -1,0 +1,98 @@
+//! `platform-mesh render` and `platform-mesh template`: the reference e2e PlatformMesh and profile
+//! render to the golden file checked in beside the controller, and template errors name the file,
+//! line and key.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn render_of_the_reference_e2e_profile_matches_the_golden_file() {
+    let samples = repo().join("../shared/reference/platform-mesh-operator/e2e-samples");
+    let out = bin()
+        .args(["render", "-f"])
+        .arg(samples.join("platform-mesh.yaml"))
+        .arg("--profile")
+        .arg(samples.join("default-profile.yaml"))
+        .output()
+        .expect("render");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let golden = std::fs::read_to_string(
+        repo().join("controllers/src/platformmesh/testdata/e2e-fluxcd.yaml"),
+    )
+    .expect("golden");
+    assert!(
+        String::from_utf8_lossy(&out.stdout) == golden,
+        "platform-mesh render differs from controllers/src/platformmesh/testdata/e2e-fluxcd.yaml"
+    );
+}
+
+#[test]
+fn template_renders_one_file_and_names_missing_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tpl = dir.path().join("svc.yaml");
+    std::fs::write(
+        &tpl,
+        "{{- range $name, $svc := .services }}\n{{- if $svc.enabled }}\n- name: {{ $name }}\n  replicas: {{ $svc.replicas | default 1 }}\n{{- end }}\n{{- end }}\n",
+    )
+    .expect("write");
+    let values = dir.path().join("values.yaml");
+    std::fs::write(
+        &values,
+        "services:\n  portal: {enabled: true, replicas: 3}\n  iam: {enabled: true}\n  off: {enabled: false}\n",
+    )
+    .expect("write");
+    let out = bin()
+        .arg("template")
+        .arg(&tpl)
+        .arg("--values")
+        .arg(&values)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "\n- name: iam\n  replicas: 1\n- name: portal\n  replicas: 3\n"
+    );
+
+    std::fs::write(&tpl, "a: 1\nb: {{ .services.portal.image }}\n").expect("write");
+    let out = bin()
+        .arg("template")
+        .arg(&tpl)
+        .arg("--values")
+        .arg(&values)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("template: {}:2:", tpl.display()))
+            && err.contains(".services.portal.image"),
+        "{err}"
+    );
+
+    let out = bin()
+        .arg("template")
+        .arg(dir.path().join("nope.yaml"))
+        .arg("--values")
+        .arg(&values)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope.yaml"));
+}
