@@ -257,7 +257,10 @@ fn slice(args: &[V]) -> Result<V, String> {
             .map(V::str)
             .ok_or_else(|| "error calling slice: index not at a character boundary".into()),
         V::List(l) => Ok(V::List(Rc::new(l[bounds[0]..bounds[1]].to_vec()))),
-        _ => unreachable!("checked above"),
+        other => Err(format!(
+            "error calling slice: can't slice item of type {}",
+            other.type_name()
+        )),
     }
 }
 

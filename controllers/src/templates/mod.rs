@@ -219,5 +219,18 @@ mod tests {
         assert!(err.contains("maximum template depth"), "{err}");
         let err = strict("{{ range 100000000 }}x{{ end }}", json!({})).expect_err("range");
         assert!(err.contains("exceeds"), "{err}");
+        // Input from users (spec.values strings) cannot exhaust the stack.
+        let deep = format!("{{{{ {}1{} }}}}", "(".repeat(100_000), ")".repeat(100_000));
+        assert!(strict(&deep, json!({}))
+            .expect_err("parens")
+            .contains("nested too deeply"));
+        let deep = format!(
+            "{}{}",
+            "{{ if 1 }}".repeat(100_000),
+            "{{ end }}".repeat(100_000)
+        );
+        assert!(strict(&deep, json!({}))
+            .expect_err("ifs")
+            .contains("nested too deeply"));
     }
 }

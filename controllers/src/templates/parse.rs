@@ -96,11 +96,40 @@ enum Piece {
     Action { body: String, pos: Pos },
 }
 
-fn pos_at(text: &str, offset: usize) -> Pos {
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let col = offset - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
-    Pos { line, col }
+/// Positions of byte offsets, computed incrementally: offsets asked for only grow, so the whole
+/// source is scanned once however many actions it has.
+struct Lines<'a> {
+    text: &'a str,
+    offset: usize,
+    line: usize,
+    line_start: usize,
+}
+
+impl<'a> Lines<'a> {
+    fn new(text: &'a str) -> Self {
+        Lines {
+            text,
+            offset: 0,
+            line: 1,
+            line_start: 0,
+        }
+    }
+
+    fn pos(&mut self, offset: usize) -> Pos {
+        if offset >= self.offset {
+            for (i, b) in self.text.as_bytes()[self.offset..offset].iter().enumerate() {
+                if *b == b'\n' {
+                    self.line += 1;
+                    self.line_start = self.offset + i + 1;
+                }
+            }
+            self.offset = offset;
+        }
+        Pos {
+            line: self.line,
+            col: offset.saturating_sub(self.line_start) + 1,
+        }
+    }
 }
 
 fn is_space(c: char) -> bool {
@@ -109,6 +138,7 @@ fn is_space(c: char) -> bool {
 
 /// Splits the source into text and action bodies, applying trim markers and dropping comments.
 fn split(name: &str, src: &str) -> Result<Vec<Piece>, Error> {
+    let mut lines = Lines::new(src);
     let mut pieces = Vec::new();
     let mut rest = 0;
     let mut trim_next = false;
@@ -152,11 +182,7 @@ fn split(name: &str, src: &str) -> Result<Vec<Piece>, Error> {
                 b'/' if src[i..].starts_with("/*") => match src[i + 2..].find("*/") {
                     Some(end) => i += 2 + end + 1,
                     None => {
-                        return Err(Error::parse(
-                            name,
-                            pos_at(src, open).line,
-                            "unclosed comment",
-                        ))
+                        return Err(Error::parse(name, lines.pos(open).line, "unclosed comment"))
                     }
                 },
                 b'}' if src[i..].starts_with("}}") => {
@@ -168,11 +194,7 @@ fn split(name: &str, src: &str) -> Result<Vec<Piece>, Error> {
             i += 1;
         }
         let Some(close) = close else {
-            return Err(Error::parse(
-                name,
-                pos_at(src, open).line,
-                "unclosed action",
-            ));
+            return Err(Error::parse(name, lines.pos(open).line, "unclosed action"));
         };
         let mut body_end = close;
         trim_next = false;
@@ -187,14 +209,14 @@ fn split(name: &str, src: &str) -> Result<Vec<Piece>, Error> {
             if !trimmed.ends_with("*/") {
                 return Err(Error::parse(
                     name,
-                    pos_at(src, open).line,
+                    lines.pos(open).line,
                     "comment ends before closing delimiter",
                 ));
             }
         } else {
             pieces.push(Piece::Action {
                 body: body.to_string(),
-                pos: pos_at(src, body_start + (body.len() - body.trim_start().len())),
+                pos: lines.pos(body_start + (body.len() - body.trim_start().len())),
             });
         }
         rest = close + 2;
@@ -440,7 +462,12 @@ struct PipeParser<'a> {
     toks: &'a [(Tok, usize)],
     i: usize,
     funcs: &'a dyn Fn(&str) -> bool,
+    /// Parentheses open around the current position.
+    depth: usize,
 }
+
+/// Deepest nesting of parentheses or of control structures a template may have.
+const MAX_NESTING: usize = 100;
 
 impl PipeParser<'_> {
     fn err(&self, m: &str) -> Error {
@@ -589,7 +616,13 @@ impl PipeParser<'_> {
                 }
                 Tok::LParen => {
                     self.i += 1;
-                    let inner = self.pipeline(false, false)?;
+                    if self.depth >= MAX_NESTING {
+                        return Err(self.err("parentheses nested too deeply"));
+                    }
+                    self.depth += 1;
+                    let inner = self.pipeline(false, false);
+                    self.depth -= 1;
+                    let inner = inner?;
                     if self.peek() != Some(&Tok::RParen) {
                         return Err(self.err("unclosed left paren"));
                     }
@@ -626,10 +659,22 @@ struct Parser<'a> {
     defines: BTreeMap<String, Vec<Node>>,
     funcs: &'a dyn Fn(&str) -> bool,
     range_depth: usize,
+    /// Control structures open around the current position.
+    depth: usize,
 }
 
 impl Parser<'_> {
     fn list(&mut self) -> Result<(Vec<Node>, Stop), Error> {
+        if self.depth >= MAX_NESTING {
+            return Err(Error::parse(self.name, 0, "actions nested too deeply"));
+        }
+        self.depth += 1;
+        let listed = self.list_inner();
+        self.depth -= 1;
+        listed
+    }
+
+    fn list_inner(&mut self) -> Result<(Vec<Node>, Stop), Error> {
         let mut nodes = Vec::new();
         while let Some(piece) = self.pieces.next() {
             let (body, pos) = match piece {
@@ -780,6 +825,7 @@ impl Parser<'_> {
             toks,
             i: 0,
             funcs: self.funcs,
+            depth: 0,
         };
         let pipe = p.pipeline(allow_decl, range_decl)?;
         if p.i < toks.len() {
@@ -869,6 +915,7 @@ pub fn parse(name: &str, src: &str, funcs: &dyn Fn(&str) -> bool) -> Result<Tree
         defines: BTreeMap::new(),
         funcs,
         range_depth: 0,
+        depth: 0,
     };
     let (root, end) = p.list()?;
     match end {
