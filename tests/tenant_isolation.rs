@@ -916,7 +916,7 @@ async fn forged_remote_user_headers_are_ignored_without_the_proxy_certificate() 
     let proxy_dir = tempfile::tempdir().expect("tempdir");
     let proxy_pki = certs::load_or_create(proxy_dir.path(), &[]).expect("proxy pki");
     let proxy_ca = proxy_dir.path().join("ca.crt");
-    let mut env = Env::start(|opts, _| {
+    let env = Env::start(|opts, _| {
         opts.requestheader_client_ca_file = Some(proxy_ca.clone());
         opts.requestheader_allowed_names = vec!["front-proxy-client".into()];
     })
@@ -924,83 +924,52 @@ async fn forged_remote_user_headers_are_ignored_without_the_proxy_certificate() 
     let forged: &[(&str, &str)] = &[
         ("x-remote-user", "admin"),
         ("x-remote-group", "system:masters"),
-        ("content-type", "application/json"),
     ];
-    let review = br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
+    let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
     let whoami = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+    let secrets = "/api/v1/namespaces/default/secrets";
+    let issue = |cn: &str| {
+        proxy_pki
+            .issue_client_certificate(cn, &[], 1)
+            .expect("cert")
+    };
+    let config = |client: Option<&(String, String)>| {
+        ClientConfig::new(
+            env.server.address,
+            &env.ca,
+            client.map(|(c, k)| (c.as_str(), k.as_str())),
+        )
+        .expect("config")
+    };
     // A user's certificate plus forged headers: still that user.
     let mut alice = env.user("alice", &[]).await;
-    let r = alice
-        .conn
-        .send_with_headers(Method::POST, whoami, forged, review.to_vec())
-        .await
-        .expect("request");
+    alice.headers = forged
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let r = alice.post(whoami, &review).await;
     assert_eq!(
         r.json()["status"]["userInfo"]["username"],
         "alice",
         "{:?}",
         r.json()
     );
-    let r = alice
-        .conn
-        .send_with_headers(
-            Method::GET,
-            "/api/v1/namespaces/default/secrets",
-            forged,
-            Vec::new(),
-        )
-        .await
-        .expect("request");
-    assert_eq!(r.status, StatusCode::FORBIDDEN);
-    // No certificate at all: anonymous, whatever the headers say.
-    let anonymous = ClientConfig::new(env.server.address, &env.ca, None).expect("config");
-    let r = Caller::new(&anonymous, &[])
-        .await
-        .conn
-        .send_with_headers(
-            Method::GET,
-            "/api/v1/namespaces/default/secrets",
-            forged,
-            Vec::new(),
-        )
-        .await
-        .expect("request");
-    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
-    // A certificate of the proxy CA with a name that is not allowed: not the proxy.
-    let (cert, key) = proxy_pki
-        .issue_client_certificate("someone-else", &[], 1)
-        .expect("cert");
-    let impostor = ClientConfig::new(env.server.address, &env.ca, Some((&cert, &key))).expect("c");
-    let r = Caller::new(&impostor, &[])
-        .await
-        .conn
-        .send_with_headers(
-            Method::GET,
-            "/api/v1/namespaces/default/secrets",
-            forged,
-            Vec::new(),
-        )
-        .await
-        .expect("request");
-    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(alice.get(secrets).await.status, StatusCode::FORBIDDEN);
+    // No certificate at all, or a proxy-CA certificate with a name that is not allowed: nobody,
+    // whatever the headers say.
+    for client in [None, Some(issue("someone-else"))] {
+        let mut caller = Caller::new(&config(client.as_ref()), forged).await;
+        assert_eq!(caller.get(secrets).await.status, StatusCode::UNAUTHORIZED);
+    }
     // The real proxy: the headers count.
-    let (cert, key) = proxy_pki
-        .issue_client_certificate("front-proxy-client", &[], 1)
-        .expect("cert");
-    let proxy = ClientConfig::new(env.server.address, &env.ca, Some((&cert, &key))).expect("c");
-    let r = Caller::new(&proxy, &[])
-        .await
-        .conn
-        .send_with_headers(Method::POST, whoami, forged, review.to_vec())
-        .await
-        .expect("request");
+    let mut proxy = Caller::new(&config(Some(&issue("front-proxy-client"))), forged).await;
+    let r = proxy.post(whoami, &review).await;
     assert_eq!(
         r.json()["status"]["userInfo"]["username"],
         "admin",
         "{:?}",
         r.json()
     );
-    let _ = &mut env;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
