@@ -309,7 +309,7 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("creating {}", out_dir.display()))?;
             std::fs::write(out_dir.join("tls.crt"), cert)
                 .with_context(|| format!("writing {}/tls.crt", out_dir.display()))?;
-            write_private(&out_dir.join("tls.key"), key.as_bytes())?;
+            certs::write_private(&out_dir.join("tls.key"), key.as_bytes())?;
             println!(
                 "wrote {0}/tls.crt and {0}/tls.key for {1}",
                 out_dir.display(),
@@ -388,20 +388,4 @@ async fn shutdown_signal() -> anyhow::Result<()> {
     #[cfg(not(unix))]
     tokio::signal::ctrl_c().await?;
     Ok(())
-}
-
-/// Writes a private key readable by the owner only.
-fn write_private(path: &std::path::Path, contents: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    options
-        .open(path)
-        .and_then(|mut f| f.write_all(contents))
-        .with_context(|| format!("writing {}", path.display()))
 }

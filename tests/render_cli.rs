@@ -38,6 +38,17 @@ fn render_of_the_reference_e2e_profile_matches_the_golden_file() {
     );
 }
 
+/// `platform-mesh template FILE --values VALUES`.
+fn template(file: &std::path::Path, values: &std::path::Path) -> std::process::Output {
+    bin()
+        .arg("template")
+        .arg(file)
+        .arg("--values")
+        .arg(values)
+        .output()
+        .expect("run")
+}
+
 #[test]
 fn template_renders_one_file_and_names_missing_keys() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -53,13 +64,7 @@ fn template_renders_one_file_and_names_missing_keys() {
         "services:\n  portal: {enabled: true, replicas: 3}\n  iam: {enabled: true}\n  off: {enabled: false}\n",
     )
     .expect("write");
-    let out = bin()
-        .arg("template")
-        .arg(&tpl)
-        .arg("--values")
-        .arg(&values)
-        .output()
-        .expect("run");
+    let out = template(&tpl, &values);
     assert!(
         out.status.success(),
         "{}",
@@ -71,13 +76,7 @@ fn template_renders_one_file_and_names_missing_keys() {
     );
 
     std::fs::write(&tpl, "a: 1\nb: {{ .services.portal.image }}\n").expect("write");
-    let out = bin()
-        .arg("template")
-        .arg(&tpl)
-        .arg("--values")
-        .arg(&values)
-        .output()
-        .expect("run");
+    let out = template(&tpl, &values);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -86,13 +85,7 @@ fn template_renders_one_file_and_names_missing_keys() {
         "{err}"
     );
 
-    let out = bin()
-        .arg("template")
-        .arg(dir.path().join("nope.yaml"))
-        .arg("--values")
-        .arg(&values)
-        .output()
-        .expect("run");
+    let out = template(&dir.path().join("nope.yaml"), &values);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope.yaml"));
 }

@@ -168,7 +168,11 @@ impl RequestHeader {
             username_headers: or(username_headers, du),
             uid_headers: or(uid_headers, di),
             group_headers: or(group_headers, dg),
-            extra_prefixes: or(extra_prefixes, de),
+            // Header names arrive lower-cased; so are the prefixes, once.
+            extra_prefixes: or(extra_prefixes, de)
+                .iter()
+                .map(|p| p.to_ascii_lowercase())
+                .collect(),
         })
     }
 
@@ -189,47 +193,20 @@ impl RequestHeader {
     /// Removes every request-header the proxy could set, returning the identity they carry
     /// (if `trusted` and a user name is present).
     pub fn take(&self, headers: &mut HeaderMap, trusted: bool) -> Option<Identity> {
-        let values = |headers: &HeaderMap, name: &str| -> Vec<String> {
-            headers
-                .get_all(name)
+        let first = |names: &[String]| {
+            names
                 .iter()
-                .filter_map(|v| v.to_str().ok())
-                .map(str::to_string)
-                .collect()
+                .flat_map(|h| header_values(headers, h))
+                .find(|v| !v.is_empty())
         };
-        let user = self
-            .username_headers
-            .iter()
-            .flat_map(|h| values(headers, h))
-            .find(|v| !v.is_empty());
-        let uid = self
-            .uid_headers
-            .iter()
-            .flat_map(|h| values(headers, h))
-            .find(|v| !v.is_empty());
+        let user = first(&self.username_headers);
+        let uid = first(&self.uid_headers);
         let groups: Vec<String> = self
             .group_headers
             .iter()
-            .flat_map(|h| values(headers, h))
+            .flat_map(|h| header_values(headers, h))
             .collect();
-        let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut extra_names = Vec::new();
-        for name in headers.keys() {
-            let lower = name.as_str().to_ascii_lowercase();
-            for prefix in &self.extra_prefixes {
-                let prefix = prefix.to_ascii_lowercase();
-                if let Some(rest) = lower.strip_prefix(&prefix) {
-                    let key = percent_encoding::percent_decode_str(rest)
-                        .decode_utf8_lossy()
-                        .to_string();
-                    extra_names.push(name.clone());
-                    extra
-                        .entry(key)
-                        .or_default()
-                        .extend(values(headers, name.as_str()));
-                }
-            }
-        }
+        let extra = take_prefixed(headers, &self.extra_prefixes);
         for h in self
             .username_headers
             .iter()
@@ -237,9 +214,6 @@ impl RequestHeader {
             .chain(&self.group_headers)
         {
             headers.remove(h.as_str());
-        }
-        for n in extra_names {
-            headers.remove(n);
         }
         let user = user.filter(|_| trusted)?;
         Some(Identity {
@@ -250,6 +224,45 @@ impl RequestHeader {
             home_cluster: None,
         })
     }
+}
+
+/// The values of every `name` header.
+pub fn header_values(headers: &HeaderMap, name: &str) -> Vec<String> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Removes the headers whose names start with one of the lower-case `prefixes` and returns their
+/// values by the rest of the name, %-unescaped (the rule for `X-Remote-Extra-*` and
+/// `Impersonate-Extra-*`).
+pub fn take_prefixed<S: AsRef<str>>(
+    headers: &mut HeaderMap,
+    prefixes: &[S],
+) -> BTreeMap<String, Vec<String>> {
+    let matched: Vec<(http::HeaderName, usize)> = headers
+        .keys()
+        .filter_map(|n| {
+            prefixes
+                .iter()
+                .find(|p| n.as_str().starts_with(p.as_ref()))
+                .map(|p| (n.clone(), p.as_ref().len()))
+        })
+        .collect();
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, len) in matched {
+        let key = percent_encoding::percent_decode_str(&name.as_str()[len..])
+            .decode_utf8_lossy()
+            .to_string();
+        out.entry(key)
+            .or_default()
+            .extend(header_values(headers, name.as_str()));
+        headers.remove(&name);
+    }
+    out
 }
 
 /// Who sent a request, by the chain above. `Ok(None)`: nobody (anonymous); a bad bearer token

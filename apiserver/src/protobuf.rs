@@ -356,6 +356,17 @@ fn message_for(api_version: &str, kind: &str) -> Option<&'static [Field]> {
     })
 }
 
+/// A JSON object from a request body that is JSON or, as typed clients (kubectl's among them)
+/// send built-in kinds, Kubernetes protobuf; `None` if it is neither.
+pub fn decode_json_or_protobuf(body: &[u8]) -> Option<serde_json::Value> {
+    let decoded = if body.starts_with(MAGIC) {
+        decode_object(body).ok()
+    } else {
+        serde_json::from_slice::<Value>(body).ok()
+    };
+    decoded.filter(Value::is_object)
+}
+
 /// A protobuf body could not be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{0}")]

@@ -7,7 +7,7 @@ use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::auth::{Attributes, RbacPolicy, UserInfo};
-use crate::authn::AUTHENTICATED_GROUP;
+use crate::authn::{header_values, AUTHENTICATED_GROUP};
 use crate::body::Body;
 use crate::dispatch::{error_response, json_response, AppState, Identity};
 use crate::handlers::list_keys;
@@ -100,19 +100,10 @@ pub async fn serve(
             &crate::status::GroupResource::new(rr.group.clone(), rr.resource.clone()),
         ));
     }
-    // Typed clients (kubectl 1.27's among them) send these as protobuf.
-    let decoded = if body.starts_with(b"k8s\x00") {
-        crate::protobuf::decode_object(body).ok()
-    } else {
-        serde_json::from_slice::<Value>(body).ok()
-    };
-    let request = match decoded {
-        Some(v) if v.is_object() => v,
-        _ => {
-            return error_response(&ApiError::bad_request(
-                "the review in the body could not be decoded",
-            ))
-        }
+    let Some(request) = crate::protobuf::decode_json_or_protobuf(body) else {
+        return error_response(&ApiError::bad_request(
+            "the review in the body could not be decoded",
+        ));
     };
     let user = user_info(identity, cluster);
     let api_version = format!("{}/{}", rr.group, rr.version);
@@ -204,18 +195,27 @@ async fn authorize_export_content(
     export: &str,
     verb: &str,
 ) -> Result<(), ApiError> {
-    let user = user_info(identity, Some(export_cluster));
-    if user.is_master() {
+    let Some(user) = unless_master(identity, Some(export_cluster)) else {
         return Ok(());
-    }
+    };
     let attrs = Attributes::resource(user, verb, "apis.kcp.io", "apiexports", None)
         .with_name(export)
         .with_subresource("content");
     let decision = policy_of(state, export_cluster).await?.authorize(&attrs);
+    decide(&attrs, decision)
+}
+
+/// The user RBAC sees in `cluster` (`None`: across all), or `None` for `system:masters`, who
+/// skip authorization.
+fn unless_master(identity: &Identity, cluster: Option<&str>) -> Option<UserInfo> {
+    Some(user_info(identity, cluster)).filter(|u| !u.is_master())
+}
+
+fn decide(attrs: &Attributes, decision: crate::auth::Decision) -> Result<(), ApiError> {
     if decision.is_allowed() {
         Ok(())
     } else {
-        Err(forbidden(&attrs, decision.reason()))
+        Err(forbidden(attrs, decision.reason()))
     }
 }
 
@@ -231,14 +231,10 @@ pub async fn authorize(
     if let Scope::VirtualWorkspace(cluster, export) = scope {
         return authorize_export_content(state, identity, cluster, export, rr.verb.as_str()).await;
     }
-    let cluster = match scope {
-        Scope::Cluster(c) => Some(c),
-        _ => None,
-    };
-    let user = user_info(identity, cluster);
-    if user.is_master() {
+    let cluster = scope.cluster();
+    let Some(user) = unless_master(identity, cluster) else {
         return Ok(());
-    }
+    };
     let name = rr.name.clone().unwrap_or_default();
     let mut attrs = Attributes::resource(
         user,
@@ -257,10 +253,7 @@ pub async fn authorize(
             "only system:masters may list or watch across all workspaces".into(),
         ),
     };
-    if decision.is_allowed() {
-        return Ok(());
-    }
-    Err(forbidden(&attrs, decision.reason()))
+    decide(&attrs, decision)
 }
 
 /// Authorizes a non-resource request (discovery, OpenAPI) in a workspace: allowed in `root` (where
@@ -278,18 +271,14 @@ pub async fn authorize_non_resource(
     if let Scope::VirtualWorkspace(cluster, export) = scope {
         return authorize_export_content(state, identity, cluster, export, "get").await;
     }
-    let cluster = match scope {
-        Scope::Cluster(c) => Some(c),
-        _ => None,
-    };
-    let user = user_info(identity, cluster);
-    if user.is_master() {
-        return Ok(());
-    }
-    let attrs = Attributes::non_resource(user, verb, path);
+    let cluster = scope.cluster();
     if cluster == Some(crate::request_info::ROOT_CLUSTER) {
         return Ok(());
     }
+    let Some(user) = unless_master(identity, cluster) else {
+        return Ok(());
+    };
+    let attrs = Attributes::non_resource(user, verb, path);
     if let Some(c) = cluster {
         let policy = policy_of(state, c).await?;
         if policy.is_bound(&attrs.user) || policy.authorize(&attrs).is_allowed() {
@@ -311,38 +300,12 @@ pub async fn impersonate(
     identity: &Identity,
     headers: &mut http::HeaderMap,
 ) -> Result<Option<Identity>, ApiError> {
-    let values = |name: &str| -> Vec<String> {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .map(str::to_string)
-            .collect()
-    };
-    let user = values("impersonate-user").into_iter().next();
-    let uid = values("impersonate-uid").into_iter().next();
-    let groups = values("impersonate-group");
-    let mut extra: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    let mut extra_headers = Vec::new();
-    for name in headers.keys() {
-        if let Some(key) = name.as_str().strip_prefix("impersonate-extra-") {
-            let key = percent_encoding::percent_decode_str(key)
-                .decode_utf8_lossy()
-                .to_string();
-            extra_headers.push(name.clone());
-            extra.entry(key).or_default().extend(
-                headers
-                    .get_all(name)
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                    .map(str::to_string),
-            );
-        }
-    }
+    let first = |name: &str| header_values(headers, name).into_iter().next();
+    let user = first("impersonate-user");
+    let uid = first("impersonate-uid");
+    let groups = header_values(headers, "impersonate-group");
+    let extra = crate::authn::take_prefixed(headers, &["impersonate-extra-"]);
     for h in ["impersonate-user", "impersonate-uid", "impersonate-group"] {
-        headers.remove(h);
-    }
-    for h in extra_headers {
         headers.remove(h);
     }
     let Some(user) = user else {
@@ -371,11 +334,7 @@ pub async fn impersonate(
             Some(p) => p.authorize(&attrs),
             None => crate::auth::Decision::Deny(String::new()),
         };
-        if decision.is_allowed() {
-            Ok(())
-        } else {
-            Err(forbidden(&attrs, decision.reason()))
-        }
+        decide(&attrs, decision)
     };
     let mut out_groups = groups.clone();
     match UserInfo::new(user.clone(), &[]).service_account_parts() {

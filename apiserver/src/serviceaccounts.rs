@@ -171,7 +171,7 @@ impl ServiceAccountTokens {
                 let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
                     .map_err(|_| anyhow::anyhow!("cannot generate a service account key"))?;
                 let pem = certs::encode_pem("PRIVATE KEY", pkcs8.as_ref());
-                write_private(path, pem.as_bytes())?;
+                certs::write_private(path, pem.as_bytes())?;
                 pem
             }
             Err(e) => anyhow::bail!("cannot read service account key {}: {e}", path.display()),
@@ -331,27 +331,6 @@ impl ServiceAccountTokens {
     }
 }
 
-fn write_private(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-    }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut f = options
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
-    f.write_all(contents)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
-}
-
 fn core_resource(
     state: &AppState,
     plural: &str,
@@ -462,14 +441,9 @@ fn invalid(kind: &str, name: &str, field: &str, value: Value, message: &str) -> 
 
 /// Decodes a JSON or protobuf request body of the given kind.
 pub(crate) fn decode_request(body: &[u8], kind: &str) -> Result<Value, ApiError> {
-    let decoded = if body.starts_with(b"k8s\x00") {
-        crate::protobuf::decode_object(body).ok()
-    } else {
-        serde_json::from_slice::<Value>(body).ok()
-    };
-    match decoded {
-        Some(v) if v.is_object() && (v["kind"].is_null() || v["kind"] == kind) => Ok(v),
-        Some(v) if v.is_object() => Err(ApiError::bad_request(format!(
+    match crate::protobuf::decode_json_or_protobuf(body) {
+        Some(v) if v["kind"].is_null() || v["kind"] == kind => Ok(v),
+        Some(v) => Err(ApiError::bad_request(format!(
             "expected a {kind}, got {}",
             v["kind"]
         ))),

@@ -23,6 +23,15 @@ mod pki;
 use std::path::Path;
 
 pub use error::CertError;
+
+/// Writes a private key (or any secret) readable by its owner only, atomically, creating the
+/// directory if needed.
+pub fn write_private(path: &std::path::Path, contents: &[u8]) -> Result<(), CertError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fsutil::create_dir_all(dir)?;
+    }
+    fsutil::write_atomic(path, contents, fsutil::MODE_PRIVATE)
+}
 pub use identity::{client_identity, ClientIdentity};
 pub use kubeconfig::{kubeconfig_yaml, write_kubeconfig, KubeconfigOptions};
 pub use pem::{encode_pem, load_pem_files, pem_to_cert_chain, pem_to_private_key};

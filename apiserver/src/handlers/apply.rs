@@ -184,35 +184,14 @@ pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiErro
             objects::prepare_for_create(&mut obj, &resource, &cluster);
             apply::set_managed_fields(&mut obj, &managed);
             ctx.admit(&mut obj, None)?;
-            if resource.ty.group.is_empty() && resource.ty.kind == "Secret" {
-                crate::serviceaccounts::fill_legacy_secret(&ctx.state, &cluster, &mut obj).await?;
-            }
-            ctx.state
-                .tenancy
-                .prepare(&resource, &cluster, &mut obj, None)
-                .await?;
-            crate::reviews::check_rbac_write(
-                &ctx.state,
-                &cluster,
-                ctx.identity.as_deref(),
-                &resource,
-                &obj,
-            )
-            .await?;
+            ctx.prepare_new(&cluster, &mut obj).await?;
             if ctx.dry_run()? {
                 return Ok(ctx.respond_value(StatusCode::CREATED, &obj));
             }
             crate::limits::check_create(&ctx.state, &cluster, ctx.gr(), ctx.name()).await?;
             let key = ctx.key()?;
             match ctx.state.store.create(&key, objects::encoder(obj)).await {
-                Ok(kv) => {
-                    ctx.state.object_counts.created(&cluster);
-                    ctx.state
-                        .tenancy
-                        .after_write_bytes(&resource, &cluster, &kv.value, false)
-                        .await;
-                    Ok(ctx.respond_object(StatusCode::CREATED, kv.value))
-                }
+                Ok(kv) => Ok(ctx.created(&cluster, kv).await),
                 Err(e) => Err(ctx.storage_error(e)),
             }
         }

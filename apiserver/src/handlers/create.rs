@@ -95,22 +95,8 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
         }
     }
     ctx.admit(&mut obj, None)?;
-    if resource.ty.group.is_empty() && resource.ty.kind == "Secret" {
-        crate::serviceaccounts::fill_legacy_secret(&ctx.state, &cluster, &mut obj).await?;
-    }
     ctx.record_update(None, &mut obj)?;
-    ctx.state
-        .tenancy
-        .prepare(&resource, &cluster, &mut obj, None)
-        .await?;
-    crate::reviews::check_rbac_write(
-        &ctx.state,
-        &cluster,
-        ctx.identity.as_deref(),
-        &resource,
-        &obj,
-    )
-    .await?;
+    ctx.prepare_new(&cluster, &mut obj).await?;
     let dry_run = ctx.dry_run()?;
     if !dry_run {
         crate::limits::check_create(&ctx.state, &cluster, ctx.gr(), objects::name(&obj)).await?;
@@ -129,14 +115,7 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
             .create(&key, objects::encoder(obj.clone()))
             .await
         {
-            Ok(kv) => {
-                ctx.state.object_counts.created(&cluster);
-                ctx.state
-                    .tenancy
-                    .after_write_bytes(&resource, &cluster, &kv.value, false)
-                    .await;
-                return Ok(ctx.respond_object(StatusCode::CREATED, kv.value));
-            }
+            Ok(kv) => return Ok(ctx.created(&cluster, kv).await),
             Err(StorageError::AlreadyExists(_))
                 if generate.is_some() && attempt + 1 < GENERATE_NAME_ATTEMPTS =>
             {

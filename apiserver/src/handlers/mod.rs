@@ -64,6 +64,42 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// What every new object goes through after admission and before it is stored, whichever
+    /// verb creates it: a legacy token Secret gets its token, the tenancy types prepare theirs,
+    /// and RBAC objects are checked for escalation.
+    pub(super) async fn prepare_new(&self, cluster: &str, obj: &mut Value) -> Result<(), ApiError> {
+        let resource = &self.resource;
+        if resource.ty.group.is_empty() && resource.ty.kind == "Secret" {
+            crate::serviceaccounts::fill_legacy_secret(&self.state, cluster, obj).await?;
+        }
+        self.state
+            .tenancy
+            .prepare(resource, cluster, obj, None)
+            .await?;
+        crate::reviews::check_rbac_write(
+            &self.state,
+            cluster,
+            self.identity.as_deref(),
+            resource,
+            obj,
+        )
+        .await
+    }
+
+    /// The answer to a stored create: the object counted and the tenancy hooks run.
+    pub(super) async fn created(
+        &self,
+        cluster: &str,
+        kv: crate::storage::KeyValue,
+    ) -> Response<Body> {
+        self.state.object_counts.created(cluster);
+        self.state
+            .tenancy
+            .after_write_bytes(&self.resource, cluster, &kv.value, false)
+            .await;
+        self.respond_object(StatusCode::CREATED, kv.value)
+    }
+
     /// The addressed cluster; wildcard requests are read-only and never reach writes.
     pub fn cluster_name(&self) -> Result<&str, ApiError> {
         self.cluster

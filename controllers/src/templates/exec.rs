@@ -77,27 +77,18 @@ impl<'a> Exec<'a> {
                         self.print(&at, &v)?;
                     }
                 }
-                Node::If(b) => {
-                    let v = self.branch_value(dot, b)?;
-                    let flow = if v.truth() {
-                        self.walk(dot, &b.body)?
-                    } else if let Some(els) = &b.otherwise {
-                        self.walk(dot, els)?
+                Node::If(b) | Node::With(b) => {
+                    let v = self.pipe(dot, &b.pipe)?;
+                    // `with` runs its body with the value as dot; `if` keeps dot.
+                    let inner = if matches!(node, Node::With(_)) {
+                        &v
                     } else {
-                        Flow::Normal
+                        dot
                     };
-                    if !matches!(flow, Flow::Normal) {
-                        return Ok(flow);
-                    }
-                }
-                Node::With(b) => {
-                    let v = self.branch_value(dot, b)?;
-                    let flow = if v.truth() {
-                        self.walk(&v, &b.body)?
-                    } else if let Some(els) = &b.otherwise {
-                        self.walk(dot, els)?
-                    } else {
-                        Flow::Normal
+                    let flow = match (v.truth(), &b.otherwise) {
+                        (true, _) => self.walk(inner, &b.body)?,
+                        (false, Some(els)) => self.walk(dot, els)?,
+                        (false, None) => Flow::Normal,
                     };
                     if !matches!(flow, Flow::Normal) {
                         return Ok(flow);
@@ -174,10 +165,6 @@ impl<'a> Exec<'a> {
                 self.emit(&s, at.pos)
             }
         }
-    }
-
-    fn branch_value(&mut self, dot: &V, b: &Branch) -> Result<V, Error> {
-        self.pipe(dot, &b.pipe)
     }
 
     fn range(&mut self, dot: &V, b: &Branch) -> Result<(), Error> {

@@ -259,29 +259,20 @@ fn tokens(name: &str, line: usize, body: &str) -> Result<Vec<(Tok, usize)>, Erro
         let (off, c) = chars[i];
         match c {
             c if is_space(c) => i += 1,
-            '|' => {
-                out.push((Tok::Pipe, off));
-                i += 1;
-            }
-            '(' => {
-                out.push((Tok::LParen, off));
-                i += 1;
-            }
-            ')' => {
-                out.push((Tok::RParen, off));
-                i += 1;
-            }
-            ',' => {
-                out.push((Tok::Comma, off));
+            '|' | '(' | ')' | ',' | '=' => {
+                let tok = match c {
+                    '|' => Tok::Pipe,
+                    '(' => Tok::LParen,
+                    ')' => Tok::RParen,
+                    ',' => Tok::Comma,
+                    _ => Tok::Assign,
+                };
+                out.push((tok, off));
                 i += 1;
             }
             ':' if chars.get(i + 1).map(|c| c.1) == Some('=') => {
                 out.push((Tok::Declare, off));
                 i += 2;
-            }
-            '=' => {
-                out.push((Tok::Assign, off));
-                i += 1;
             }
             '"' => {
                 let mut s = String::new();
