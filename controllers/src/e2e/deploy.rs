@@ -6,7 +6,7 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use serde_json::{json, Value};
 
 use super::{eventually, TestServer};
-use crate::platformmesh::deploy::{sync, Target, DEPLOYED_BY_LABEL};
+use crate::platformmesh::deploy::{sync, Policy, Target, DEPLOYED_BY_LABEL};
 use std::time::Duration;
 
 fn helm_releases() -> ApiResource {
@@ -103,6 +103,7 @@ async fn sync_applies_once_writes_nothing_when_unchanged_and_prunes_what_is_no_l
         owner: "0d7e6a52-uid",
         default_namespace: "platform-mesh-system",
         annotations: &[],
+        policy: Policy::DEPLOYMENT,
     };
     let objects = vec![release("a", 1), release("b", 1), config_map("settings")];
 

@@ -34,6 +34,7 @@ fn context(client: &kube::Client, spec: serde_json::Value) -> Context {
             infra: client.clone(),
             runtime: client.clone(),
             remote: None,
+            kcp: None,
         }),
     )
     .expect("context")

@@ -86,6 +86,29 @@ pub struct Target<'a> {
     /// [`annotated_target`](crate::runtime::mapping::annotated_target)), so a change to a deployed
     /// object leads back to its PlatformMesh.
     pub annotations: &'a [(String, String)],
+    /// How the objects are applied and pruned.
+    pub policy: Policy,
+}
+
+/// How a sync writes: the field manager, whether objects no longer rendered are removed, and
+/// which kinds are only created (their spec is immutable once they exist, e.g. Workspaces).
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    /// Field manager of the server-side applies.
+    pub field_manager: &'static str,
+    /// Remove labelled objects no longer rendered.
+    pub prune: bool,
+    /// `group/Kind` of kinds left alone once they exist.
+    pub create_only: &'static [&'static str],
+}
+
+impl Policy {
+    /// The Deployment step's policy: its field manager, pruning, everything applied.
+    pub const DEPLOYMENT: Policy = Policy {
+        field_manager: FIELD_MANAGER,
+        prune: true,
+        create_only: &[],
+    };
 }
 
 /// Applies `objects` and prunes what `previous_kinds` and this render's kinds hold beyond them.
@@ -142,16 +165,23 @@ pub async fn sync(
                 what: what.clone(),
                 source: Box::new(source),
             })?;
-        let current = live
-            .map(|l| serde_json::to_value(l).unwrap_or(Value::Null))
-            .is_some_and(|l| contains(&l, &desired));
+        let create_only = live.is_some()
+            && target
+                .policy
+                .create_only
+                .iter()
+                .any(|k| k.split_once('/') == Some((gvk.group.as_str(), gvk.kind.as_str())));
+        let current = create_only
+            || live
+                .map(|l| serde_json::to_value(l).unwrap_or(Value::Null))
+                .is_some_and(|l| contains(&l, &desired));
         if current {
             outcome.unchanged += 1;
             continue;
         }
         api.patch(
             &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(target.policy.field_manager).force(),
             &Patch::Apply(&desired),
         )
         .await
@@ -163,8 +193,11 @@ pub async fn sync(
         outcome.applied.push(what);
     }
     // Prune, kind by kind: this render's kinds and the previous render's.
-    let mut scope: BTreeSet<(String, String, String)> = kinds.keys().cloned().collect();
-    scope.extend(previous_kinds.iter().map(gvk_key));
+    let mut scope: BTreeSet<(String, String, String)> = BTreeSet::new();
+    if target.policy.prune {
+        scope.extend(kinds.keys().cloned());
+        scope.extend(previous_kinds.iter().map(gvk_key));
+    }
     let selector = format!("{DEPLOYED_BY_LABEL}={}", target.owner);
     for key in scope {
         let gvk = GroupVersionKind::gvk(&key.0, &key.1, &key.2);

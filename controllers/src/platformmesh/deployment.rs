@@ -9,7 +9,7 @@ use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-use super::deploy::{sync, Target as SyncTarget};
+use super::deploy::{sync, Policy, Target as SyncTarget};
 use super::render::{render_deployment, template_kinds, Inputs, Target};
 use super::vars::{profile_config_map, Profile, RemoteRuntime, Render};
 use crate::lifecycle::{Step, Subroutine};
@@ -27,6 +27,8 @@ pub struct Clusters {
     pub runtime: kube::Client,
     /// The runtime's kubeconfig Secret for the infra cluster's deployers, when they differ.
     pub remote: Option<RemoteRuntime>,
+    /// The kcp side (KcpSetup, ProviderSecret, FeatureToggles); without it those steps skip.
+    pub kcp: Option<super::kcp::Kcp>,
 }
 
 /// What every PlatformMesh step works on.
@@ -176,6 +178,7 @@ impl Subroutine<Context> for Deployment {
                     owner: ctx.uid(),
                     default_namespace: ctx.namespace(),
                     annotations: &owner,
+                    policy: Policy::DEPLOYMENT,
                 },
                 &objects,
                 &scope,

@@ -4,6 +4,9 @@
 pub mod controller;
 pub mod deploy;
 pub mod deployment;
+pub mod kcp;
+pub mod manifests;
+pub mod providersecret;
 pub mod render;
 pub mod review;
 pub mod vars;

@@ -1,0 +1,339 @@
+//! The kcp side of a PlatformMesh: how the controller reaches kcp (`platform-mesh serve`'s own
+//! workspace tree, or a real kcp given by kubeconfig), and `KcpsetupSubroutine`, which applies
+//! `manifests/kcp` workspace by workspace and creates `spec.kcp.extraWorkspaces`.
+//!
+//! Differences from upstream, on purpose: a root APIExport that kcp does not serve (as
+//! `platform-mesh serve` serves no `tenancy.kcp.io` export) gives an empty identity hash instead
+//! of an error; a workspace directory waits for the Workspace in its parent (upstream looks in
+//! `root` whatever the depth); an existing Workspace is left as it is (its type is immutable);
+//! nothing is written when every object is already as rendered.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::config::Kubeconfig;
+use serde_json::{json, Value};
+
+use super::deploy::{sync, Policy, Target};
+use super::deployment::Context;
+use super::manifests::{kcp_data, plan, IdpSettings, Stage, ROOT_EXPORT_HASHES};
+use super::vars::Render;
+use crate::lifecycle::{Step, Subroutine};
+use crate::runtime::client::{cluster_prefix, scoped_client};
+
+/// How the controller reaches kcp.
+pub struct Kcp {
+    /// A client of kcp's base address (no `/clusters/...`), allowed everywhere.
+    pub client: kube::Client,
+    /// The kubeconfig behind `client`; admin provider kubeconfigs are it with servers replaced.
+    pub kubeconfig: Kubeconfig,
+    /// The address written into provider kubeconfigs (kcp's front proxy as clients reach it).
+    pub url: String,
+    /// PEM certificates provider kubeconfigs trust.
+    pub ca_pem: String,
+    /// Namespace (in the runtime cluster) of provider kubeconfig Secrets that name none.
+    pub secret_namespace: String,
+    /// Settings of the identity provider configuration.
+    pub idp: IdpSettings,
+}
+
+/// Why kcp access could not be set up from a kubeconfig.
+#[derive(Debug, thiserror::Error)]
+pub enum KcpConfigError {
+    /// The kubeconfig has no usable current cluster.
+    #[error("kcp kubeconfig: {0}")]
+    Invalid(String),
+    /// The client could not be built.
+    #[error("kcp kubeconfig: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    /// The client could not be built.
+    #[error("kcp client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+impl Kcp {
+    /// Access through `kubeconfig` (its current context). A server URL ending in
+    /// `/clusters/<path>` is cut back to kcp's base address. `url` overrides the address written
+    /// into provider kubeconfigs (default: that base address).
+    pub async fn from_kubeconfig(
+        kubeconfig: Kubeconfig,
+        url: Option<String>,
+    ) -> Result<Kcp, KcpConfigError> {
+        let mut kubeconfig = kubeconfig;
+        let context = kubeconfig
+            .current_context
+            .clone()
+            .ok_or_else(|| KcpConfigError::Invalid("no current-context".into()))?;
+        let cluster_name = kubeconfig
+            .contexts
+            .iter()
+            .find(|c| c.name == context)
+            .and_then(|c| c.context.as_ref())
+            .map(|c| c.cluster.clone())
+            .ok_or_else(|| KcpConfigError::Invalid(format!("context {context:?} not found")))?;
+        let named = kubeconfig
+            .clusters
+            .iter_mut()
+            .find(|c| c.name == cluster_name)
+            .and_then(|c| c.cluster.as_mut())
+            .ok_or_else(|| {
+                KcpConfigError::Invalid(format!("cluster {cluster_name:?} not found"))
+            })?;
+        let server = named
+            .server
+            .clone()
+            .ok_or_else(|| KcpConfigError::Invalid("the cluster has no server".into()))?;
+        let base = base_address(&server);
+        named.server = Some(base.clone());
+        let ca_pem = match (
+            &named.certificate_authority_data,
+            &named.certificate_authority,
+        ) {
+            (Some(data), _) => String::from_utf8(
+                base64::engine::general_purpose::STANDARD
+                    .decode(data.trim())
+                    .map_err(|e| {
+                        KcpConfigError::Invalid(format!("certificate-authority-data: {e}"))
+                    })?,
+            )
+            .map_err(|e| KcpConfigError::Invalid(format!("certificate-authority-data: {e}")))?,
+            (None, Some(file)) => std::fs::read_to_string(file).map_err(|e| {
+                KcpConfigError::Invalid(format!("certificate-authority {file}: {e}"))
+            })?,
+            (None, None) => String::new(),
+        };
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig.clone(),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        let client = kube::Client::try_from(config)?;
+        Ok(Kcp {
+            client,
+            kubeconfig,
+            url: url.unwrap_or(base),
+            ca_pem,
+            secret_namespace: "platform-mesh-system".into(),
+            idp: IdpSettings::default(),
+        })
+    }
+
+    /// A client of the workspace at `path` (or logical cluster name).
+    pub fn workspace(&self, path: &str) -> kube::Client {
+        scoped_client(&self.client, &cluster_prefix(path))
+    }
+}
+
+/// `https://host:port/clusters/root:x` → `https://host:port`; other paths are kept.
+pub fn base_address(server: &str) -> String {
+    let trimmed = server.trim_end_matches('/');
+    match trimmed.find("/clusters/") {
+        Some(i) if trimmed[..i].matches('/').count() == 2 => trimmed[..i].to_string(),
+        _ => trimmed.to_string(),
+    }
+}
+
+pub(crate) fn kcp_resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// How KcpSetup writes: upstream's field manager; Workspaces only created.
+pub const KCP_SETUP_POLICY: Policy = Policy {
+    field_manager: "platform-mesh-operator",
+    prune: false,
+    create_only: &["tenancy.kcp.io/Workspace"],
+};
+
+/// How long a workspace directory waits for its Workspace to be Ready in one reconcile.
+const WORKSPACE_WAIT: Duration = Duration::from_secs(15);
+
+/// Whether Workspace `name` in `parent` is Ready; `Ok(false)` while it is not (or not there).
+async fn workspace_ready(kcp: &Kcp, parent: &str, name: &str) -> Result<bool, String> {
+    let api: Api<DynamicObject> = Api::all_with(
+        kcp.workspace(parent),
+        &kcp_resource("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces"),
+    );
+    let ws = api
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading Workspace {parent}:{name}: {e}"))?;
+    Ok(ws.is_some_and(|w| w.data["status"]["phase"] == "Ready"))
+}
+
+/// Applies `stages` in order (waiting for each stage's Workspace); objects carry `owner` in
+/// their deployed-by label. `Ok(None)` when all were applied, `Ok(Some(step))` when a workspace
+/// is not Ready in time.
+pub async fn apply_stages(
+    kcp: &Kcp,
+    stages: &[Stage],
+    owner: &str,
+    policy: Policy,
+) -> Result<Option<Step>, String> {
+    for stage in stages {
+        if let Some((parent, name)) = &stage.awaits {
+            let deadline = tokio::time::Instant::now() + WORKSPACE_WAIT;
+            while !workspace_ready(kcp, parent, name).await? {
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(Some(Step::Stop {
+                        message: format!("workspace {parent}:{name} is not Ready yet"),
+                        after: Some(Duration::from_secs(5)),
+                    }));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        let client = kcp.workspace(&stage.workspace);
+        let objects: Vec<Value> = stage.objects.iter().map(|p| p.object.clone()).collect();
+        sync(
+            &Target {
+                client: &client,
+                owner,
+                default_namespace: "default",
+                annotations: &[],
+                policy,
+            },
+            &objects,
+            &[],
+        )
+        .await
+        .map_err(|e| format!("workspace {}: {e}", stage.workspace))?;
+    }
+    Ok(None)
+}
+
+/// The identity hashes of root's kcp APIExports, empty for those kcp does not serve.
+pub async fn root_identity_hashes(kcp: &Kcp) -> Result<Vec<(&'static str, String)>, String> {
+    let api: Api<DynamicObject> = Api::all_with(
+        kcp.workspace("root"),
+        &kcp_resource("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"),
+    );
+    let mut out = Vec::new();
+    for (export, key) in ROOT_EXPORT_HASHES {
+        let hash = api
+            .get_opt(export)
+            .await
+            .map_err(|e| format!("reading APIExport root:{export}: {e}"))?
+            .and_then(|e| {
+                e.data["status"]["identityHash"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        out.push((*key, hash));
+    }
+    Ok(out)
+}
+
+/// The KcpSetup step.
+pub struct KcpSetup {
+    /// The template engine.
+    pub engine: std::sync::Arc<dyn Render + Send + Sync>,
+}
+
+/// The condition type of the KcpSetup step.
+pub const KCP_SETUP: &str = "KcpsetupSubroutine";
+
+/// The finalizer of a PlatformMesh (one for every step that cleans up).
+pub const FINALIZER: &str = "platform-mesh.core.platform-mesh.io/finalizer";
+
+/// Label value marking what KcpSetup applied for the PlatformMesh with `uid`.
+pub fn kcp_owner(uid: &str) -> String {
+    format!("kcp-setup.{uid}")
+}
+
+#[async_trait::async_trait]
+impl Subroutine<Context> for KcpSetup {
+    fn name(&self) -> &'static str {
+        KCP_SETUP
+    }
+
+    async fn process(&self, ctx: &Context) -> Result<Step, String> {
+        let Some(kcp) = ctx.clusters.kcp.as_ref() else {
+            return Ok(Step::Skip {
+                message: "no kcp configured".into(),
+            });
+        };
+        let hashes = root_identity_hashes(kcp).await?;
+        let data = kcp_data(ctx.namespace(), &ctx.spec, &kcp.idp, &hashes);
+        let stages =
+            plan(self.engine.as_ref(), "kcp", &data, &ctx.spec).map_err(|e| e.to_string())?;
+        let owner = kcp_owner(ctx.uid());
+        if let Some(step) = apply_stages(kcp, &stages, &owner, KCP_SETUP_POLICY).await? {
+            return Ok(step);
+        }
+        let mut skipped = Vec::new();
+        let mut created = 0;
+        for ws in ctx
+            .spec
+            .kcp
+            .as_ref()
+            .and_then(|k| k.extra_workspaces.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let Some((parent, name)) = ws.path.rsplit_once(':') else {
+                skipped.push(ws.path.clone());
+                continue;
+            };
+            let object = json!({
+                "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+                "metadata": {"name": name},
+                "spec": {"type": {"name": ws.type_.name, "path": ws.type_.path}},
+            });
+            sync(
+                &Target {
+                    client: &kcp.workspace(parent),
+                    owner: &owner,
+                    default_namespace: "default",
+                    annotations: &[],
+                    policy: KCP_SETUP_POLICY,
+                },
+                &[object],
+                &[],
+            )
+            .await
+            .map_err(|e| format!("extra workspace {}: {e}", ws.path))?;
+            created += 1;
+        }
+        let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
+        let mut message = format!("{objects} objects in kcp; {created} extra workspaces");
+        if !skipped.is_empty() {
+            message.push_str(&format!(
+                "; skipped extra workspaces without a parent (path must be <parent>:<name>): {}",
+                skipped.join(", ")
+            ));
+        }
+        Ok(Step::Done {
+            message,
+            requeue: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_addresses_drop_the_cluster_path() {
+        assert_eq!(
+            base_address("https://kcp.example:6443/clusters/root:orgs"),
+            "https://kcp.example:6443"
+        );
+        assert_eq!(
+            base_address("https://kcp.example:6443/"),
+            "https://kcp.example:6443"
+        );
+        assert_eq!(
+            base_address("https://proxy.example/kcp/clusters/root"),
+            "https://proxy.example/kcp/clusters/root"
+        );
+    }
+}

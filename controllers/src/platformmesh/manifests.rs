@@ -1,0 +1,505 @@
+//! The kcp side of a PlatformMesh as files: `manifests/kcp/` (applied by KcpSetup) and
+//! `manifests/features/<toggle>/` (applied by FeatureToggles), compiled into the binary.
+//!
+//! A directory is a workspace: the files directly in `manifests/kcp/` go to `root`, and a
+//! sub-directory `NN-name` (two digits, a dash, a name) is the workspace `name` below the current
+//! one (`NN-root` at `root` stays in `root`), entered once that Workspace is Ready. Files apply in
+//! lexical order, then sub-directories in lexical order; other sub-directories are ignored. Every
+//! file is a Go template rendered with the KcpSetup data (see [`kcp_data`]).
+
+use std::collections::BTreeSet;
+
+use api::core::PlatformMeshSpec;
+use serde_json::{json, Value};
+
+use super::render::{objects, RenderError};
+use super::vars::{template_vars, Render};
+
+/// A manifest compiled into the binary.
+#[derive(Debug, Clone, Copy)]
+pub struct Manifest {
+    /// Path under `manifests/`, e.g. `kcp/02-root/20-workspace-orgs.yaml`.
+    pub path: &'static str,
+    /// The template text.
+    pub text: &'static str,
+}
+
+macro_rules! manifest {
+    ($path:literal) => {
+        Manifest {
+            path: $path,
+            text: include_str!(concat!("../../../manifests/", $path)),
+        }
+    };
+}
+
+/// Every file of `manifests/kcp` and `manifests/features`, sorted by path (a test keeps this
+/// list equal to the directories).
+pub static MANIFESTS: &[Manifest] = &[
+    manifest!("features/feature-accounts-in-accounts/01-platform-mesh-system/contentconfiguration-account-accounts.yaml"),
+    manifest!("features/feature-enable-account-iam-ui/01-platform-mesh-system/contentconfiguration-account-iam-ui.yaml"),
+    manifest!("features/feature-enable-getting-started/01-platform-mesh-system/contentconfiguration-main-home-overview-getting-started.yaml"),
+    manifest!("features/feature-enable-terminal-controller-manager/01-platform-mesh-system/apiexport-terminal.platform-mesh.io.yaml"),
+    manifest!("features/feature-enable-terminal-controller-manager/01-platform-mesh-system/apiresourceschema-terminals.terminal.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-apiexportpolicies.core.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-authorizationmodels.core.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-contentconfigurations.ui.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-identityproviderconfigurations.core.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-invites.core.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-providermetadatas.ui.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-stores.core.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/20-apiexport-core.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/20-apiexport-system.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/30-apiexportendpointslice-core.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/40-apibinding-core.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/40-apibinding-system.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-account-home.yaml"),
+    manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-main-home.yaml"),
+    manifest!("kcp/02-root/10-workspacetype-account.yaml"),
+    manifest!("kcp/02-root/10-workspacetype-org.yaml"),
+    manifest!("kcp/02-root/10-workspacetype-orgs.yaml"),
+    manifest!("kcp/02-root/10-workspacetype-provider.yaml"),
+    manifest!("kcp/02-root/20-workspace-orgs.yaml"),
+    manifest!("kcp/03-orgs/10-apibinding-core.platform-mesh.io.yaml"),
+    manifest!("kcp/03-orgs/20-store.yaml"),
+    manifest!("kcp/03-platform-mesh-system/20-identityproviderconfiguration-welcome.yaml"),
+    manifest!("kcp/03-providers/10-workspace-system.yaml"),
+    manifest!("kcp/10-workspacetype-providers.yaml"),
+    manifest!("kcp/20-workspace-platform-mesh-system.yaml"),
+    manifest!("kcp/20-workspace-providers.yaml"),
+];
+
+/// The toggle that skips every ContentConfiguration of KcpSetup.
+pub const DISABLE_CONTENT_CONFIGURATIONS: &str = "feature-disable-contentconfigurations";
+/// The toggle that relaxes e-mail verification (read by the sign-in configuration).
+pub const DISABLE_EMAIL_VERIFICATION: &str = "feature-disable-email-verification";
+/// The toggle that adds terminals (an APIExport, bindings and a kubeconfig).
+pub const ENABLE_TERMINAL: &str = "feature-enable-terminal-controller-manager";
+
+/// Whether `spec.featureToggles` names `toggle`.
+pub fn has_toggle(spec: &PlatformMeshSpec, toggle: &str) -> bool {
+    spec.feature_toggles
+        .iter()
+        .flatten()
+        .any(|t| t.name.as_deref() == Some(toggle))
+}
+
+/// Settings of the identity provider configuration KcpSetup writes.
+#[derive(Debug, Clone, Default)]
+pub struct IdpSettings {
+    /// Whether users may register themselves.
+    pub registration_allowed: bool,
+    /// Extra redirect URIs of the portal client.
+    pub redirect_uris: Vec<String>,
+    /// Extra post-logout redirect URIs of the portal client.
+    pub post_logout_redirect_uris: Vec<String>,
+}
+
+/// The data every kcp manifest is rendered with: addresses (`baseDomain`, `protocol`, `port`,
+/// `baseDomainPort`), toggles as the strings `"true"`/`"false"`, identity settings, and the
+/// identity hashes of root's kcp APIExports (`apiExportRoot<Name>IdentityHash`, empty when the
+/// kcp does not export that API from root, as `platform-mesh serve` does not).
+pub fn kcp_data(
+    namespace: &str,
+    spec: &PlatformMeshSpec,
+    idp: &IdpSettings,
+    identity_hashes: &[(&str, String)],
+) -> Value {
+    let mut data = template_vars(namespace, spec);
+    let flag = |t: &str| json!(if has_toggle(spec, t) { "true" } else { "false" });
+    if let Value::Object(m) = &mut data {
+        m.insert(
+            "featureDisableEmailVerification".into(),
+            flag(DISABLE_EMAIL_VERIFICATION),
+        );
+        m.insert(
+            "featureDisableContentConfigurations".into(),
+            flag(DISABLE_CONTENT_CONFIGURATIONS),
+        );
+        m.insert(
+            "featureEnableTerminalControllerManager".into(),
+            flag(ENABLE_TERMINAL),
+        );
+        m.insert(
+            "registrationAllowed".into(),
+            json!(idp.registration_allowed),
+        );
+        m.insert(
+            "welcomeAdditionalRedirectUris".into(),
+            json!(idp.redirect_uris),
+        );
+        m.insert(
+            "welcomeAdditionalPostLogoutRedirectUris".into(),
+            json!(idp.post_logout_redirect_uris),
+        );
+        for (_, key) in ROOT_EXPORT_HASHES {
+            m.insert((*key).to_string(), json!(""));
+        }
+        for (key, hash) in identity_hashes {
+            m.insert((*key).to_string(), json!(hash));
+        }
+    }
+    data
+}
+
+/// The root APIExports whose identity hashes the manifests may use, and their data keys.
+pub const ROOT_EXPORT_HASHES: &[(&str, &str)] = &[
+    ("tenancy.kcp.io", "apiExportRootTenancyKcpIoIdentityHash"),
+    ("shards.core.kcp.io", "apiExportRootShardsKcpIoIdentityHash"),
+    ("topology.kcp.io", "apiExportRootTopologyKcpIoIdentityHash"),
+];
+
+/// One rendered object and the file it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    /// Path under `manifests/`.
+    pub source: &'static str,
+    /// The object.
+    pub object: Value,
+}
+
+/// A workspace and what goes into it, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    /// The workspace path, e.g. `root:platform-mesh-system`.
+    pub workspace: String,
+    /// The Workspace (parent path, name) that must be Ready before this stage is applied.
+    pub awaits: Option<(String, String)>,
+    /// The objects, in apply order.
+    pub objects: Vec<Planned>,
+}
+
+/// Whether a directory name is a workspace directory (`NN-name`), and the name.
+pub fn workspace_dir(name: &str) -> Option<&str> {
+    let b = name.as_bytes();
+    let ok = b.len() > 3
+        && b[0].is_ascii_digit()
+        && b[1].is_ascii_digit()
+        && b[2] == b'-'
+        && b[3..]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'-');
+    ok.then(|| &name[3..])
+}
+
+/// The manifests of directory `dir` (`kcp` or `features/<toggle>`), rendered with `data` and
+/// arranged by workspace, starting at `root`. ContentConfigurations are dropped when
+/// [`DISABLE_CONTENT_CONFIGURATIONS`] is set, and WorkspaceTypes get the
+/// `spec.kcp.extraDefaultAPIBindings` whose `workspaceTypePath` is `<workspace>:<type name>`.
+pub fn plan(
+    render: &dyn Render,
+    dir: &str,
+    data: &Value,
+    spec: &PlatformMeshSpec,
+) -> Result<Vec<Stage>, RenderError> {
+    let prefix = format!("{}/", dir.trim_end_matches('/'));
+    let files: Vec<&Manifest> = MANIFESTS
+        .iter()
+        .filter(|m| m.path.starts_with(&prefix))
+        .collect();
+    let mut out = Vec::new();
+    plan_dir(render, &files, &prefix, "root", None, data, spec, &mut out)?;
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn plan_dir(
+    render: &dyn Render,
+    files: &[&Manifest],
+    prefix: &str,
+    workspace: &str,
+    awaits: Option<(String, String)>,
+    data: &Value,
+    spec: &PlatformMeshSpec,
+    out: &mut Vec<Stage>,
+) -> Result<(), RenderError> {
+    let skip_content = has_toggle(spec, DISABLE_CONTENT_CONFIGURATIONS);
+    let mut stage = Stage {
+        workspace: workspace.to_string(),
+        awaits,
+        objects: Vec::new(),
+    };
+    let mut subdirs = BTreeSet::new();
+    for m in files {
+        let Some(rest) = m.path.strip_prefix(prefix) else {
+            continue;
+        };
+        if let Some((sub, _)) = rest.split_once('/') {
+            subdirs.insert(sub);
+            continue;
+        }
+        let text =
+            render
+                .render(m.path, m.text, data)
+                .map_err(|message| RenderError::Template {
+                    template: m.path,
+                    message,
+                })?;
+        for mut object in objects(m.path, &text)? {
+            if skip_content
+                && object["kind"] == "ContentConfiguration"
+                && object["apiVersion"]
+                    .as_str()
+                    .is_some_and(|v| v.starts_with("ui.platform-mesh.io/"))
+            {
+                continue;
+            }
+            if object["kind"] == "WorkspaceType"
+                && object["apiVersion"]
+                    .as_str()
+                    .is_some_and(|v| v.starts_with("tenancy.kcp.io/"))
+            {
+                add_default_bindings(&mut object, workspace, spec);
+            }
+            stage.objects.push(Planned {
+                source: m.path,
+                object,
+            });
+        }
+    }
+    out.push(stage);
+    for sub in subdirs {
+        let Some(name) = workspace_dir(sub) else {
+            continue;
+        };
+        let (child, awaits) = if name == workspace {
+            (workspace.to_string(), None)
+        } else {
+            (
+                format!("{workspace}:{name}"),
+                Some((workspace.to_string(), name.to_string())),
+            )
+        };
+        plan_dir(
+            render,
+            files,
+            &format!("{prefix}{sub}/"),
+            &child,
+            awaits,
+            data,
+            spec,
+            out,
+        )?;
+    }
+    Ok(())
+}
+
+fn add_default_bindings(object: &mut Value, workspace: &str, spec: &PlatformMeshSpec) {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let type_path = format!("{workspace}:{name}");
+    let extra: Vec<Value> = spec
+        .kcp
+        .as_ref()
+        .and_then(|k| k.extra_default_api_bindings.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|b| b.workspace_type_path == type_path)
+        .map(|b| json!({"export": b.export, "path": b.path}))
+        .collect();
+    if extra.is_empty() {
+        return;
+    }
+    if !object["spec"].is_object() {
+        object["spec"] = json!({});
+    }
+    let list = &mut object["spec"]["defaultAPIBindings"];
+    if !list.is_array() {
+        *list = json!([]);
+    }
+    if let Some(items) = list.as_array_mut() {
+        for e in extra {
+            if !items.contains(&e) {
+                items.push(e);
+            }
+        }
+    }
+}
+
+/// The feature toggles with manifests (`manifests/features/<name>/`).
+pub fn toggles_with_manifests() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for m in MANIFESTS {
+        if let Some(rest) = m.path.strip_prefix("features/") {
+            if let Some((toggle, _)) = rest.split_once('/') {
+                if !out.contains(&toggle) {
+                    out.push(toggle);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::templates::Engine;
+
+    #[test]
+    fn the_compiled_list_is_the_directories() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
+        let mut on_disk = Vec::new();
+        let mut dirs = vec![root.join("kcp"), root.join("features")];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else {
+                    on_disk.push(
+                        p.strip_prefix(&root)
+                            .unwrap()
+                            .to_string_lossy()
+                            .replace('\\', "/"),
+                    );
+                }
+            }
+        }
+        on_disk.sort();
+        let compiled: Vec<String> = MANIFESTS.iter().map(|m| m.path.to_string()).collect();
+        assert_eq!(
+            compiled, on_disk,
+            "MANIFESTS must list every file of manifests/kcp and manifests/features"
+        );
+    }
+
+    fn spec(v: Value) -> PlatformMeshSpec {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn data(s: &PlatformMeshSpec) -> Value {
+        kcp_data("pm", s, &IdpSettings::default(), &[])
+    }
+
+    #[test]
+    fn directories_are_workspaces_in_lexical_order() {
+        let s = spec(json!({}));
+        let stages = plan(&Engine::default(), "kcp", &data(&s), &s).unwrap();
+        let order: Vec<(&str, Option<&str>)> = stages
+            .iter()
+            .map(|st| {
+                (
+                    st.workspace.as_str(),
+                    st.awaits.as_ref().map(|a| a.1.as_str()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                ("root", None),
+                ("root:platform-mesh-system", Some("platform-mesh-system")),
+                ("root", None),
+                ("root:orgs", Some("orgs")),
+                ("root:platform-mesh-system", Some("platform-mesh-system")),
+                ("root:providers", Some("providers")),
+            ]
+        );
+        // Files in lexical order: the providers type before the workspace that uses it.
+        let first: Vec<&str> = stages[0].objects.iter().map(|p| p.source).collect();
+        assert_eq!(
+            first,
+            vec![
+                "kcp/10-workspacetype-providers.yaml",
+                "kcp/20-workspace-platform-mesh-system.yaml",
+                "kcp/20-workspace-providers.yaml"
+            ]
+        );
+        assert_eq!(
+            workspace_dir("01-platform-mesh-system"),
+            Some("platform-mesh-system")
+        );
+        assert_eq!(workspace_dir("1-x"), None);
+        assert_eq!(workspace_dir("01-a_b"), None);
+        assert_eq!(workspace_dir("01-"), None);
+    }
+
+    #[test]
+    fn toggles_and_extra_bindings_shape_the_plan() {
+        let count = |s: &PlatformMeshSpec| {
+            plan(&Engine::default(), "kcp", &data(s), s)
+                .unwrap()
+                .iter()
+                .flat_map(|st| st.objects.iter())
+                .filter(|p| p.object["kind"] == "ContentConfiguration")
+                .count()
+        };
+        let plain = spec(json!({}));
+        assert!(count(&plain) > 0);
+        let off = spec(json!({"featureToggles": [{"name": DISABLE_CONTENT_CONFIGURATIONS}]}));
+        assert_eq!(count(&off), 0);
+
+        let s = spec(json!({
+        "featureToggles": [{"name": ENABLE_TERMINAL}],
+        "kcp": {"extraDefaultAPIBindings": [
+            {"workspaceTypePath": "root:account", "export": "widgets.example.io", "path": "root:providers:acme"},
+            {"workspaceTypePath": "root:elsewhere:account", "export": "no.example.io", "path": "root"},
+        ]}}));
+        let stages = plan(&Engine::default(), "kcp", &data(&s), &s).unwrap();
+        let account = stages
+            .iter()
+            .flat_map(|st| st.objects.iter())
+            .find(|p| {
+                p.object["kind"] == "WorkspaceType" && p.object["metadata"]["name"] == "account"
+            })
+            .unwrap();
+        let exports: Vec<&str> = account.object["spec"]["defaultAPIBindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["export"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            exports,
+            vec![
+                "core.platform-mesh.io",
+                "terminal.platform-mesh.io",
+                "widgets.example.io"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_manifest_renders_to_objects() {
+        let s = spec(json!({"featureToggles": [{"name": ENABLE_TERMINAL}],
+            "exposure": {"baseDomain": "example.com", "port": 443}}));
+        let d = kcp_data(
+            "pm",
+            &s,
+            &IdpSettings {
+                registration_allowed: true,
+                redirect_uris: vec!["https://extra.example.com/cb".into()],
+                post_logout_redirect_uris: vec![],
+            },
+            &[("apiExportRootTenancyKcpIoIdentityHash", "abc".into())],
+        );
+        let mut seen = 0;
+        for dir in std::iter::once("kcp".to_string()).chain(
+            toggles_with_manifests()
+                .iter()
+                .map(|t| format!("features/{t}")),
+        ) {
+            for st in plan(&Engine::default(), &dir, &d, &s).unwrap() {
+                seen += st.objects.len();
+            }
+        }
+        assert_eq!(seen, MANIFESTS.len(), "one object per manifest file");
+        let ipc = plan(&Engine::default(), "kcp", &d, &s)
+            .unwrap()
+            .into_iter()
+            .flat_map(|st| st.objects)
+            .find(|p| p.object["kind"] == "IdentityProviderConfiguration")
+            .unwrap();
+        assert_eq!(ipc.object["spec"]["registrationAllowed"], true);
+        assert_eq!(
+            ipc.object["spec"]["clients"][0]["redirectUris"],
+            json!([
+                "https://example.com/callback*",
+                "https://extra.example.com/cb"
+            ])
+        );
+    }
+}
