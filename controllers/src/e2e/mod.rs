@@ -6,6 +6,7 @@ mod events;
 mod kubeconfig_clusters;
 mod leader_election;
 mod lifecycle;
+mod platformmesh;
 mod sample_controller;
 mod sharded;
 mod wait;

@@ -1,7 +1,8 @@
 //! The PlatformMesh controller: each PlatformMesh in the runtime cluster is driven through its
-//! steps (Deployment, then Wait) by the [`lifecycle`](crate::lifecycle). It reconciles again
+//! steps (Deployment, KcpSetup, ProviderSecret, FeatureToggles, Wait) by the
+//! [`lifecycle`](crate::lifecycle). It reconciles again
 //! when the instance changes, when a HelmRelease it deployed changes (they name their owner in
-//! `platform-mesh.io/owner/*` annotations) and when its profile ConfigMap changes (upstream
+//! `owner.platform-mesh.io/*` annotations) and when its profile ConfigMap changes (upstream
 //! registers no such watch, so a profile edit waits for the next periodic reconcile there).
 
 use std::collections::HashMap;
@@ -11,6 +12,9 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 
 use super::deployment::{Clusters, Context, Deployment, OWNER_PREFIX};
+use super::features::FeatureToggles;
+use super::kcp::KcpSetup;
+use super::providersecret::ProviderSecret;
 use super::vars::{profile_config_map, Render};
 use super::wait::Wait;
 use crate::lifecycle::{drive, DriveError, Lifecycle};
@@ -134,6 +138,21 @@ impl Reconciler for PlatformMeshReconciler {
     }
 }
 
+/// The steps of a PlatformMesh, in order: Deployment, KcpSetup, ProviderSecret, FeatureToggles,
+/// Wait (reversed on deletion).
+pub fn lifecycle(engine: Arc<dyn Render + Send + Sync>) -> Lifecycle<Context> {
+    Lifecycle::new()
+        .step(Deployment {
+            engine: engine.clone(),
+        })
+        .step(KcpSetup {
+            engine: engine.clone(),
+        })
+        .step(ProviderSecret)
+        .step(FeatureToggles { engine })
+        .step(Wait)
+}
+
 /// The PlatformMesh controller over `clusters`, rendering with `engine`. Engage the runtime
 /// cluster (and the infra cluster, if another) with the manager; PlatformMeshes are watched in
 /// every engaged cluster.
@@ -142,7 +161,7 @@ pub fn controller(
     clusters: Arc<Clusters>,
 ) -> Controller<PlatformMeshReconciler> {
     let profiles = ProfileIndex::default();
-    let lifecycle = Lifecycle::new().step(Deployment { engine }).step(Wait);
+    let lifecycle = lifecycle(engine);
     let keys = CrossClusterKeys::with_prefix(OWNER_PREFIX);
     let index = profiles.clone();
     Controller::new(

@@ -412,7 +412,7 @@ mod tests {
     }
 
     fn desired_for(obj: &Value, owner: &str, namespace: Option<&str>) -> Value {
-        let extra = [("platform-mesh.io/owner/name".to_string(), "pm".to_string())];
+        let extra = [("owner.platform-mesh.io/name".to_string(), "pm".to_string())];
         desired(obj, owner, &extra, namespace)
     }
 
@@ -431,7 +431,7 @@ mod tests {
         );
         assert_eq!(desired_for(&obj, "uid-1", Some("ns")), d, "stable");
         assert_eq!(
-            d["metadata"]["annotations"]["platform-mesh.io/owner/name"],
+            d["metadata"]["annotations"]["owner.platform-mesh.io/name"],
             "pm"
         );
         let cluster_scoped = desired_for(

@@ -17,7 +17,7 @@ use crate::runtime::mapping::CrossClusterKeys;
 
 /// Prefix of the annotations on deployed objects that name their PlatformMesh (cluster,
 /// namespace, name), for mapping changes back to it.
-pub const OWNER_PREFIX: &str = "platform-mesh.io/owner";
+pub const OWNER_PREFIX: &str = "owner.platform-mesh.io";
 
 /// The clusters a PlatformMesh is deployed to.
 pub struct Clusters {
@@ -128,10 +128,50 @@ fn kinds(prefixes: &[&str]) -> Vec<GroupVersionKind> {
     out
 }
 
+/// Each cluster, its client and the kinds its templates produce.
+fn targets(ctx: &Context) -> [(Target, &kube::Client, Vec<GroupVersionKind>); 2] {
+    [
+        (
+            Target::Infra,
+            &ctx.clusters.infra,
+            kinds(&["infra/infra/", "components/infra/"]),
+        ),
+        (
+            Target::Runtime,
+            &ctx.clusters.runtime,
+            kinds(&["infra/runtime/", "components/runtime/"]),
+        ),
+    ]
+}
+
 #[async_trait::async_trait]
 impl Subroutine<Context> for Deployment {
     fn name(&self) -> &'static str {
         DEPLOYMENT
+    }
+
+    fn finalizers(&self) -> &'static [&'static str] {
+        &[super::kcp::FINALIZER]
+    }
+
+    /// Removes everything this PlatformMesh deployed to both clusters.
+    async fn finalize(&self, ctx: &Context) -> Result<Step, String> {
+        for (target, client, scope) in targets(ctx) {
+            sync(
+                &SyncTarget {
+                    client,
+                    owner: ctx.uid(),
+                    default_namespace: ctx.namespace(),
+                    annotations: &[],
+                    policy: Policy::DEPLOYMENT,
+                },
+                &[],
+                &scope,
+            )
+            .await
+            .map_err(|e| format!("{} cluster: {e}", target.as_str()))?;
+        }
+        Ok(Step::done())
     }
 
     async fn process(&self, ctx: &Context) -> Result<Step, String> {
@@ -155,18 +195,7 @@ impl Subroutine<Context> for Deployment {
             owner.push((keys.cluster, cluster.clone()));
         }
         let mut summary = Vec::new();
-        for (target, client, scope) in [
-            (
-                Target::Infra,
-                &ctx.clusters.infra,
-                kinds(&["infra/infra/", "components/infra/"]),
-            ),
-            (
-                Target::Runtime,
-                &ctx.clusters.runtime,
-                kinds(&["infra/runtime/", "components/runtime/"]),
-            ),
-        ] {
+        for (target, client, scope) in targets(ctx) {
             let objects: Vec<Value> = rendered
                 .iter()
                 .filter(|r| r.target == target)
