@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod delegation;
+mod operator;
 
 #[derive(Parser)]
 #[command(
@@ -173,10 +174,13 @@ struct ServeArgs {
     /// As --authentication-kubeconfig, with the pod's service account (deploy/aggregation).
     #[arg(long)]
     authentication_in_cluster: bool,
+    #[command(flatten)]
+    controllers: operator::ControllerArgs,
 }
 
 impl ServeArgs {
-    fn into_options(self) -> apiserver::server::ServeOptions {
+    /// The server's options and the controllers' flags.
+    fn into_options(self) -> (apiserver::server::ServeOptions, operator::ControllerArgs) {
         let mut opts = apiserver::server::ServeOptions::new(self.listen, self.data_dir);
         opts.tls_cert_file = self.tls_cert_file;
         opts.tls_private_key_file = self.tls_private_key_file;
@@ -197,7 +201,7 @@ impl ServeArgs {
         if self.in_memory {
             opts.store = apiserver::server::StoreKind::Memory;
         }
-        opts
+        (opts, self.controllers)
     }
 }
 
@@ -236,12 +240,13 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(async move {
                 let host = args.authentication_kubeconfig.clone();
                 let in_cluster = args.authentication_in_cluster;
-                let mut opts = args.into_options();
+                let (mut opts, controller_args) = args.into_options();
                 if host.is_some() || in_cluster {
                     let config = delegation::host_config(host.as_deref()).await?;
                     delegation::apply(delegation::fetch(config).await?, &mut opts)?;
                 }
                 let server = apiserver::server::start(opts).await?;
+                operator::start(&controller_args, &server.kubeconfig).await?;
                 eprintln!(
                     "platform-mesh is serving on https://{}\n  kubectl --kubeconfig {} get namespaces",
                     server.address,

@@ -89,6 +89,8 @@ walkthrough! {
     quickstart_kubectl_1_27 => "quickstart", "1.27";
     quickstart_kubectl_1_30 => "quickstart", "1.30";
     quickstart_kubectl_1_33 => "quickstart", "1.33";
+    platform_mesh_kubectl_1_27 => "platform-mesh", "1.27";
+    platform_mesh_kubectl_1_33 => "platform-mesh", "1.33";
     workspaces_kubectl_1_27 => "workspaces", "1.27";
     workspaces_kubectl_1_33 => "workspaces", "1.33";
     service_accounts_kubectl_1_27 => "service-accounts", "1.27";

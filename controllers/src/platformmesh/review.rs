@@ -3,8 +3,10 @@
 
 use serde_json::{Map, Value};
 
+use super::features::feature_plan;
+use super::manifests::{kcp_data, plan, IdpSettings};
 use super::render::{render_deployment, Inputs, Rendered, Target};
-use super::vars::{parse_yaml, Profile, RemoteRuntime, Render};
+use super::vars::{parse_yaml, template_vars, Profile, RemoteRuntime, Render};
 use api::core::PlatformMeshSpec;
 
 /// The PlatformMesh of a YAML file: its namespace (default `default`) and spec.
@@ -37,8 +39,9 @@ pub fn read_profile(text: &str) -> Result<Profile, String> {
     Profile::parse(text).map_err(|e| e.to_string())
 }
 
-/// Every object the Deployment step would apply, as one multi-document YAML text: each document
-/// preceded by a comment naming its cluster and template, in apply order.
+/// Every object the Deployment, KcpSetup and FeatureToggles steps would apply, as one
+/// multi-document YAML text: each document preceded by a comment naming its cluster (or kcp
+/// workspace) and source file, in apply order.
 pub fn render_yaml(
     engine: &dyn Render,
     platform_mesh: &str,
@@ -57,7 +60,67 @@ pub fn render_yaml(
         },
     )
     .map_err(|e| e.to_string())?;
-    to_yaml(&objects)
+    let mut out = to_yaml(&objects)?;
+    out.push_str(&kcp_yaml(engine, &namespace, &spec)?);
+    Ok(out)
+}
+
+/// What KcpSetup and FeatureToggles would apply, workspace by workspace (the identity hashes of
+/// root's kcp APIExports are left empty: they come from the kcp at hand).
+fn kcp_yaml(
+    engine: &dyn Render,
+    namespace: &str,
+    spec: &PlatformMeshSpec,
+) -> Result<String, String> {
+    let data = kcp_data(namespace, spec, &IdpSettings::default(), &[]);
+    let mut stages = plan(engine, "kcp", &data, spec).map_err(|e| e.to_string())?;
+    let on: Vec<String> = spec
+        .feature_toggles
+        .iter()
+        .flatten()
+        .filter_map(|t| t.name.clone())
+        .collect();
+    let (features, _) = feature_plan(engine, &template_vars(namespace, spec), spec, &on)?;
+    stages.extend(features);
+    let mut out = String::new();
+    for stage in &stages {
+        for p in &stage.objects {
+            out.push_str(&format!(
+                "---\n# kcp workspace {}, from manifests/{}\n",
+                stage.workspace, p.source
+            ));
+            push_yaml(&mut out, &p.object)?;
+        }
+    }
+    for ws in spec
+        .kcp
+        .as_ref()
+        .and_then(|k| k.extra_workspaces.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if let Some((parent, name)) = ws.path.rsplit_once(':') {
+            out.push_str(&format!(
+                "---\n# kcp workspace {parent}, from spec.kcp.extraWorkspaces\n"
+            ));
+            push_yaml(
+                &mut out,
+                &serde_json::json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+                    "metadata": {"name": name},
+                    "spec": {"type": {"name": ws.type_.name, "path": ws.type_.path}}}),
+            )?;
+        }
+    }
+    Ok(out)
+}
+
+fn push_yaml(out: &mut String, object: &Value) -> Result<(), String> {
+    let yaml = serde_saphyr::to_string(object).map_err(|e| e.to_string())?;
+    out.push_str(&yaml);
+    if !yaml.ends_with('\n') {
+        out.push('\n');
+    }
+    Ok(())
 }
 
 fn to_yaml(objects: &[Rendered]) -> Result<String, String> {
@@ -71,11 +134,7 @@ fn to_yaml(objects: &[Rendered]) -> Result<String, String> {
             "---\n# {cluster} cluster, from gotemplates/{}\n",
             r.template
         ));
-        let yaml = serde_saphyr::to_string(&r.object).map_err(|e| e.to_string())?;
-        out.push_str(&yaml);
-        if !yaml.ends_with('\n') {
-            out.push('\n');
-        }
+        push_yaml(&mut out, &r.object)?;
     }
     Ok(out)
 }

@@ -457,6 +457,9 @@ async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: Cancel
     let stream = watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     let mut relist: Option<HashMap<ClusterName, Objects>> = None;
+    // A failing watch (e.g. a kind whose CRD is not installed yet) is reported once, then
+    // retried with backoff quietly until it works again.
+    let mut failing = false;
     loop {
         let next = tokio::select! {
             _ = stop.cancelled() => break,
@@ -465,10 +468,18 @@ async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: Cancel
         let event = match next {
             None => break,
             Some(Err(e)) => {
-                warn!(gvr = %gvr, scope = %inner.scope, error = %e, "watch failed; retrying");
+                if failing {
+                    debug!(gvr = %gvr, scope = %inner.scope, error = %e, "watch still failing");
+                } else {
+                    warn!(gvr = %gvr, scope = %inner.scope, error = %e, "watch failed; retrying with backoff");
+                    failing = true;
+                }
                 continue;
             }
-            Some(Ok(event)) => event,
+            Some(Ok(event)) => {
+                failing = false;
+                event
+            }
         };
         match event {
             Event::Init => relist = Some(HashMap::new()),

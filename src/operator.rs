@@ -1,0 +1,126 @@
+//! The controllers `serve` runs beside the API server: the PlatformMesh controller, reaching kcp,
+//! the infra cluster and the runtime cluster by kubeconfig, each defaulting to this server.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use controllers::platformmesh::controller::controller;
+use controllers::platformmesh::deployment::Clusters;
+use controllers::platformmesh::kcp::Kcp;
+use controllers::platformmesh::manifests::IdpSettings;
+use controllers::platformmesh::vars::{RemoteRuntime, Render};
+use controllers::providers::fixed::FixedClusters;
+use controllers::runtime::{Cluster, Manager, ManagerOptions};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// Flags of the co-located controllers.
+#[derive(clap::Args)]
+pub struct ControllerArgs {
+    /// Run the API server only, without the PlatformMesh controller.
+    #[arg(long)]
+    pub no_controllers: bool,
+    /// Kubeconfig of the kcp that PlatformMeshes set up (default: this server's workspaces).
+    #[arg(long)]
+    pub kcp_kubeconfig: Option<PathBuf>,
+    /// Address written into provider kubeconfigs, e.g. kcp's front proxy as clients reach it
+    /// (default: the kcp kubeconfig's server).
+    #[arg(long)]
+    pub kcp_url: Option<String>,
+    /// Namespace of the runtime cluster that receives provider kubeconfig Secrets naming none.
+    #[arg(long, default_value = "platform-mesh-system")]
+    pub kcp_namespace: String,
+    /// Kubeconfig of the infra cluster, where Flux or Argo CD run (default: this server).
+    #[arg(long)]
+    pub infra_kubeconfig: Option<PathBuf>,
+    /// Kubeconfig of the runtime cluster, where PlatformMeshes, profiles and OCM Resources live
+    /// (default: this server).
+    #[arg(long)]
+    pub runtime_kubeconfig: Option<PathBuf>,
+    /// Secret (in the infra cluster) with the runtime cluster's kubeconfig, for the deployers'
+    /// `kubeConfig.secretRef` when runtime and infra differ.
+    #[arg(long)]
+    pub remote_runtime_infra_secret_name: Option<String>,
+    /// Key of the kubeconfig in --remote-runtime-infra-secret-name.
+    #[arg(long, default_value = "kubeconfig")]
+    pub remote_runtime_infra_secret_key: String,
+    /// Let users register themselves in the portal's identity provider.
+    #[arg(long)]
+    pub idp_registration_allowed: bool,
+    /// Extra redirect URIs of the portal's sign-in client.
+    #[arg(long, value_delimiter = ',')]
+    pub idp_welcome_additional_redirect_uris: Vec<String>,
+    /// Extra post-logout redirect URIs of the portal's sign-in client.
+    #[arg(long, value_delimiter = ',')]
+    pub idp_welcome_additional_post_logout_redirect_uris: Vec<String>,
+}
+
+fn read_kubeconfig(path: &Path, what: &str) -> anyhow::Result<Kubeconfig> {
+    Kubeconfig::read_from(path)
+        .with_context(|| format!("reading the {what} kubeconfig {}", path.display()))
+}
+
+async fn client(kubeconfig: Kubeconfig, what: &str) -> anyhow::Result<kube::Client> {
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("the {what} kubeconfig"))?;
+    kube::Client::try_from(config).with_context(|| format!("a client for the {what} cluster"))
+}
+
+/// Starts the PlatformMesh controller in the background; `own` is this server's admin
+/// kubeconfig, used for every cluster no flag names.
+pub async fn start(args: &ControllerArgs, own: &Path) -> anyhow::Result<()> {
+    if args.no_controllers {
+        return Ok(());
+    }
+    let pick = |p: &Option<PathBuf>| p.clone().unwrap_or_else(|| own.to_path_buf());
+    let infra = client(
+        read_kubeconfig(&pick(&args.infra_kubeconfig), "infra")?,
+        "infra",
+    )
+    .await?;
+    let runtime = client(
+        read_kubeconfig(&pick(&args.runtime_kubeconfig), "runtime")?,
+        "runtime",
+    )
+    .await?;
+    let mut kcp = Kcp::from_kubeconfig(
+        read_kubeconfig(&pick(&args.kcp_kubeconfig), "kcp")?,
+        args.kcp_url.clone(),
+    )
+    .await
+    .context("kcp access")?;
+    kcp.secret_namespace = args.kcp_namespace.clone();
+    kcp.idp = IdpSettings {
+        registration_allowed: args.idp_registration_allowed,
+        redirect_uris: args.idp_welcome_additional_redirect_uris.clone(),
+        post_logout_redirect_uris: args
+            .idp_welcome_additional_post_logout_redirect_uris
+            .clone(),
+    };
+    let remote = args
+        .remote_runtime_infra_secret_name
+        .clone()
+        .map(|secret_name| RemoteRuntime {
+            secret_name,
+            secret_key: args.remote_runtime_infra_secret_key.clone(),
+        });
+    let clusters = Arc::new(Clusters {
+        infra,
+        runtime: runtime.clone(),
+        remote,
+        kcp: Some(kcp),
+    });
+    let engine: Arc<dyn Render + Send + Sync> = Arc::new(controllers::templates::Engine::default());
+    let manager = Manager::new(ManagerOptions::default());
+    manager
+        .add(controller(engine, clusters))
+        .context("adding the PlatformMesh controller")?;
+    let provider = Arc::new(FixedClusters::new([Cluster::new("runtime", runtime)]));
+    tokio::spawn(async move {
+        if let Err(e) = manager.run(provider, std::future::pending()).await {
+            tracing::error!(error = %e, "the controller manager stopped");
+        }
+    });
+    Ok(())
+}
