@@ -521,6 +521,50 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
         "nor in another workspace: {out}"
     );
 
+    // Every default Secret: admin ones have every right in their workspace, scoped ones exactly
+    // the export's; the two raw paths point at virtual workspaces other components serve.
+    for c in crate::platformmesh::providersecret::default_connections() {
+        let text = env.secret_kubeconfig(&c.secret).await;
+        let kc: Kubeconfig = Kubeconfig::from_yaml(&text).unwrap();
+        let server = kc.clusters[0]
+            .cluster
+            .as_ref()
+            .unwrap()
+            .server
+            .clone()
+            .unwrap();
+        if let Some(raw) = &c.raw_path {
+            assert_eq!(
+                server,
+                format!("{}{raw}", env.kcp.root_url()),
+                "{}",
+                c.secret
+            );
+            continue;
+        }
+        let path = c.path.clone().unwrap();
+        assert_eq!(
+            server,
+            format!("{}/clusters/{path}", env.kcp.root_url()),
+            "{}",
+            c.secret
+        );
+        let (_, all) = kubectl(&text, &["auth", "can-i", "*", "*"]).await;
+        let (_, stores) = kubectl(
+            &text,
+            &["auth", "can-i", "create", "stores.core.platform-mesh.io"],
+        )
+        .await;
+        let (_, cms) = kubectl(&text, &["auth", "can-i", "list", "configmaps"]).await;
+        if c.admin_auth == Some(true) {
+            assert!(all.starts_with("yes"), "{}: {all}", c.secret);
+        } else {
+            assert!(all.starts_with("no"), "{}: {all}", c.secret);
+            assert!(stores.starts_with("yes"), "{}: {stores}", c.secret);
+            assert!(cms.starts_with("no"), "{}: {cms}", c.secret);
+        }
+    }
+
     // 2. A second reconcile of the unchanged instance writes nothing.
     let context = {
         let mut c = Context::new(env.pm.get(name).await.unwrap(), env.clusters.clone()).unwrap();
@@ -544,6 +588,8 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
         name,
         json!({"kcp": {
             "extraWorkspaces": [{"path": "root:orgs:extra1", "type": {"name": "org", "path": "root"}}],
+            "extraDefaultAPIBindings": [{"workspaceTypePath": "root:account",
+                "export": "widgets.e2e.example.io", "path": "root:providers:provider2"}],
             "extraProviderConnections": [
                 {"path": "root:orgs:extra1", "secret": "extra1-kubeconfig", "adminAuth": true, "external": true}]}}),
     )
@@ -553,6 +599,28 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
         .kcp_get("root:orgs", &workspaces(), "extra1")
         .await
         .is_some());
+    let account_type = env
+        .kcp_get(
+            "root",
+            &res(
+                "tenancy.kcp.io",
+                "v1alpha1",
+                "WorkspaceType",
+                "workspacetypes",
+            ),
+            "account",
+        )
+        .await
+        .unwrap();
+    assert!(
+        account_type.data["spec"]["defaultAPIBindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["export"] == "widgets.e2e.example.io"),
+        "extra default API binding: {}",
+        account_type.data["spec"]
+    );
     let extra1 = env.secret_kubeconfig("extra1-kubeconfig").await;
     assert!(
         extra1.contains("https://kcp.api.portal.localhost:8443/clusters/root:orgs:extra1"),
