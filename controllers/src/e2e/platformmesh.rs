@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::deploy::writes;
 use super::{eventually, TestServer};
 use crate::lifecycle::drive;
+use crate::platformmesh::api_resource as res;
 use crate::platformmesh::controller::{controller, lifecycle, platform_meshes, ready_condition};
 use crate::platformmesh::deployment::{Clusters, Context};
 use crate::platformmesh::kcp::Kcp;
@@ -29,20 +30,6 @@ use crate::runtime::{Cluster, Manager, ManagerOptions};
 use crate::templates::Engine;
 
 const NS: &str = "platform-mesh-system";
-
-fn res(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: if group.is_empty() {
-            version.into()
-        } else {
-            format!("{group}/{version}")
-        },
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
 
 fn helm_releases() -> ApiResource {
     res(

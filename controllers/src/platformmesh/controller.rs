@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use kube::api::{Api, ApiResource, DynamicObject};
+
+use super::api_resource as resource;
 use serde_json::Value;
 
 use super::deployment::{Clusters, Context, Deployment, OWNER_PREFIX};
@@ -25,20 +27,6 @@ use crate::runtime::{
 
 /// The controller's name.
 pub const CONTROLLER: &str = "PlatformMeshReconciler";
-
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: if group.is_empty() {
-            version.to_string()
-        } else {
-            format!("{group}/{version}")
-        },
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
 
 /// `core.platform-mesh.io/v1alpha1` PlatformMesh.
 pub fn platform_meshes() -> ApiResource {

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::deploy::{sync, Policy, Target};
 use super::deployment::Context;
-use super::kcp::{apply_stages, FINALIZER};
+use super::kcp::{apply_stages, no_kcp, FINALIZER};
 use super::manifests::{
     plan, toggles_with_manifests, Stage, DISABLE_CONTENT_CONFIGURATIONS, DISABLE_EMAIL_VERIFICATION,
 };
@@ -113,9 +113,7 @@ impl Subroutine<Context> for FeatureToggles {
 
     async fn process(&self, ctx: &Context) -> Result<Step, String> {
         let Some(kcp) = ctx.clusters.kcp.as_ref() else {
-            return Ok(Step::Skip {
-                message: "no kcp configured".into(),
-            });
+            return Ok(no_kcp());
         };
         let names: Vec<String> = ctx
             .spec

@@ -11,10 +11,11 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, DynamicObject};
 use kube::config::Kubeconfig;
 use serde_json::{json, Value};
 
+use super::api_resource;
 use super::deploy::{sync, Policy, Target};
 use super::deployment::Context;
 use super::manifests::{kcp_data, plan, IdpSettings, Stage, ROOT_EXPORT_HASHES};
@@ -134,16 +135,6 @@ pub fn base_address(server: &str) -> String {
     }
 }
 
-pub(crate) fn kcp_resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: format!("{group}/{version}"),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
 /// How KcpSetup writes: upstream's field manager; Workspaces only created.
 pub const KCP_SETUP_POLICY: Policy = Policy {
     field_manager: "platform-mesh-operator",
@@ -158,7 +149,7 @@ const WORKSPACE_WAIT: Duration = Duration::from_secs(15);
 async fn workspace_ready(kcp: &Kcp, parent: &str, name: &str) -> Result<bool, String> {
     let api: Api<DynamicObject> = Api::all_with(
         kcp.workspace(parent),
-        &kcp_resource("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces"),
+        &api_resource("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces"),
     );
     let ws = api
         .get_opt(name)
@@ -212,7 +203,7 @@ pub async fn apply_stages(
 pub async fn root_identity_hashes(kcp: &Kcp) -> Result<Vec<(&'static str, String)>, String> {
     let api: Api<DynamicObject> = Api::all_with(
         kcp.workspace("root"),
-        &kcp_resource("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"),
+        &api_resource("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"),
     );
     let mut out = Vec::new();
     for (export, key) in ROOT_EXPORT_HASHES {
@@ -229,6 +220,13 @@ pub async fn root_identity_hashes(kcp: &Kcp) -> Result<Vec<(&'static str, String
         out.push((*key, hash));
     }
     Ok(out)
+}
+
+/// The step result when no kcp is configured.
+pub fn no_kcp() -> Step {
+    Step::Skip {
+        message: "no kcp configured".into(),
+    }
 }
 
 /// The KcpSetup step.
@@ -256,9 +254,7 @@ impl Subroutine<Context> for KcpSetup {
 
     async fn process(&self, ctx: &Context) -> Result<Step, String> {
         let Some(kcp) = ctx.clusters.kcp.as_ref() else {
-            return Ok(Step::Skip {
-                message: "no kcp configured".into(),
-            });
+            return Ok(no_kcp());
         };
         let hashes = root_identity_hashes(kcp).await?;
         let data = kcp_data(ctx.namespace(), &ctx.spec, &kcp.idp, &hashes);

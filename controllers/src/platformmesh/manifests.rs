@@ -15,14 +15,8 @@ use serde_json::{json, Value};
 use super::render::{objects, RenderError};
 use super::vars::{template_vars, Render};
 
-/// A manifest compiled into the binary.
-#[derive(Debug, Clone, Copy)]
-pub struct Manifest {
-    /// Path under `manifests/`, e.g. `kcp/02-root/20-workspace-orgs.yaml`.
-    pub path: &'static str,
-    /// The template text.
-    pub text: &'static str,
-}
+/// A manifest compiled into the binary (path under `manifests/`, text).
+pub use super::render::Template as Manifest;
 
 macro_rules! manifest {
     ($path:literal) => {

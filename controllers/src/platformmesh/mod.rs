@@ -12,3 +12,23 @@ pub mod render;
 pub mod review;
 pub mod vars;
 pub mod wait;
+
+/// The ApiResource of a kind given by group (empty for core), version, kind and plural.
+pub fn api_resource(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> kube::api::ApiResource {
+    kube::api::ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}

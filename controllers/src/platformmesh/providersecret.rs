@@ -30,9 +30,10 @@ use kube::config::{
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
 
+use super::api_resource;
 use super::deploy::{sync, Policy, Target};
 use super::deployment::Context;
-use super::kcp::{kcp_resource, Kcp, FINALIZER};
+use super::kcp::{no_kcp, Kcp, FINALIZER};
 use super::manifests::{has_toggle, ENABLE_TERMINAL};
 use crate::lifecycle::{Step, Subroutine};
 use crate::providers::kcp::endpoint_urls;
@@ -186,7 +187,7 @@ async fn slice_endpoint(
 ) -> Result<Option<(String, Value)>, String> {
     let api: Api<DynamicObject> = Api::all_with(
         kcp.workspace(path),
-        &kcp_resource(
+        &api_resource(
             "apis.kcp.io",
             "v1alpha1",
             "APIExportEndpointSlice",
@@ -495,7 +496,7 @@ async fn resolve(
     };
     let exports: Api<DynamicObject> = Api::all_with(
         kcp.workspace(&export_path),
-        &kcp_resource("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
+        &api_resource("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
     );
     let Some(export) = exports
         .get_opt(&export_name)
@@ -580,13 +581,10 @@ impl Subroutine<Context> for ProviderSecret {
 
     async fn process(&self, ctx: &Context) -> Result<Step, String> {
         let Some(kcp) = ctx.clusters.kcp.as_ref() else {
-            return Ok(Step::Skip {
-                message: "no kcp configured".into(),
-            });
+            return Ok(no_kcp());
         };
         let mut secrets = Vec::new();
         let mut waiting = Vec::new();
-        let mut keep = Vec::new();
         for c in connections(&ctx.spec) {
             let namespace = c
                 .namespace
@@ -600,14 +598,11 @@ impl Subroutine<Context> for ProviderSecret {
                     "type": "Opaque",
                     "data": {"kubeconfig": b64(&text)},
                 })),
-                Resolved::Waiting(why) => {
-                    // Keep what an earlier reconcile wrote until this one can be written.
-                    keep.push((namespace, c.secret.clone()));
-                    waiting.push(format!("{}: {why}", c.secret));
-                }
+                Resolved::Waiting(why) => waiting.push(format!("{}: {why}", c.secret)),
             }
         }
         let owner = secret_owner(ctx.uid());
+        // While a connection waits, what an earlier reconcile wrote for it stays: no pruning.
         let policy = Policy {
             prune: waiting.is_empty(),
             ..POLICY
@@ -630,7 +625,6 @@ impl Subroutine<Context> for ProviderSecret {
                 removed = ?outcome.pruned, "provider kubeconfigs");
         }
         if !waiting.is_empty() {
-            let _ = keep;
             return Ok(Step::Pending {
                 message: waiting.join("; "),
                 after: Duration::from_secs(5),

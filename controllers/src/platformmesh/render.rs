@@ -20,10 +20,11 @@ use super::vars::{
 };
 use api::core::PlatformMeshSpec;
 
-/// A template compiled into the binary: its path under `gotemplates/` and its text.
+/// A file compiled into the binary: its path below its directory (`gotemplates/` or
+/// `manifests/`) and its text.
 #[derive(Debug, Clone, Copy)]
 pub struct Template {
-    /// Path under `gotemplates/`, e.g. `infra/infra/traefik/helmrelease.yaml`.
+    /// Path below the directory, e.g. `infra/infra/traefik/helmrelease.yaml`.
     pub path: &'static str,
     /// The template text.
     pub text: &'static str,
