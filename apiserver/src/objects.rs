@@ -46,12 +46,16 @@ pub fn name(obj: &Value) -> &str {
 }
 
 pub fn finalizers(obj: &Value) -> Vec<String> {
-    meta(obj)
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
+    str_list(meta(obj).and_then(|m| m.get("finalizers")))
+}
+
+/// The strings of a JSON array (other elements skipped); empty when it is not an array.
+pub fn str_list(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
         .map(|a| {
             a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
+                .filter_map(Value::as_str)
+                .map(str::to_string)
                 .collect()
         })
         .unwrap_or_default()

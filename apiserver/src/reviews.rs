@@ -429,24 +429,10 @@ pub async fn serve_special(
                 }],
             ));
         };
-        let audiences: Vec<String> = spec["audiences"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let audiences: Vec<String> = crate::objects::str_list(spec.get("audiences"));
         crate::authn::review_token(state, token, &audiences).await
     } else {
-        let groups: Vec<String> = spec["groups"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let groups: Vec<String> = crate::objects::str_list(spec.get("groups"));
         let extra = serde_json::from_value(spec["extra"].clone()).unwrap_or_default();
         let user = UserInfo {
             name: spec["user"].as_str().unwrap_or_default().to_string(),

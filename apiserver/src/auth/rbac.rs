@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::selector::{labels_of, selector_matches};
 use super::{Attributes, Decision, UserInfo, RBAC_GROUP, SERVICE_ACCOUNT_USER_PREFIX};
+use crate::objects::str_list;
 
 /// `*`: matches every verb, group, resource or non-resource URL.
 const ALL: &str = "*";
@@ -573,17 +574,6 @@ pub(crate) fn url_matches(rule_url: &str, path: &str) -> bool {
         || rule_url
             .strip_suffix('*')
             .is_some_and(|prefix| path.starts_with(prefix.trim_end_matches('*')))
-}
-
-fn str_list(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn str_field(v: &Value, key: &str) -> String {

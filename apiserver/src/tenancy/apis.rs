@@ -92,15 +92,7 @@ fn types_from_spec(spec: &Value) -> Vec<TypeInfo> {
     let names = &spec["names"];
     let s = |v: &Value| v.as_str().unwrap_or("").to_string();
     let kind = s(&names["kind"]);
-    let strings = |v: &Value| {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let strings = |v: &Value| objects::str_list(Some(v));
     let mut out = Vec::new();
     for v in spec["versions"].as_array().cloned().unwrap_or_default() {
         if v["served"] == false {

@@ -334,25 +334,7 @@ mod tests {
 
     #[test]
     fn the_compiled_list_is_the_directories() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
-        let mut on_disk = Vec::new();
-        let mut dirs = vec![root.join("kcp"), root.join("features")];
-        while let Some(d) = dirs.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    dirs.push(p);
-                } else {
-                    on_disk.push(
-                        p.strip_prefix(&root)
-                            .unwrap()
-                            .to_string_lossy()
-                            .replace('\\', "/"),
-                    );
-                }
-            }
-        }
-        on_disk.sort();
+        let on_disk = crate::platformmesh::render::files_below("manifests", &["kcp", "features"]);
         let compiled: Vec<String> = MANIFESTS.iter().map(|m| m.path.to_string()).collect();
         assert_eq!(
             compiled, on_disk,

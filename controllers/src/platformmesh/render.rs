@@ -285,31 +285,41 @@ fn split_documents(text: &str) -> Vec<&str> {
     docs
 }
 
+/// The files below `<repository>/<root>/<dir>` for each of `dirs`, as sorted paths relative
+/// to `root` (for the tests that keep the compiled lists equal to the directories).
+#[cfg(test)]
+pub(crate) fn files_below(root: &str, dirs: &[&str]) -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(root);
+    let mut out = Vec::new();
+    let mut pending: Vec<std::path::PathBuf> = dirs.iter().map(|d| root.join(d)).collect();
+    while let Some(d) = pending.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                pending.push(p);
+            } else {
+                out.push(
+                    p.strip_prefix(&root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .replace('\\', "/"),
+                );
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_compiled_list_is_the_directory() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../gotemplates");
-        let mut on_disk = Vec::new();
-        let mut dirs = vec![root.clone()];
-        while let Some(d) = dirs.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    dirs.push(p);
-                } else {
-                    on_disk.push(
-                        p.strip_prefix(&root)
-                            .unwrap()
-                            .to_string_lossy()
-                            .into_owned(),
-                    );
-                }
-            }
-        }
-        on_disk.sort();
+        let on_disk = files_below("gotemplates", &[""]);
         let compiled: Vec<String> = TEMPLATES.iter().map(|t| t.path.to_string()).collect();
         assert_eq!(
             compiled, on_disk,
