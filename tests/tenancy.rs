@@ -73,11 +73,16 @@ fn obj(yaml: &str) -> DynamicObject {
     serde_json::from_value(v).expect("object")
 }
 
+/// Creates a workspace of type `ty` (a name in `root`, or `<path>:<name>`) and waits for it.
 async fn create_workspace(env: &Env, parent: &str, name: &str, ty: &str) -> String {
     let api: Api<DynamicObject> = Api::all_with(env.client(parent), &workspaces());
+    let ty = match ty.rsplit_once(':') {
+        Some((path, n)) => json!({"name": n, "path": path}),
+        None => json!({"name": ty}),
+    };
     let ws: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-        "metadata": {"name": name}, "spec": {"type": {"name": ty}},
+        "metadata": {"name": name}, "spec": {"type": ty},
     }))
     .expect("workspace");
     api.create(&PostParams::default(), &ws)
@@ -347,7 +352,7 @@ async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
         "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
         "metadata": {"name": "widget-shop"},
         "spec": {
-            "limitAllowedParents": {"types": [{"name": "universal", "path": "root"}]},
+            "limitAllowedParents": {"types": [{"name": "orgs", "path": "root"}]},
             "defaultAPIBindings": [{"path": "root:providers:widgets", "export": "widgets.example.platform-mesh.io"}],
         },
     }))
@@ -358,6 +363,41 @@ async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
         .expect("create type");
     create_workspace(&env, "root:orgs", "shop", "widget-shop").await;
     create_widget(env.client("root:orgs:shop"), "on-the-house").await;
+
+    // A type in another workspace that extends widget-shop: it counts as widget-shop for the
+    // parents' limits, its workspaces bind widget-shop's APIs too, and it is Ready at once.
+    let in_orgs: Api<DynamicObject> = Api::all_with(
+        env.client("root:orgs"),
+        &ar(
+            "tenancy.kcp.io",
+            "v1alpha1",
+            "WorkspaceType",
+            "workspacetypes",
+        ),
+    );
+    let deluxe: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+        "metadata": {"name": "deluxe-shop"},
+        "spec": {"extend": {"with": [{"name": "widget-shop", "path": "root"}]},
+                 "limitAllowedParents": {"types": [{"name": "orgs", "path": "root"}]}},
+    }))
+    .expect("type");
+    let deluxe = in_orgs
+        .create(&PostParams::default(), &deluxe)
+        .await
+        .expect("create type");
+    assert_eq!(deluxe.data["status"]["conditions"][0]["type"], "Ready");
+    assert_eq!(deluxe.data["status"]["conditions"][0]["status"], "True");
+    create_workspace(&env, "root:orgs", "deluxe", "root:orgs:deluxe-shop").await;
+    create_widget(env.client("root:orgs:deluxe"), "gold").await;
+    let got = Api::<DynamicObject>::all_with(env.client("root:orgs"), &workspaces())
+        .get("deluxe")
+        .await
+        .expect("workspace");
+    assert_eq!(
+        got.data["spec"]["type"],
+        json!({"name": "deluxe-shop", "path": "root:orgs"})
+    );
 
     // Parents and children are limited by the types.
     create_workspace(&env, "root:orgs", "acme", "organization").await;

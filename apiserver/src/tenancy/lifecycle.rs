@@ -30,7 +30,7 @@ pub(super) async fn ensure_logical_cluster(
     state: &AppState,
     name: &str,
     path: &str,
-    type_name: &str,
+    type_ref: &super::TypeRef,
 ) -> Result<(), StorageError> {
     let key = format!("/core.kcp.io/logicalclusters/{name}/cluster");
     if state.store.get(&key).await?.is_some() {
@@ -48,7 +48,7 @@ pub(super) async fn ensure_logical_cluster(
     let mut lc = json!({
         "apiVersion": "core.kcp.io/v1alpha1", "kind": "LogicalCluster",
         "metadata": {"name": "cluster", "annotations": {PATH_ANNOTATION: path}},
-        "spec": {"type": {"name": type_name, "path": "root"}},
+        "spec": {"type": {"name": type_ref.name, "path": type_ref.path}},
     });
     objects::prepare_for_create(&mut lc, &res, name);
     lc["status"] = json!({"phase": "Ready", "URL": format!("https://{}/clusters/{path}", state.advertise_address)});
@@ -98,19 +98,19 @@ pub(super) async fn initialize_workspace(
     path: &str,
 ) -> Result<(), StorageError> {
     set_phase(state, cluster, name, "Initializing").await?;
-    let type_name = match state
+    let type_ref = match state
         .store
         .get(&format!("/tenancy.kcp.io/workspaces/{cluster}/{name}"))
         .await?
     {
         Some(kv) => objects::decode_stored(&kv.value)
             .ok()
-            .and_then(|v| v["spec"]["type"]["name"].as_str().map(str::to_string))
-            .unwrap_or_else(|| "universal".into()),
+            .and_then(|v| super::TypeRef::from_json(&v["spec"]["type"]))
+            .unwrap_or_else(|| super::TypeRef::new("universal", "")),
         None => return Ok(()),
     };
-    ensure_logical_cluster(state, child, path, &type_name).await?;
-    bind_defaults(state, child, &type_name).await?;
+    ensure_logical_cluster(state, child, path, &type_ref).await?;
+    bind_defaults(state, child, &type_ref).await?;
     set_phase(state, cluster, name, "Ready").await
 }
 
@@ -219,14 +219,31 @@ pub fn delete_cluster<'a>(
     })
 }
 
-/// Creates the APIBindings the workspace's type asks for (`spec.defaultAPIBindings`).
-async fn bind_defaults(state: &AppState, child: &str, type_name: &str) -> Result<(), StorageError> {
-    let Some(wt) = super::workspace_type(state, type_name).await else {
+/// Creates the APIBindings (`spec.defaultAPIBindings`) of a workspace's type and of every type
+/// it extends.
+async fn bind_defaults(
+    state: &AppState,
+    child: &str,
+    type_ref: &super::TypeRef,
+) -> Result<(), StorageError> {
+    let Some(wt) = state.tenancy.workspace_type_at(state, type_ref).await else {
         return Ok(());
     };
-    let Some(defaults) = wt["spec"]["defaultAPIBindings"].as_array().cloned() else {
+    let mut defaults: Vec<serde_json::Value> = Vec::new();
+    for (_, t) in state.tenancy.extended(state, type_ref, &wt).await {
+        for d in t["spec"]["defaultAPIBindings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if !defaults.iter().any(|x| x["export"] == d["export"]) {
+                defaults.push(d.clone());
+            }
+        }
+    }
+    if defaults.is_empty() {
         return Ok(());
-    };
+    }
     let Some(res) = state
         .catalog
         .builtin_view()

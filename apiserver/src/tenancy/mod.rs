@@ -33,17 +33,23 @@ pub const PATH_ANNOTATION: &str = "kcp.io/path";
 /// export's virtual workspace can select its bindings.
 pub const BOUND_EXPORT_LABEL: &str = "apis.kcp.io/export-identity";
 
-/// The workspaces created on first start, below `root`.
-const INITIAL_WORKSPACES: &[&str] = &["orgs", "providers", "platform-mesh-system"];
+/// The workspaces created on first start, below `root`, with their types.
+const INITIAL_WORKSPACES: &[(&str, &str)] = &[
+    ("orgs", "orgs"),
+    ("providers", "providers"),
+    ("platform-mesh-system", "universal"),
+];
 
 /// Built-in workspace types: name, allowed parent types and allowed child types (empty = any).
 /// They are written as WorkspaceType objects in `root` on first start; admission reads those.
 const WORKSPACE_TYPES: &[(&str, &[&str], &[&str])] = &[
     ("root", &[], &[]),
     ("universal", &[], &[]),
+    ("orgs", &["root"], &[]),
+    ("providers", &["root"], &[]),
     (
         "organization",
-        &["root", "universal"],
+        &["root", "universal", "orgs"],
         &["account", "team", "universal"],
     ),
     (
@@ -51,7 +57,7 @@ const WORKSPACE_TYPES: &[(&str, &[&str], &[&str])] = &[
         &["organization", "account"],
         &["account", "team", "universal"],
     ),
-    ("provider", &["root", "universal"], &[]),
+    ("provider", &["root", "universal", "providers"], &[]),
     (
         "team",
         &["organization", "account", "team"],
@@ -194,6 +200,18 @@ impl Tenancy {
         if is(r, "tenancy.kcp.io", "workspaces") {
             return self.prepare_workspace(r, cluster, obj, old).await;
         }
+        if is(r, "tenancy.kcp.io", "workspacetypes") {
+            // Nothing to wait for here (kcp's Ready waits for the type's virtual workspace URLs).
+            obj["status"] = match old
+                .and_then(|o| o.get("status"))
+                .filter(|s| s["conditions"].is_array())
+            {
+                Some(s) => s.clone(),
+                None => json!({"conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": objects::now_rfc3339()}]}),
+            };
+            return Ok(());
+        }
         if is(r, "apiextensions.k8s.io", "customresourcedefinitions") {
             return prepare_crd(r, obj);
         }
@@ -250,11 +268,18 @@ impl Tenancy {
         if obj.get("spec").is_none_or(|s| !s.is_object()) {
             obj["spec"] = json!({});
         }
-        let type_name = obj["spec"]["type"]["name"]
-            .as_str()
-            .unwrap_or("universal")
-            .to_string();
-        if type_name == "root" {
+        let parent_ref = self.workspace_type_of(&state, cluster).await;
+        let parent_type = self.workspace_type_at(&state, &parent_ref).await;
+        let given = &obj["spec"]["type"];
+        let child_ref = match given["name"].as_str().filter(|n| !n.is_empty()) {
+            Some(n) => TypeRef::new(n, given["path"].as_str().unwrap_or("")),
+            // As kcp: the parent type's default child type, else universal.
+            None => parent_type
+                .as_ref()
+                .and_then(|p| TypeRef::from_json(&p["spec"]["defaultChildWorkspaceType"]))
+                .unwrap_or_else(|| TypeRef::new("universal", "")),
+        };
+        if child_ref.name == "root" {
             return Err(invalid(
                 r,
                 &name,
@@ -262,38 +287,50 @@ impl Tenancy {
                 "Invalid value: \"root\": only the root workspace is of type root".into(),
             ));
         }
-        let Some(child_type) = workspace_type(&state, &type_name).await else {
+        let Some(child_type) = self.workspace_type_at(&state, &child_ref).await else {
             return Err(invalid(
                 r,
                 &name,
                 "spec.type.name",
                 format!(
-                    "Invalid value: {type_name:?}: WorkspaceType root:{type_name} does not exist"
+                    "Invalid value: {:?}: WorkspaceType {child_ref} does not exist",
+                    child_ref.name
                 ),
             ));
         };
-        let parent_type = self.workspace_type_of(&state, cluster).await;
+        // A type counts as every type it extends (kcp's aliases) for the limits below.
+        let parent_aliases = match &parent_type {
+            Some(p) => self.aliases(&state, &parent_ref, p).await,
+            None => vec![parent_ref.name.clone()],
+        };
+        let child_aliases = self.aliases(&state, &child_ref, &child_type).await;
         let allowed_parents = type_names(&child_type["spec"]["limitAllowedParents"]);
-        if !allowed_parents.is_empty() && !allowed_parents.contains(&parent_type) {
+        if !allowed_parents.is_empty()
+            && !parent_aliases.iter().any(|a| allowed_parents.contains(a))
+        {
             return Err(invalid(
                 r,
                 &name,
                 "spec.type",
                 format!(
-                    "Invalid value: {type_name:?}: workspace type root:{type_name} only allows parents of type {}; the parent is of type root:{parent_type}",
+                    "Invalid value: {:?}: workspace type {child_ref} only allows parents of type {}; the parent is of type {parent_ref}",
+                    child_ref.name,
                     allowed_parents.join(", ")
                 ),
             ));
         }
-        if let Some(parent) = workspace_type(&state, &parent_type).await {
+        if let Some(parent) = &parent_type {
             let allowed_children = type_names(&parent["spec"]["limitAllowedChildren"]);
-            if !allowed_children.is_empty() && !allowed_children.contains(&type_name) {
+            if !allowed_children.is_empty()
+                && !child_aliases.iter().any(|a| allowed_children.contains(a))
+            {
                 return Err(invalid(
                     r,
                     &name,
                     "spec.type",
                     format!(
-                        "Invalid value: {type_name:?}: workspace type root:{parent_type} only allows children of type {}",
+                        "Invalid value: {:?}: workspace type {parent_ref} only allows children of type {}",
+                        child_ref.name,
                         allowed_children.join(", ")
                     ),
                 ));
@@ -301,7 +338,7 @@ impl Tenancy {
         }
         let child_path = format!("{parent_path}:{name}");
         let child = cluster_name_for(&child_path);
-        obj["spec"]["type"] = json!({"name": type_name, "path": "root"});
+        obj["spec"]["type"] = json!({"name": child_ref.name, "path": child_ref.path});
         obj["spec"]["cluster"] = json!(child);
         obj["spec"]["URL"] = json!(format!(
             "https://{}/clusters/{child_path}",
@@ -322,15 +359,16 @@ impl Tenancy {
     }
 
     /// The type of the workspace that is logical cluster `cluster` (`root` for root).
-    async fn workspace_type_of(&self, state: &AppState, cluster: &str) -> String {
+    async fn workspace_type_of(&self, state: &AppState, cluster: &str) -> TypeRef {
+        let universal = TypeRef::new("universal", "");
         if cluster == ROOT_CLUSTER {
-            return "root".into();
+            return TypeRef::new("root", "");
         }
         let Some(path) = self.path_of(cluster) else {
-            return "universal".into();
+            return universal;
         };
         let Some((parent_path, name)) = path.rsplit_once(':') else {
-            return "universal".into();
+            return universal;
         };
         let Some(parent) = self
             .paths
@@ -338,7 +376,7 @@ impl Tenancy {
             .ok()
             .and_then(|p| p.0.get(parent_path).cloned())
         else {
-            return "universal".into();
+            return universal;
         };
         match state
             .store
@@ -347,10 +385,69 @@ impl Tenancy {
         {
             Ok(Some(kv)) => objects::decode_stored(&kv.value)
                 .ok()
-                .and_then(|v| v["spec"]["type"]["name"].as_str().map(str::to_string))
-                .unwrap_or_else(|| "universal".into()),
-            _ => "universal".into(),
+                .and_then(|v| TypeRef::from_json(&v["spec"]["type"]))
+                .unwrap_or(universal),
+            _ => universal,
         }
+    }
+
+    /// The WorkspaceType a reference names, in the workspace of its path.
+    pub(crate) async fn workspace_type_at(&self, state: &AppState, t: &TypeRef) -> Option<Value> {
+        let ClusterTarget::Name(cluster) =
+            self.resolve(ClusterTarget::Name(t.path.clone())).ok()?
+        else {
+            return None;
+        };
+        let kv = state
+            .store
+            .get(&format!(
+                "/tenancy.kcp.io/workspacetypes/{cluster}/{}",
+                t.name
+            ))
+            .await
+            .ok()??;
+        objects::decode_stored(&kv.value).ok()
+    }
+
+    /// A type and the types it extends (transitively, `extend.with`), as type names; the type
+    /// itself first.
+    async fn aliases(&self, state: &AppState, t: &TypeRef, wt: &Value) -> Vec<String> {
+        self.extended(state, t, wt)
+            .await
+            .into_iter()
+            .map(|(r, _)| r.name)
+            .collect()
+    }
+
+    /// A type and every type it extends, with their objects, breadth first, each once (a cycle
+    /// or a chain deeper than a few levels ends the walk).
+    pub(crate) async fn extended(
+        &self,
+        state: &AppState,
+        t: &TypeRef,
+        wt: &Value,
+    ) -> Vec<(TypeRef, Value)> {
+        let mut out = vec![(t.clone(), wt.clone())];
+        let mut i = 0;
+        while i < out.len() && out.len() < 16 {
+            let with = out[i].1["spec"]["extend"]["with"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for w in with {
+                let Some(r) = TypeRef::from_json(&w) else {
+                    continue;
+                };
+                if out.iter().any(|(o, _)| *o == r) {
+                    continue;
+                }
+                if let Some(v) = self.workspace_type_at(state, &r).await {
+                    out.push((r, v));
+                }
+            }
+            i += 1;
+        }
+        out
     }
 
     async fn prepare_binding(&self, cluster: &str, obj: &mut Value) -> Result<(), ApiError> {
@@ -584,7 +681,13 @@ impl Tenancy {
                 self.register(path, name);
             }
         }
-        ensure_logical_cluster(&state, ROOT_CLUSTER, ROOT_CLUSTER, "root").await?;
+        ensure_logical_cluster(
+            &state,
+            ROOT_CLUSTER,
+            ROOT_CLUSTER,
+            &TypeRef::new("root", ""),
+        )
+        .await?;
         for (t, parents, children) in WORKSPACE_TYPES {
             let key = format!("/tenancy.kcp.io/workspacetypes/{ROOT_CLUSTER}/{t}");
             if state.store.get(&key).await?.is_none() {
@@ -605,6 +708,8 @@ impl Tenancy {
                         s.retain(|_, v| !v.is_null());
                     }
                     objects::prepare_for_create(&mut wt, res, ROOT_CLUSTER);
+                    wt["status"] = json!({"conditions": [{"type": "Ready", "status": "True",
+                        "lastTransitionTime": objects::now_rfc3339()}]});
                     match state.store.create(&key, objects::encoder(wt)).await {
                         Ok(_) | Err(StorageError::AlreadyExists(_)) => {}
                         Err(e) => return Err(e),
@@ -619,12 +724,12 @@ impl Tenancy {
             .lookup("tenancy.kcp.io", "v1alpha1", "workspaces")
             .cloned()
         {
-            for ws in INITIAL_WORKSPACES {
+            for (ws, type_name) in INITIAL_WORKSPACES {
                 let key = res.key(ROOT_CLUSTER, None, ws);
                 if state.store.get(&key).await?.is_some() {
                     continue;
                 }
-                let mut obj = json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws}, "spec": {"type": {"name": "universal"}}});
+                let mut obj = json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws}, "spec": {"type": {"name": type_name}}});
                 objects::prepare_for_create(&mut obj, &res, ROOT_CLUSTER);
                 if self
                     .prepare(&res, ROOT_CLUSTER, &mut obj, None)
@@ -708,14 +813,38 @@ fn type_names(limit: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A WorkspaceType of `root` by name.
-pub(crate) async fn workspace_type(state: &AppState, name: &str) -> Option<Value> {
-    let kv = state
-        .store
-        .get(&format!(
-            "/tenancy.kcp.io/workspacetypes/{ROOT_CLUSTER}/{name}"
-        ))
-        .await
-        .ok()??;
-    objects::decode_stored(&kv.value).ok()
+/// A reference to a WorkspaceType: its name and the path of the workspace holding it (`root`
+/// when none is given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeRef {
+    /// The type's name.
+    pub name: String,
+    /// The path of its workspace.
+    pub path: String,
+}
+
+impl TypeRef {
+    /// A reference; an empty path means `root`.
+    pub fn new(name: &str, path: &str) -> Self {
+        TypeRef {
+            name: name.to_string(),
+            path: if path.is_empty() {
+                ROOT_CLUSTER.to_string()
+            } else {
+                path.to_string()
+            },
+        }
+    }
+
+    /// `{name, path}` as JSON, if it has a name.
+    pub fn from_json(v: &Value) -> Option<Self> {
+        let name = v["name"].as_str().filter(|n| !n.is_empty())?;
+        Some(TypeRef::new(name, v["path"].as_str().unwrap_or("")))
+    }
+}
+
+impl std::fmt::Display for TypeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.path, self.name)
+    }
 }
