@@ -1,23 +1,27 @@
 //! The controllers `serve` runs beside the API server: the PlatformMesh controller, reaching kcp,
-//! the infra cluster and the runtime cluster by kubeconfig, each defaulting to this server.
+//! the infra cluster and the runtime cluster by kubeconfig, each defaulting to this server; and
+//! the workspace controllers (Account, AccountInfo), over every workspace of this server, or
+//! over the workspaces bound to the `core.platform-mesh.io` export of a real kcp.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use controllers::account;
 use controllers::platformmesh::controller::controller;
 use controllers::platformmesh::deployment::Clusters;
 use controllers::platformmesh::kcp::Kcp;
 use controllers::platformmesh::manifests::IdpSettings;
 use controllers::platformmesh::vars::{RemoteRuntime, Render};
 use controllers::providers::fixed::FixedClusters;
+use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
 use controllers::runtime::{Cluster, Manager, ManagerOptions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 /// Flags of the co-located controllers.
 #[derive(clap::Args)]
 pub struct ControllerArgs {
-    /// Run the API server only, without the PlatformMesh controller.
+    /// Run the API server only, without the controllers.
     #[arg(long)]
     pub no_controllers: bool,
     /// Kubeconfig of the kcp that PlatformMeshes set up (default: this server's workspaces).
@@ -55,6 +59,59 @@ pub struct ControllerArgs {
     pub idp_welcome_additional_post_logout_redirect_uris: Vec<String>,
 }
 
+async fn kcp_access(args: &ControllerArgs, own: &Path) -> anyhow::Result<Kcp> {
+    let path = args
+        .kcp_kubeconfig
+        .clone()
+        .unwrap_or_else(|| own.to_path_buf());
+    Kcp::from_kubeconfig(read_kubeconfig(&path, "kcp")?, args.kcp_url.clone())
+        .await
+        .context("kcp access")
+}
+
+/// The workspace where a real kcp's `core.platform-mesh.io` export and endpoint slice live.
+const CORE_EXPORT_WORKSPACE: &str = "root:platform-mesh-system";
+
+/// Starts the Account and AccountInfo controllers. On this server (`own`) every workspace is
+/// engaged (the kinds are served natively everywhere); on a real kcp, the workspaces bound to
+/// the `core.platform-mesh.io` export, as upstream's account operator does.
+async fn start_workspace_controllers(kcp: Arc<Kcp>, own: bool) -> anyhow::Result<()> {
+    let mut home =
+        kube::Config::from_custom_kubeconfig(kcp.kubeconfig.clone(), &KubeConfigOptions::default())
+            .await
+            .context("the kcp kubeconfig")?;
+    let base = home
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
+    let options = if own {
+        ApiExportOptions::every_workspace(vec![base])
+    } else {
+        home.cluster_url = format!("{base}/clusters/{CORE_EXPORT_WORKSPACE}")
+            .parse()
+            .context("the kcp address")?;
+        ApiExportOptions::for_slice("core.platform-mesh.io")
+    };
+    let manager = Manager::new(ManagerOptions::default());
+    manager
+        .add(account::controller(kcp, WORKSPACE_WORKERS))
+        .context("adding the Account controller")?;
+    manager
+        .add(account::info_controller(WORKSPACE_WORKERS))
+        .context("adding the AccountInfo controller")?;
+    let provider = Arc::new(PathAware::new(ApiExportProvider::new(home, options)));
+    tokio::spawn(async move {
+        if let Err(e) = manager.run(provider, std::future::pending()).await {
+            tracing::error!(error = %e, "the workspace controller manager stopped");
+        }
+    });
+    Ok(())
+}
+
+/// Concurrent reconciles of each workspace controller.
+const WORKSPACE_WORKERS: usize = 16;
+
 fn read_kubeconfig(path: &Path, what: &str) -> anyhow::Result<Kubeconfig> {
     Kubeconfig::read_from(path)
         .with_context(|| format!("reading the {what} kubeconfig {}", path.display()))
@@ -84,12 +141,12 @@ pub async fn start(args: &ControllerArgs, own: &Path) -> anyhow::Result<()> {
         "runtime",
     )
     .await?;
-    let mut kcp = Kcp::from_kubeconfig(
-        read_kubeconfig(&pick(&args.kcp_kubeconfig), "kcp")?,
-        args.kcp_url.clone(),
+    let mut kcp = kcp_access(args, own).await?;
+    start_workspace_controllers(
+        Arc::new(kcp_access(args, own).await?),
+        args.kcp_kubeconfig.is_none(),
     )
-    .await
-    .context("kcp access")?;
+    .await?;
     kcp.secret_namespace = args.kcp_namespace.clone();
     kcp.idp = IdpSettings {
         registration_allowed: args.idp_registration_allowed,

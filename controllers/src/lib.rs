@@ -3,6 +3,7 @@
 //! Platform Mesh reconcilers built on them (`platformmesh`).
 #![warn(missing_docs)]
 
+pub mod account;
 pub mod lifecycle;
 pub mod platformmesh;
 pub mod providers;

@@ -68,9 +68,15 @@ impl Step {
 pub trait Subroutine<C: Sync>: Send + Sync {
     /// The condition type of this step.
     fn name(&self) -> &'static str;
-    /// Finalizers this step needs on the object (none by default).
+    /// Every finalizer this step may put on an object (none by default); on deletion the step
+    /// finalizes when the object carries one of them.
     fn finalizers(&self) -> &'static [&'static str] {
         &[]
+    }
+    /// The finalizers this object needs from this step (default: all of [`Self::finalizers`]),
+    /// for steps whose cleanup only some objects need.
+    fn finalizers_for(&self, _ctx: &C) -> &'static [&'static str] {
+        self.finalizers()
     }
     /// Brings the world towards the object.
     async fn process(&self, ctx: &C) -> Result<Step, String>;
@@ -123,6 +129,17 @@ impl<C: Sync> Lifecycle<C> {
     pub fn finalizers(&self) -> Vec<&'static str> {
         let mut out: Vec<&'static str> = Vec::new();
         for f in self.steps.iter().flat_map(|s| s.finalizers().iter()) {
+            if !out.contains(f) {
+                out.push(f);
+            }
+        }
+        out
+    }
+
+    /// The finalizers `ctx`'s object needs, once, in step order.
+    pub fn finalizers_for(&self, ctx: &C) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for f in self.steps.iter().flat_map(|s| s.finalizers_for(ctx).iter()) {
             if !out.contains(f) {
                 out.push(f);
             }
@@ -374,7 +391,16 @@ pub async fn drive<C: Sync>(
     let name = obj.metadata.name.clone().unwrap_or_default();
     let deleting = obj.metadata.deletion_timestamp.is_some();
     let present = obj.metadata.finalizers.clone().unwrap_or_default();
-    let wanted = lifecycle.finalizers();
+    // On deletion, every finalizer of the chain the object carries is ours to release.
+    let wanted: Vec<&'static str> = if deleting {
+        lifecycle
+            .finalizers()
+            .into_iter()
+            .filter(|f| present.iter().any(|p| p == f))
+            .collect()
+    } else {
+        lifecycle.finalizers_for(ctx)
+    };
     if !deleting {
         let missing: Vec<&str> = wanted
             .iter()
@@ -387,7 +413,7 @@ pub async fn drive<C: Sync>(
             patch_finalizers(api, &name, obj, all).await?;
             return Ok(None);
         }
-    } else if !wanted.iter().any(|f| present.iter().any(|p| p == f)) {
+    } else if wanted.is_empty() {
         return Ok(None);
     }
     let existing: Vec<Condition> = obj

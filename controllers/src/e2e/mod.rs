@@ -1,6 +1,7 @@
 //! End-to-end tests of the runtime and providers against the project's own API server, run
 //! in-process on 127.0.0.1 with an in-memory store and client-certificate auth.
 
+mod accounts;
 mod deploy;
 mod events;
 mod kubeconfig_clusters;

@@ -54,6 +54,12 @@ impl ApiExportOptions {
         Self::with_source(EndpointSource::Urls(urls))
     }
 
+    /// Every logical cluster behind `urls`, found by watching LogicalClusters: for a server
+    /// that serves the controller's kinds natively in every workspace (`platform-mesh serve`).
+    pub fn every_workspace(urls: Vec<String>) -> Self {
+        Self::for_urls(urls).watching(super::logical_cluster_kind(), |_| true)
+    }
+
     fn with_source(source: EndpointSource) -> Self {
         ApiExportOptions {
             source,

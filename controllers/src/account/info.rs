@@ -1,0 +1,88 @@
+//! The AccountInfo controller: every AccountInfo carries a finalizer that holds it until no
+//! Account is left in its workspace, so an account's description outlives its children's
+//! deletion. No conditions (as upstream).
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use super::{account_infos, accounts};
+use crate::runtime::{Action, ClusterContext, Controller, Reconciler, Request, ResourceKind};
+
+/// Held by every AccountInfo until its workspace has no Accounts.
+pub const INFO_FINALIZER: &str = "account.core.platform-mesh.io/info";
+
+/// Reconciles AccountInfos.
+pub struct AccountInfoReconciler;
+
+async fn set_finalizers(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    finalizers: Vec<String>,
+) -> Result<(), String> {
+    let name = obj.metadata.name.as_deref().unwrap_or_default();
+    let patch = json!({"metadata": {"finalizers": finalizers,
+        "resourceVersion": obj.metadata.resource_version}});
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Changed or gone meanwhile: the event brings the next reconcile.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(format!(
+            "updating the finalizers of AccountInfo {name}: {e}"
+        )),
+    }
+}
+
+impl Reconciler for AccountInfoReconciler {
+    type Error = String;
+
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+        let api: Api<DynamicObject> = ctx.cluster().dynamic_api(&account_infos(), None);
+        let Some(info) = api
+            .get_opt(&req.name)
+            .await
+            .map_err(|e| format!("reading AccountInfo {req}: {e}"))?
+        else {
+            return Ok(Action::await_change());
+        };
+        let mut finalizers = info.metadata.finalizers.clone().unwrap_or_default();
+        let held = finalizers.iter().any(|f| f == INFO_FINALIZER);
+        if info.metadata.deletion_timestamp.is_none() {
+            if !held {
+                finalizers.push(INFO_FINALIZER.to_string());
+                set_finalizers(&api, &info, finalizers).await?;
+            }
+            return Ok(Action::await_change());
+        }
+        if !held {
+            return Ok(Action::await_change());
+        }
+        let children = match ctx
+            .cluster()
+            .dynamic_api(&accounts(), None)
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+        {
+            Ok(list) => list.items.len(),
+            Err(kube::Error::Api(s)) if s.code == 404 => 0,
+            Err(e) => return Err(format!("listing child accounts: {e}")),
+        };
+        if children > 0 {
+            return Ok(Action::requeue_after(Duration::from_secs(2)));
+        }
+        finalizers.retain(|f| f != INFO_FINALIZER);
+        set_finalizers(&api, &info, finalizers).await?;
+        Ok(Action::await_change())
+    }
+}
+
+/// The AccountInfo controller over every engaged workspace.
+pub fn info_controller(workers: usize) -> Controller<AccountInfoReconciler> {
+    Controller::new("AccountInfoReconciler", AccountInfoReconciler)
+        .for_kind(ResourceKind::dynamic(account_infos(), false))
+        .workers(workers)
+}

@@ -1,0 +1,454 @@
+//! The four steps of an Account.
+
+use kube::api::{DeleteParams, DynamicObject, PostParams};
+use serde_json::{json, Value};
+
+use super::{
+    account_infos, condition_true, workspace_types, workspaces, AccountContext, INFO_NAME,
+    INFO_WAIT, ORGS_PATH, WAIT,
+};
+use crate::lifecycle::{Step, Subroutine};
+
+/// Held by organisations until their WorkspaceTypes are deleted.
+pub const WORKSPACE_TYPE_FINALIZER: &str = "workspacetype.core.platform-mesh.io/finalizer";
+/// Held by every Account until its Workspace is gone.
+pub const WORKSPACE_FINALIZER: &str = "account.core.platform-mesh.io/finalizer";
+
+/// The label naming the organisation of a per-organisation WorkspaceType.
+const ORG_LABEL: &str = "core.platform-mesh.io/org";
+
+fn stop(message: &str) -> Step {
+    Step::Stop {
+        message: message.to_string(),
+        after: Some(WAIT),
+    }
+}
+
+/// The WorkspaceType of accounts of type `ty` in organisation `org`.
+pub fn workspace_type_name(org: &str, ty: &str) -> String {
+    format!("{org}-{ty}")
+}
+
+/// `{types: [{name, path: root:orgs}]}` for per-organisation type names.
+fn orgs_types(names: &[&str]) -> Value {
+    json!({"types": names.iter().map(|n| json!({"name": n, "path": ORGS_PATH})).collect::<Vec<_>>()})
+}
+
+/// The spec fields the controller owns on `<org>-org` and `<org>-account`.
+fn workspace_type_spec(org: &str, base: &str) -> Value {
+    let account = workspace_type_name(org, "account");
+    let org_type = workspace_type_name(org, "org");
+    let parents = if base == "org" {
+        json!({"types": [{"name": "orgs", "path": "root"}]})
+    } else {
+        orgs_types(&[&org_type, &account])
+    };
+    json!({
+        "extend": {"with": [{"name": base, "path": "root"}]},
+        "defaultChildWorkspaceType": {"name": account, "path": ORGS_PATH},
+        "limitAllowedParents": parents,
+        "limitAllowedChildren": orgs_types(&[&account]),
+    })
+}
+
+/// Creates a WorkspaceType, or sets the controller's fields on it (others' fields and labels
+/// are kept); writes only when something differs.
+async fn ensure_workspace_type(ctx: &AccountContext, org: &str, base: &str) -> Result<(), String> {
+    let name = workspace_type_name(org, base);
+    let api = ctx.api_at(ORGS_PATH, &workspace_types());
+    let owned = workspace_type_spec(org, base);
+    let existing = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| format!("reading WorkspaceType {ORGS_PATH}:{name}: {e}"))?;
+    let Some(existing) = existing else {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+            "metadata": {"name": name, "labels": {ORG_LABEL: org}},
+            "spec": owned,
+        }))
+        .map_err(|e| e.to_string())?;
+        return match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(format!("creating WorkspaceType {ORGS_PATH}:{name}: {e}")),
+        };
+    };
+    let mut updated = existing.clone();
+    updated
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(ORG_LABEL.into(), org.into());
+    if !updated.data["spec"].is_object() {
+        updated.data["spec"] = json!({});
+    }
+    for (k, v) in owned.as_object().into_iter().flatten() {
+        updated.data["spec"][k] = v.clone();
+    }
+    if updated.metadata.labels == existing.metadata.labels && updated.data == existing.data {
+        return Ok(());
+    }
+    api.replace(&name, &PostParams::default(), &updated)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("updating WorkspaceType {ORGS_PATH}:{name}: {e}"))
+}
+
+/// `WorkspaceTypeSubroutine`: an organisation gets WorkspaceTypes `<org>-org` and
+/// `<org>-account` in `root:orgs`, extending the base types `org` and `account`.
+pub struct WorkspaceTypeStep;
+
+#[async_trait::async_trait]
+impl Subroutine<AccountContext> for WorkspaceTypeStep {
+    fn name(&self) -> &'static str {
+        "WorkspaceTypeSubroutine"
+    }
+
+    fn finalizers(&self) -> &'static [&'static str] {
+        &[WORKSPACE_TYPE_FINALIZER]
+    }
+
+    fn finalizers_for(&self, ctx: &AccountContext) -> &'static [&'static str] {
+        if ctx.is_org() {
+            &[WORKSPACE_TYPE_FINALIZER]
+        } else {
+            &[]
+        }
+    }
+
+    async fn process(&self, ctx: &AccountContext) -> Result<Step, String> {
+        if !ctx.is_org() {
+            return Ok(Step::done());
+        }
+        ensure_workspace_type(ctx, ctx.name(), "org").await?;
+        ensure_workspace_type(ctx, ctx.name(), "account").await?;
+        Ok(Step::done())
+    }
+
+    async fn finalize(&self, ctx: &AccountContext) -> Result<Step, String> {
+        if !ctx.is_org() {
+            return Ok(Step::done());
+        }
+        let api = ctx.api_at(ORGS_PATH, &workspace_types());
+        for base in ["org", "account"] {
+            let name = workspace_type_name(ctx.name(), base);
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(format!("deleting WorkspaceType {ORGS_PATH}:{name}: {e}")),
+            }
+        }
+        Ok(Step::done())
+    }
+}
+
+/// The organisation of an account, from the AccountInfo of the workspace holding it; a stop
+/// step while that is not written yet.
+async fn organisation_of_parent(ctx: &AccountContext) -> Result<Result<String, Step>, String> {
+    let info = ctx
+        .api(&account_infos())
+        .get_opt(INFO_NAME)
+        .await
+        .map_err(|e| format!("getting parent AccountInfo: {e}"))?;
+    let Some(info) = info else {
+        return Ok(Err(stop("AccountInfo not found yet")));
+    };
+    match info.data["spec"]["organization"]["name"].as_str() {
+        Some(org) if !org.is_empty() => Ok(Ok(org.to_string())),
+        _ => Ok(Err(stop("AccountInfo organization name not set yet"))),
+    }
+}
+
+/// `WorkspaceSubroutine`: the Account's Workspace, named like it, of the organisation's type for
+/// its account type, owned by the Account.
+pub struct WorkspaceStep;
+
+#[async_trait::async_trait]
+impl Subroutine<AccountContext> for WorkspaceStep {
+    fn name(&self) -> &'static str {
+        "WorkspaceSubroutine"
+    }
+
+    fn finalizers(&self) -> &'static [&'static str] {
+        &[WORKSPACE_FINALIZER]
+    }
+
+    async fn process(&self, ctx: &AccountContext) -> Result<Step, String> {
+        let type_name = if ctx.is_org() {
+            workspace_type_name(ctx.name(), "org")
+        } else {
+            match organisation_of_parent(ctx).await? {
+                Ok(org) => workspace_type_name(&org, ctx.account_type()),
+                Err(step) => return Ok(step),
+            }
+        };
+        let wst = ctx
+            .api_at(ORGS_PATH, &workspace_types())
+            .get_opt(&type_name)
+            .await
+            .map_err(|e| format!("getting WorkspaceType {ORGS_PATH}:{type_name}: {e}"))?;
+        if !wst.is_some_and(|t| condition_true(&t.data, "Ready")) {
+            return Ok(stop("Workspace type not ready yet"));
+        }
+        let api = ctx.api(&workspaces());
+        let name = ctx.name();
+        let uid = ctx.account.metadata.uid.clone().unwrap_or_default();
+        let owner = json!({"apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "Account",
+            "name": name, "uid": uid});
+        let wanted_type = json!({"name": type_name, "path": ORGS_PATH});
+        let existing = api
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("getting Workspace {name}: {e}"))?;
+        let Some(existing) = existing else {
+            let ws: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+                "metadata": {"name": name, "ownerReferences": [owner]},
+                "spec": {"type": wanted_type},
+            }))
+            .map_err(|e| e.to_string())?;
+            return match api.create(&PostParams::default(), &ws).await {
+                Ok(_) => Ok(Step::done()),
+                // Made meanwhile: the next reconcile checks it.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(stop("Workspace being created")),
+                Err(e) => Err(format!("creating Workspace {name}: {e}")),
+            };
+        };
+        let have = &existing.data["spec"]["type"];
+        if have["name"] != wanted_type["name"] {
+            return Err(format!(
+                "Workspace {name} exists with type {}:{}, the account needs {ORGS_PATH}:{type_name} (a workspace's type cannot change)",
+                have["path"].as_str().unwrap_or("root"),
+                have["name"].as_str().unwrap_or("")
+            ));
+        }
+        let owned = existing
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.uid == uid);
+        if !owned {
+            let mut updated = existing.clone();
+            updated
+                .metadata
+                .owner_references
+                .get_or_insert_with(Vec::new)
+                .push(serde_json::from_value(owner).map_err(|e| e.to_string())?);
+            api.replace(name, &PostParams::default(), &updated)
+                .await
+                .map_err(|e| format!("updating Workspace {name}: {e}"))?;
+        }
+        Ok(Step::done())
+    }
+
+    async fn finalize(&self, ctx: &AccountContext) -> Result<Step, String> {
+        let api = ctx.api(&workspaces());
+        let name = ctx.name();
+        let ws = match api.get_opt(name).await {
+            Ok(ws) => ws,
+            // The kind is not served (any more): nothing to wait for.
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(e) => return Err(format!("getting Workspace {name}: {e}")),
+        };
+        let Some(ws) = ws else {
+            return Ok(Step::done());
+        };
+        if ws.metadata.deletion_timestamp.is_none() {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Step::done()),
+                Err(e) => return Err(format!("deleting Workspace {name}: {e}")),
+            }
+        }
+        Ok(stop("Waiting for Workspace deletion"))
+    }
+}
+
+/// The Account's Workspace, for the steps after it; an error when missing (the workspace step
+/// before made it).
+async fn account_workspace(ctx: &AccountContext) -> Result<DynamicObject, String> {
+    ctx.api(&workspaces())
+        .get(ctx.name())
+        .await
+        .map_err(|e| format!("getting Account's Workspace: {e}"))
+}
+
+/// Where an account is: `path` and `url` from its Workspace's URL.
+fn location(ctx: &AccountContext, ws: &DynamicObject) -> Result<Value, String> {
+    let url = ws.data["spec"]["URL"].as_str().unwrap_or("");
+    if url.is_empty() {
+        return Err("workspace URL is empty".into());
+    }
+    let parts: Vec<&str> = url.split('/').collect();
+    if parts.len() < 3 {
+        return Err("workspace URL is invalid".into());
+    }
+    let path = parts.last().copied().unwrap_or("").trim();
+    if path.is_empty() {
+        return Err("workspace URL is empty".into());
+    }
+    Ok(json!({
+        "name": ctx.name(),
+        "generatedClusterId": ws.data["spec"]["cluster"].as_str().unwrap_or(""),
+        "originClusterId": ctx.cluster,
+        "path": path,
+        "url": url,
+        "type": ctx.account_type(),
+    }))
+}
+
+/// `ManageAccountInfoSubroutine`: AccountInfo `account` in the new workspace, once the
+/// workspace is initializing or ready.
+pub struct ManageAccountInfo;
+
+#[async_trait::async_trait]
+impl Subroutine<AccountContext> for ManageAccountInfo {
+    fn name(&self) -> &'static str {
+        "ManageAccountInfoSubroutine"
+    }
+
+    async fn process(&self, ctx: &AccountContext) -> Result<Step, String> {
+        let ws = account_workspace(ctx).await?;
+        let phase = ws.data["status"]["phase"].as_str().unwrap_or("");
+        if phase != "Initializing" && phase != "Ready" {
+            return Ok(Step::Stop {
+                message: "Workspace not ready yet".into(),
+                after: Some(INFO_WAIT),
+            });
+        }
+        let me = location(ctx, &ws)?;
+        let cluster = ws.data["spec"]["cluster"].as_str().unwrap_or("");
+        if cluster.is_empty() {
+            return Err("the Account's Workspace has no logical cluster yet".into());
+        }
+        let api = ctx.api_at(cluster, &account_infos());
+        let existing = api
+            .get_opt(INFO_NAME)
+            .await
+            .map_err(|e| format!("getting AccountInfo: {e}"))?;
+        let ca = ctx.kcp.ca_pem.clone();
+        let mut spec = existing
+            .as_ref()
+            .map(|i| i.data["spec"].clone())
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}));
+        if ctx.is_org() {
+            // The FGA store and OIDC settings are others' to write; kept as found.
+            spec["account"] = me.clone();
+            spec["organization"] = me;
+            if let Some(s) = spec.as_object_mut() {
+                s.remove("parentAccount");
+            }
+            spec["clusterInfo"] = json!({"ca": ca});
+            if spec["fga"]["store"]["id"].as_str().is_none() {
+                spec["fga"] = json!({"store": {"id": ""}});
+            }
+        } else {
+            let parent = ctx
+                .api(&account_infos())
+                .get_opt(INFO_NAME)
+                .await
+                .map_err(|e| format!("getting parent AccountInfo: {e}"))?;
+            let Some(parent) = parent else {
+                return Ok(Step::Stop {
+                    message: "Parent AccountInfo does not exist yet".into(),
+                    after: Some(INFO_WAIT),
+                });
+            };
+            let p = &parent.data["spec"];
+            spec["account"] = me;
+            spec["parentAccount"] = p["account"].clone();
+            spec["organization"] = p["organization"].clone();
+            spec["fga"] = json!({"store": {"id": p["fga"]["store"]["id"].as_str().unwrap_or("")}});
+            match p.get("oidc").filter(|o| !o.is_null()) {
+                Some(o) => spec["oidc"] = o.clone(),
+                None => {
+                    if let Some(s) = spec.as_object_mut() {
+                        s.remove("oidc");
+                    }
+                }
+            }
+            spec["clusterInfo"] = json!({"ca": ca});
+        }
+        match existing {
+            None => {
+                let info: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "AccountInfo",
+                    "metadata": {"name": INFO_NAME}, "spec": spec,
+                }))
+                .map_err(|e| e.to_string())?;
+                match api.create(&PostParams::default(), &info).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        return Ok(Step::Stop {
+                            message: "AccountInfo being written".into(),
+                            after: Some(INFO_WAIT),
+                        })
+                    }
+                    Err(e) => return Err(format!("creating or updating AccountInfo: {e}")),
+                }
+            }
+            Some(mut info) if info.data["spec"] != spec => {
+                info.data["spec"] = spec;
+                api.replace(INFO_NAME, &PostParams::default(), &info)
+                    .await
+                    .map_err(|e| format!("creating or updating AccountInfo: {e}"))?;
+            }
+            Some(_) => {}
+        }
+        Ok(Step::done())
+    }
+}
+
+/// `WorkspaceReadySubroutine`: Ready only when the workspace is.
+pub struct WorkspaceReady;
+
+#[async_trait::async_trait]
+impl Subroutine<AccountContext> for WorkspaceReady {
+    fn name(&self) -> &'static str {
+        "WorkspaceReadySubroutine"
+    }
+
+    async fn process(&self, ctx: &AccountContext) -> Result<Step, String> {
+        let ws = account_workspace(ctx).await?;
+        if ws.data["status"]["phase"] != "Ready" {
+            return Ok(stop("Workspace not ready yet"));
+        }
+        Ok(Step::done())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_organisation_types_extend_the_base_types() {
+        let org = workspace_type_spec("acme", "org");
+        assert_eq!(
+            org["extend"]["with"][0],
+            json!({"name": "org", "path": "root"})
+        );
+        assert_eq!(
+            org["limitAllowedParents"],
+            json!({"types": [{"name": "orgs", "path": "root"}]})
+        );
+        assert_eq!(
+            org["defaultChildWorkspaceType"],
+            json!({"name": "acme-account", "path": "root:orgs"})
+        );
+        let account = workspace_type_spec("acme", "account");
+        assert_eq!(
+            account["limitAllowedParents"],
+            json!({"types": [{"name": "acme-org", "path": "root:orgs"},
+                             {"name": "acme-account", "path": "root:orgs"}]})
+        );
+        assert_eq!(
+            account["limitAllowedChildren"],
+            json!({"types": [{"name": "acme-account", "path": "root:orgs"}]})
+        );
+        assert_eq!(workspace_type_name("acme", "trial"), "acme-trial");
+    }
+}
