@@ -1,13 +1,12 @@
 //! The controllers `serve` runs beside the API server: the PlatformMesh controller, reaching kcp,
 //! the infra cluster and the runtime cluster by kubeconfig, each defaulting to this server; and
-//! the workspace controllers (Account, AccountInfo), over every workspace of this server, or
+//! the workspace controllers (Account, AccountInfo, Provider), over every workspace of this server, or
 //! over the workspaces bound to the `core.platform-mesh.io` export of a real kcp.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use controllers::account;
 use controllers::platformmesh::controller::controller;
 use controllers::platformmesh::deployment::Clusters;
 use controllers::platformmesh::kcp::Kcp;
@@ -72,7 +71,7 @@ async fn kcp_access(args: &ControllerArgs, own: &Path) -> anyhow::Result<Kcp> {
 /// The workspace where a real kcp's `core.platform-mesh.io` export and endpoint slice live.
 const CORE_EXPORT_WORKSPACE: &str = "root:platform-mesh-system";
 
-/// Starts the Account and AccountInfo controllers. On this server (`own`) every workspace is
+/// Starts the workspace controllers (Account, AccountInfo, Provider). On this server (`own`) every workspace is
 /// engaged (the kinds are served natively everywhere); on a real kcp, the workspaces bound to
 /// the `core.platform-mesh.io` export, as upstream's account operator does.
 async fn start_workspace_controllers(kcp: Arc<Kcp>, own: bool) -> anyhow::Result<()> {
@@ -94,12 +93,8 @@ async fn start_workspace_controllers(kcp: Arc<Kcp>, own: bool) -> anyhow::Result
         ApiExportOptions::for_slice("core.platform-mesh.io")
     };
     let manager = Manager::new(ManagerOptions::default());
-    manager
-        .add(account::controller(kcp, WORKSPACE_WORKERS))
-        .context("adding the Account controller")?;
-    manager
-        .add(account::info_controller(WORKSPACE_WORKERS))
-        .context("adding the AccountInfo controller")?;
+    controllers::tenants::add(&manager, kcp, WORKSPACE_WORKERS)
+        .context("adding the workspace controllers")?;
     let provider = Arc::new(PathAware::new(ApiExportProvider::new(home, options)));
     tokio::spawn(async move {
         if let Err(e) = manager.run(provider, std::future::pending()).await {

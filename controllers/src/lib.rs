@@ -6,9 +6,11 @@
 pub mod account;
 pub mod lifecycle;
 pub mod platformmesh;
+pub mod provider;
 pub mod providers;
 pub mod runtime;
 pub mod templates;
+pub mod tenants;
 
 #[cfg(test)]
 pub(crate) mod e2e;

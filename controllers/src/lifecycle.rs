@@ -388,6 +388,18 @@ pub async fn drive<C: Sync>(
     obj: &DynamicObject,
     ctx: &C,
 ) -> Result<Option<Duration>, DriveError> {
+    drive_with_status(lifecycle, api, obj, ctx, |_| serde_json::Map::new()).await
+}
+
+/// [`drive`] for kinds whose steps also report other status fields (such as `phase`): `fields`
+/// gives them after the run, and they are written with the conditions when they differ.
+pub async fn drive_with_status<C: Sync>(
+    lifecycle: &Lifecycle<C>,
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    ctx: &C,
+    fields: impl Fn(&C) -> serde_json::Map<String, Value>,
+) -> Result<Option<Duration>, DriveError> {
     let name = obj.metadata.name.clone().unwrap_or_default();
     let deleting = obj.metadata.deletion_timestamp.is_some();
     let present = obj.metadata.finalizers.clone().unwrap_or_default();
@@ -429,13 +441,18 @@ pub async fn drive<C: Sync>(
         .data
         .pointer("/status/observedGeneration")
         .and_then(Value::as_i64);
-    let status_changed = !same_conditions(&existing, &run.conditions) || observed != generation;
+    let extra = fields(ctx);
+    let extra_changed = extra
+        .iter()
+        .any(|(k, v)| obj.data["status"].get(k).unwrap_or(&Value::Null) != v);
+    let status_changed =
+        !same_conditions(&existing, &run.conditions) || observed != generation || extra_changed;
     let gone = deleting && wanted.iter().all(|w| run.release.contains(w));
     if status_changed && !gone {
-        let patch = json!({"status": {
-            "conditions": run.conditions,
-            "observedGeneration": generation,
-        }});
+        let mut status = extra;
+        status.insert("conditions".into(), json!(run.conditions));
+        status.insert("observedGeneration".into(), json!(generation));
+        let patch = json!({ "status": status });
         match api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

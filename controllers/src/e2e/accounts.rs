@@ -11,23 +11,23 @@ use tokio_util::sync::CancellationToken;
 
 use super::{eventually, TestServer};
 use crate::account::{
-    account_infos, accounts, condition_true, controller, info_controller, workspace_types,
-    workspaces, INFO_FINALIZER, WORKSPACE_FINALIZER, WORKSPACE_TYPE_FINALIZER,
+    account_infos, accounts, condition_true, workspace_types, workspaces, INFO_FINALIZER,
+    WORKSPACE_FINALIZER, WORKSPACE_TYPE_FINALIZER,
 };
 use crate::platformmesh::kcp::Kcp;
 use crate::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
 use crate::runtime::{Manager, ManagerOptions};
 
-/// The server and the two controllers running against it.
-struct Env {
-    ts: TestServer,
-    kcp: Arc<Kcp>,
+/// The server and the workspace controllers running against it.
+pub(super) struct Env {
+    pub ts: TestServer,
+    pub kcp: Arc<Kcp>,
     stop: CancellationToken,
     run: tokio::task::JoinHandle<()>,
 }
 
 impl Env {
-    async fn start(workers: usize) -> Env {
+    pub async fn start(workers: usize) -> Env {
         let ts = TestServer::start().await;
         let kcp = Arc::new(
             Kcp::from_kubeconfig(ts.kubeconfig_for("root"), None)
@@ -35,8 +35,7 @@ impl Env {
                 .expect("kcp access"),
         );
         let manager = Manager::new(ManagerOptions::default());
-        manager.add(controller(kcp.clone(), workers)).unwrap();
-        manager.add(info_controller(workers)).unwrap();
+        crate::tenants::add(&manager, kcp.clone(), workers).unwrap();
         let provider = Arc::new(PathAware::new(ApiExportProvider::new(
             ts.root_config().await,
             ApiExportOptions::every_workspace(vec![ts.root_url()]),
@@ -54,11 +53,15 @@ impl Env {
         Env { ts, kcp, stop, run }
     }
 
-    fn api(&self, path: &str, ar: &kube::api::ApiResource) -> Api<DynamicObject> {
+    pub fn api(&self, path: &str, ar: &kube::api::ApiResource) -> Api<DynamicObject> {
         Api::all_with(self.kcp.workspace(path), ar)
     }
 
-    async fn stop(self) {
+    pub fn api_ns(&self, path: &str, ns: &str, ar: &kube::api::ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.kcp.workspace(path), ns, ar)
+    }
+
+    pub async fn stop(self) {
         self.stop.cancel();
         let _ = self.run.await;
         self.ts.stop().await;

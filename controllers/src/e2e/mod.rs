@@ -8,6 +8,7 @@ mod kubeconfig_clusters;
 mod leader_election;
 mod lifecycle;
 mod platformmesh;
+mod providers;
 mod sample_controller;
 mod sharded;
 mod wait;

@@ -295,7 +295,7 @@ fn reference(file: &str) -> String {
 }
 
 /// Runs kubectl with `kubeconfig`; (success, stdout + stderr).
-async fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String) {
+pub(super) async fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, kubeconfig).unwrap();

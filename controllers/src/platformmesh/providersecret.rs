@@ -224,7 +224,7 @@ fn admin_kubeconfig(kcp: &Kcp, server: &str) -> Kubeconfig {
 
 /// A kubeconfig of one cluster `default-cluster`, user `default-auth` with `token`, context
 /// `default-context`.
-fn token_kubeconfig(server: &str, ca_pem: &str, token: &str) -> Kubeconfig {
+pub(crate) fn token_kubeconfig(server: &str, ca_pem: &str, token: &str) -> Kubeconfig {
     Kubeconfig {
         clusters: vec![NamedCluster {
             name: "default-cluster".into(),
@@ -257,7 +257,7 @@ fn token_kubeconfig(server: &str, ca_pem: &str, token: &str) -> Kubeconfig {
     }
 }
 
-fn to_text(kc: &Kubeconfig) -> Result<String, String> {
+pub(crate) fn to_text(kc: &Kubeconfig) -> Result<String, String> {
     serde_json::to_string_pretty(kc).map_err(|e| format!("encoding a kubeconfig: {e}"))
 }
 

@@ -1,0 +1,208 @@
+//! The provider controllers.
+//!
+//! - **Provider** (`providers.platform-mesh.io`, cluster-scoped, in any workspace): a workspace of
+//!   type `provider` under `root:providers`, and a kubeconfig for it (a ServiceAccount token with
+//!   `cluster-admin` there) written as a Secret into the workspace holding the Provider.
+//!   `status.phase` becomes `Ready` only after the kubeconfig was used successfully.
+//!
+//! Steps, conditions, finalizers and phases are upstream's. Differences, on purpose: the
+//! kubeconfig is tried before the Provider is called Ready; objects are created or updated only
+//! when they differ, so a steady Provider costs no writes.
+
+mod steps;
+
+use std::sync::{Arc, Mutex};
+
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use serde_json::{json, Map, Value};
+
+use crate::lifecycle::{drive_with_status, DriveError, Lifecycle};
+use crate::platformmesh::api_resource;
+use crate::platformmesh::kcp::Kcp;
+use crate::runtime::{Action, ClusterContext, Controller, Reconciler, Request, ResourceKind};
+
+pub use steps::{
+    ProviderWorkspace, ScopedKubeconfig, KUBECONFIG_FINALIZER, PROVIDERS_PATH, WORKSPACE_FINALIZER,
+};
+
+/// The controller's name.
+pub const CONTROLLER: &str = "ProviderReconciler";
+
+/// `providers.platform-mesh.io/v1alpha1` Provider (cluster-scoped).
+pub fn providers() -> ApiResource {
+    api_resource(
+        "providers.platform-mesh.io",
+        "v1alpha1",
+        "Provider",
+        "providers",
+    )
+}
+
+/// Provider phases.
+pub mod phase {
+    /// Nothing done yet.
+    pub const PENDING: &str = "Pending";
+    /// Waiting for the provider workspace.
+    pub const PROVISIONING_WORKSPACE: &str = "ProvisioningWorkspace";
+    /// Writing the kubeconfig.
+    pub const PROVISIONING_KUBECONFIG: &str = "ProvisioningKubeconfig";
+    /// The kubeconfig works.
+    pub const READY: &str = "Ready";
+    /// Being deleted.
+    pub const DELETING: &str = "Deleting";
+}
+
+/// What a step of a Provider sees and reports.
+pub struct ProviderContext {
+    /// The Provider as read at the start of the reconcile.
+    pub provider: DynamicObject,
+    /// The logical cluster holding it.
+    pub cluster: String,
+    /// A client of that cluster.
+    pub client: kube::Client,
+    /// kcp access for `root:providers` and the provider workspace.
+    pub kcp: Arc<Kcp>,
+    /// `status.phase` and `status.providerKubeconfigSecretRef` as the steps leave them.
+    pub status: Mutex<Map<String, Value>>,
+}
+
+impl ProviderContext {
+    /// The Provider's name.
+    pub fn name(&self) -> &str {
+        self.provider.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// The provider workspace's name in `root:providers`: `<name>-<cluster>`, as upstream.
+    pub fn workspace_name(&self) -> String {
+        format!("{}-{}", self.name(), self.cluster)
+    }
+
+    /// Sets `status.phase`.
+    pub fn set_phase(&self, phase: &str) {
+        self.set_status("phase", json!(phase));
+    }
+
+    /// Sets a status field.
+    pub fn set_status(&self, key: &str, value: Value) {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string(), value);
+    }
+
+    /// A status field as the steps left it.
+    pub fn status_field(&self, key: &str) -> Value {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// The status fields besides conditions that the steps own, as stored.
+pub(crate) fn owned_status(obj: &DynamicObject) -> Map<String, Value> {
+    let mut m = Map::new();
+    for k in ["phase", "providerKubeconfigSecretRef"] {
+        if let Some(v) = obj.data["status"].get(k) {
+            m.insert(k.to_string(), v.clone());
+        }
+    }
+    m
+}
+
+/// Reconciles Providers in every engaged workspace.
+pub struct ProviderReconciler {
+    lifecycle: Lifecycle<ProviderContext>,
+    kcp: Arc<Kcp>,
+}
+
+impl Reconciler for ProviderReconciler {
+    type Error = String;
+
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+        let api: Api<DynamicObject> = ctx.cluster().dynamic_api(&providers(), None);
+        let Some(provider) = api
+            .get_opt(&req.name)
+            .await
+            .map_err(|e| format!("reading Provider {req}: {e}"))?
+        else {
+            return Ok(Action::await_change());
+        };
+        let context = ProviderContext {
+            status: Mutex::new(owned_status(&provider)),
+            provider: provider.clone(),
+            cluster: ctx.cluster_name().to_string(),
+            client: ctx.client(),
+            kcp: self.kcp.clone(),
+        };
+        let result = drive_with_status(&self.lifecycle, &api, &provider, &context, |c| {
+            c.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        })
+        .await;
+        match result {
+            Ok(Some(after)) => Ok(Action::requeue_after(after)),
+            Ok(None) => Ok(Action::await_change()),
+            Err(DriveError::Subroutine(e)) => Err(e),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// The steps of a Provider: its workspace, then its kubeconfig (reversed on deletion).
+pub fn lifecycle() -> Lifecycle<ProviderContext> {
+    Lifecycle::new()
+        .step(ProviderWorkspace)
+        .step(ScopedKubeconfig)
+}
+
+/// The Provider controller over every engaged workspace.
+pub fn controller(kcp: Arc<Kcp>, workers: usize) -> Controller<ProviderReconciler> {
+    Controller::new(
+        CONTROLLER,
+        ProviderReconciler {
+            lifecycle: lifecycle(),
+            kcp,
+        },
+    )
+    .for_kind(ResourceKind::dynamic(providers(), false))
+    .workers(workers)
+}
+
+/// Creates `obj` with `api`, or replaces the stored one when `differs(stored)` says so (keeping
+/// its metadata). Returns the object as stored.
+pub(crate) async fn ensure(
+    api: &Api<DynamicObject>,
+    obj: Value,
+    differs: impl Fn(&DynamicObject) -> Option<DynamicObject>,
+) -> Result<DynamicObject, String> {
+    let wanted: DynamicObject = serde_json::from_value(obj).map_err(|e| e.to_string())?;
+    let name = wanted.metadata.name.clone().unwrap_or_default();
+    let kind = wanted
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    match api
+        .get_opt(&name)
+        .await
+        .map_err(|e| format!("reading {kind} {name}: {e}"))?
+    {
+        None => match api.create(&PostParams::default(), &wanted).await {
+            Ok(o) => Ok(o),
+            Err(kube::Error::Api(s)) if s.code == 409 => api
+                .get(&name)
+                .await
+                .map_err(|e| format!("reading {kind} {name}: {e}")),
+            Err(e) => Err(format!("creating {kind} {name}: {e}")),
+        },
+        Some(stored) => match differs(&stored) {
+            None => Ok(stored),
+            Some(updated) => api
+                .replace(&name, &PostParams::default(), &updated)
+                .await
+                .map_err(|e| format!("updating {kind} {name}: {e}")),
+        },
+    }
+}
