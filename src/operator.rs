@@ -1,5 +1,6 @@
-//! The controllers `serve` runs beside the API server: the PlatformMesh controller, reaching kcp,
-//! the infra cluster and the runtime cluster by kubeconfig, each defaulting to this server; and
+//! The controllers `serve` runs beside the API server: the PlatformMesh and ManagedProvider
+//! controllers, reaching kcp, the infra cluster and the runtime cluster by kubeconfig, each
+//! defaulting to this server; and
 //! the workspace controllers (Account, AccountInfo, Provider), over every workspace of this server, or
 //! over the workspaces bound to the `core.platform-mesh.io` export of a real kcp.
 
@@ -12,6 +13,7 @@ use controllers::platformmesh::deployment::Clusters;
 use controllers::platformmesh::kcp::Kcp;
 use controllers::platformmesh::manifests::IdpSettings;
 use controllers::platformmesh::vars::{RemoteRuntime, Render};
+use controllers::provider::managed;
 use controllers::providers::fixed::FixedClusters;
 use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
 use controllers::runtime::{Cluster, Manager, ManagerOptions};
@@ -137,11 +139,8 @@ pub async fn start(args: &ControllerArgs, own: &Path) -> anyhow::Result<()> {
     )
     .await?;
     let mut kcp = kcp_access(args, own).await?;
-    start_workspace_controllers(
-        Arc::new(kcp_access(args, own).await?),
-        args.kcp_kubeconfig.is_none(),
-    )
-    .await?;
+    let shared = Arc::new(kcp_access(args, own).await?);
+    start_workspace_controllers(shared.clone(), args.kcp_kubeconfig.is_none()).await?;
     kcp.secret_namespace = args.kcp_namespace.clone();
     kcp.idp = IdpSettings {
         registration_allowed: args.idp_registration_allowed,
@@ -168,6 +167,9 @@ pub async fn start(args: &ControllerArgs, own: &Path) -> anyhow::Result<()> {
     manager
         .add(controller(engine, clusters))
         .context("adding the PlatformMesh controller")?;
+    manager
+        .add(managed::controller(shared, 4))
+        .context("adding the ManagedProvider controller")?;
     let provider = Arc::new(FixedClusters::new([Cluster::new("runtime", runtime)]));
     tokio::spawn(async move {
         if let Err(e) = manager.run(provider, std::future::pending()).await {

@@ -7,6 +7,7 @@ mod events;
 mod kubeconfig_clusters;
 mod leader_election;
 mod lifecycle;
+mod managed_providers;
 mod platformmesh;
 mod providers;
 mod sample_controller;

@@ -50,7 +50,7 @@ fn kustomizations() -> ApiResource {
 }
 
 /// Installs a namespaced CRD with an open spec and status.
-async fn open_crd(client: &kube::Client, r: &ApiResource) {
+pub(super) async fn open_crd(client: &kube::Client, r: &ApiResource) {
     let api: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &res(

@@ -9,6 +9,7 @@
 //! kubeconfig is tried before the Provider is called Ready; objects are created or updated only
 //! when they differ, so a steady Provider costs no writes.
 
+pub mod managed;
 mod steps;
 
 use std::sync::{Arc, Mutex};
@@ -177,6 +178,15 @@ pub(crate) async fn ensure(
     obj: Value,
     differs: impl Fn(&DynamicObject) -> Option<DynamicObject>,
 ) -> Result<DynamicObject, String> {
+    ensure_written(api, obj, differs).await.map(|(o, _)| o)
+}
+
+/// [`ensure`], also telling whether it wrote.
+pub(crate) async fn ensure_written(
+    api: &Api<DynamicObject>,
+    obj: Value,
+    differs: impl Fn(&DynamicObject) -> Option<DynamicObject>,
+) -> Result<(DynamicObject, bool), String> {
     let wanted: DynamicObject = serde_json::from_value(obj).map_err(|e| e.to_string())?;
     let name = wanted.metadata.name.clone().unwrap_or_default();
     let kind = wanted
@@ -190,18 +200,20 @@ pub(crate) async fn ensure(
         .map_err(|e| format!("reading {kind} {name}: {e}"))?
     {
         None => match api.create(&PostParams::default(), &wanted).await {
-            Ok(o) => Ok(o),
+            Ok(o) => Ok((o, true)),
             Err(kube::Error::Api(s)) if s.code == 409 => api
                 .get(&name)
                 .await
+                .map(|o| (o, true))
                 .map_err(|e| format!("reading {kind} {name}: {e}")),
             Err(e) => Err(format!("creating {kind} {name}: {e}")),
         },
         Some(stored) => match differs(&stored) {
-            None => Ok(stored),
+            None => Ok((stored, false)),
             Some(updated) => api
                 .replace(&name, &PostParams::default(), &updated)
                 .await
+                .map(|o| (o, true))
                 .map_err(|e| format!("updating {kind} {name}: {e}")),
         },
     }
