@@ -89,6 +89,8 @@ walkthrough! {
     accounts_kubectl_1_27 => "accounts", "1.27";
     accounts_kubectl_1_33 => "accounts", "1.33";
     providers_kubectl_1_27 => "providers", "1.27";
+    managed_provider_kubectl_1_27 => "managed-provider", "1.27";
+    managed_provider_kubectl_1_33 => "managed-provider", "1.33";
     providers_kubectl_1_33 => "providers", "1.33";
     quickstart_kubectl_1_27 => "quickstart", "1.27";
     quickstart_kubectl_1_30 => "quickstart", "1.30";
