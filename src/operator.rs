@@ -70,14 +70,15 @@ async fn kcp_access(args: &ControllerArgs, own: &Path) -> anyhow::Result<Kcp> {
         .context("kcp access")
 }
 
-/// The workspace where a real kcp's `core.platform-mesh.io` export and endpoint slice live.
-const CORE_EXPORT_WORKSPACE: &str = "root:platform-mesh-system";
+/// The workspace where a real kcp's Platform Mesh exports and their endpoint slices live.
+const EXPORT_WORKSPACE: &str = "root:platform-mesh-system";
 
-/// Starts the workspace controllers (Account, AccountInfo, Provider). On this server (`own`) every workspace is
-/// engaged (the kinds are served natively everywhere); on a real kcp, the workspaces bound to
-/// the `core.platform-mesh.io` export, as upstream's account operator does.
+/// Starts the workspace controllers (Account, AccountInfo, Provider). On this server (`own`)
+/// every workspace is engaged (the kinds are served natively everywhere); on a real kcp, the
+/// workspaces bound to the `core.platform-mesh.io` export (Accounts) and to the
+/// `providers.platform-mesh.io` export (Providers), as upstream's operators do.
 async fn start_workspace_controllers(kcp: Arc<Kcp>, own: bool) -> anyhow::Result<()> {
-    let mut home =
+    let home =
         kube::Config::from_custom_kubeconfig(kcp.kubeconfig.clone(), &KubeConfigOptions::default())
             .await
             .context("the kcp kubeconfig")?;
@@ -86,23 +87,42 @@ async fn start_workspace_controllers(kcp: Arc<Kcp>, own: bool) -> anyhow::Result
         .to_string()
         .trim_end_matches('/')
         .to_string();
-    let options = if own {
-        ApiExportOptions::every_workspace(vec![base])
+    let mut groups: Vec<(ApiExportOptions, kube::Config, Manager)> = Vec::new();
+    if own {
+        let manager = Manager::new(ManagerOptions::default());
+        controllers::tenants::add(&manager, kcp, WORKSPACE_WORKERS)
+            .context("adding the workspace controllers")?;
+        groups.push((ApiExportOptions::every_workspace(vec![base]), home, manager));
     } else {
-        home.cluster_url = format!("{base}/clusters/{CORE_EXPORT_WORKSPACE}")
+        let mut at_exports = home.clone();
+        at_exports.cluster_url = format!("{base}/clusters/{EXPORT_WORKSPACE}")
             .parse()
             .context("the kcp address")?;
-        ApiExportOptions::for_slice("core.platform-mesh.io")
-    };
-    let manager = Manager::new(ManagerOptions::default());
-    controllers::tenants::add(&manager, kcp, WORKSPACE_WORKERS)
-        .context("adding the workspace controllers")?;
-    let provider = Arc::new(PathAware::new(ApiExportProvider::new(home, options)));
-    tokio::spawn(async move {
-        if let Err(e) = manager.run(provider, std::future::pending()).await {
-            tracing::error!(error = %e, "the workspace controller manager stopped");
-        }
-    });
+        let accounts = Manager::new(ManagerOptions::default());
+        controllers::tenants::add_accounts(&accounts, kcp.clone(), WORKSPACE_WORKERS)
+            .context("adding the account controllers")?;
+        groups.push((
+            ApiExportOptions::for_slice("core.platform-mesh.io"),
+            at_exports.clone(),
+            accounts,
+        ));
+        let providers = Manager::new(ManagerOptions::default());
+        controllers::tenants::add_providers(&providers, kcp, WORKSPACE_WORKERS)
+            .context("adding the Provider controller")?;
+        groups.push((
+            ApiExportOptions::for_slice("providers.platform-mesh.io"),
+            at_exports,
+            providers,
+        ));
+    }
+    for (options, home, manager) in groups {
+        let provider = Arc::new(PathAware::new(ApiExportProvider::new(home, options)));
+        tokio::spawn(async move {
+            if let Err(e) = manager.run(provider, std::future::pending()).await {
+                tracing::error!(error = %e, "the workspace controller manager stopped");
+            }
+        });
+    }
     Ok(())
 }
 
