@@ -364,6 +364,59 @@ pub fn set(
     }
 }
 
+/// Status fields besides the conditions that steps report (such as `phase`), starting from the
+/// stored values; [`drive_with_status`] writes them when they changed.
+#[derive(Debug, Default)]
+pub struct StatusFields(std::sync::Mutex<serde_json::Map<String, Value>>);
+
+impl StatusFields {
+    /// The stored values of `keys` in `obj`'s status.
+    pub fn stored(obj: &DynamicObject, keys: &[&str]) -> Self {
+        let mut m = serde_json::Map::new();
+        for k in keys {
+            if let Some(v) = obj.data["status"].get(*k) {
+                m.insert(k.to_string(), v.clone());
+            }
+        }
+        StatusFields(std::sync::Mutex::new(m))
+    }
+
+    /// Sets a field.
+    pub fn set(&self, key: &str, value: Value) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string(), value);
+    }
+
+    /// A field as the steps left it (null when unset).
+    pub fn get(&self, key: &str) -> Value {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    /// Sets `phase`.
+    pub fn set_phase(&self, phase: &str) {
+        self.set("phase", json!(phase));
+    }
+
+    /// Sets `phase` to `initial` when it has none yet.
+    pub fn start_phase(&self, initial: &str) {
+        if self.get("phase").as_str().unwrap_or("").is_empty() {
+            self.set_phase(initial);
+        }
+    }
+
+    /// Every field.
+    pub fn snapshot(&self) -> serde_json::Map<String, Value> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
 /// Why driving an object failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DriveError {

@@ -11,20 +11,18 @@
 //! (owner references), so it does not wait for a timed requeue.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
 
 use api::providers::{
     ChartSourceType, FluxComponent, ManagedProviderSpec, OcmComponent, ProviderComponentSpec,
 };
-use base64::Engine as _;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use super::{ensure, ensure_written, owned_status, providers};
+use super::{ensure, ensure_written, providers, secret_text, stop, OWNED_STATUS};
 use crate::account::condition_true;
-use crate::lifecycle::{drive_with_status, DriveError, Lifecycle, Step, Subroutine};
+use crate::lifecycle::{drive_with_status, DriveError, Lifecycle, StatusFields, Step, Subroutine};
 use crate::platformmesh::api_resource;
 use crate::platformmesh::controller::platform_meshes;
 use crate::platformmesh::kcp::Kcp;
@@ -43,9 +41,6 @@ pub const KUBECONFIG_FINALIZER: &str = "providers.platform-mesh.io/kubeconfig-se
 pub const DEPLOY_FINALIZER: &str = "providers.platform-mesh.io/runtime-deployments";
 /// The default workspace of the Provider.
 pub const DEFAULT_PROVIDER_PATH: &str = "root:providers:system";
-
-/// How long a waiting step waits before looking again.
-const WAIT: Duration = Duration::from_secs(2);
 
 /// ManagedProvider phases.
 pub mod phase {
@@ -121,7 +116,7 @@ pub struct ManagedContext {
     /// kcp access.
     pub kcp: Arc<Kcp>,
     /// `status.phase` and `status.providerKubeconfigSecretRef` as the steps leave them.
-    pub status: Mutex<Map<String, Value>>,
+    pub status: StatusFields,
 }
 
 impl ManagedContext {
@@ -135,26 +130,6 @@ impl ManagedContext {
             .namespace
             .as_deref()
             .unwrap_or_default()
-    }
-
-    fn set_phase(&self, p: &str) {
-        self.set_status("phase", json!(p));
-    }
-
-    fn set_status(&self, key: &str, value: Value) {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), value);
-    }
-
-    fn status_field(&self, key: &str) -> Value {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .cloned()
-            .unwrap_or(Value::Null)
     }
 
     /// The Provider's workspace path and name.
@@ -215,7 +190,7 @@ impl ManagedContext {
             .get(secret)
             .await
             .map_err(|e| format!("reading the runtime kubeconfig Secret {secret}: {e}"))?;
-        let text = decode(&s.data["data"], "kubeconfig")
+        let text = secret_text(&s.data["data"], "kubeconfig")
             .ok_or_else(|| format!("Secret {secret} has no key kubeconfig"))?;
         let kc = Kubeconfig::from_yaml(&text)
             .map_err(|e| format!("the runtime kubeconfig in Secret {secret}: {e}"))?;
@@ -223,20 +198,6 @@ impl ManagedContext {
             .await
             .map_err(|e| format!("the runtime kubeconfig in Secret {secret}: {e}"))?;
         kube::Client::try_from(config).map_err(|e| e.to_string())
-    }
-}
-
-fn decode(data: &Value, key: &str) -> Option<String> {
-    let b = base64::engine::general_purpose::STANDARD
-        .decode(data[key].as_str()?)
-        .ok()?;
-    String::from_utf8(b).ok().filter(|s| !s.is_empty())
-}
-
-fn stop(message: impl Into<String>) -> Step {
-    Step::Stop {
-        message: message.into(),
-        after: Some(WAIT),
     }
 }
 
@@ -250,9 +211,7 @@ impl Subroutine<ManagedContext> for WaitPlatformMesh {
     }
 
     async fn process(&self, ctx: &ManagedContext) -> Result<Step, String> {
-        if ctx.status_field("phase").as_str().unwrap_or("").is_empty() {
-            ctx.set_phase(phase::PENDING);
-        }
+        ctx.status.start_phase(phase::PENDING);
         let name = &ctx.spec.platform_mesh_ref.name;
         let pm = ctx
             .local(&platform_meshes())
@@ -260,7 +219,7 @@ impl Subroutine<ManagedContext> for WaitPlatformMesh {
             .await
             .map_err(|e| format!("getting PlatformMesh {name}: {e}"))?;
         if !pm.is_some_and(|p| condition_true(&p.data, "Ready")) {
-            ctx.set_phase(phase::WAITING_FOR_PLATFORM_MESH);
+            ctx.status.set_phase(phase::WAITING_FOR_PLATFORM_MESH);
             return Ok(stop(format!("Waiting for PlatformMesh {name} to be Ready")));
         }
         Ok(Step::done())
@@ -332,7 +291,7 @@ impl Subroutine<ManagedContext> for ProviderResource {
         if !ctx.cleanup_on_delete() {
             return Ok(Step::done());
         }
-        ctx.set_phase(phase::DELETING);
+        ctx.status.set_phase(phase::DELETING);
         let (path, name) = ctx.provider_ref();
         match ctx
             .provider_api()
@@ -363,7 +322,7 @@ impl Subroutine<ManagedContext> for WaitProvider {
             .await
             .map_err(|e| format!("getting Provider {path}:{name}: {e}"))?;
         if !p.is_some_and(|p| p.data["status"]["phase"] == "Ready") {
-            ctx.set_phase(phase::WAITING_FOR_PROVIDER);
+            ctx.status.set_phase(phase::WAITING_FOR_PROVIDER);
             return Ok(stop(format!(
                 "Waiting for Provider {path}:{name} to be Ready"
             )));
@@ -397,12 +356,12 @@ impl Subroutine<ManagedContext> for KubeconfigCopy {
         let (Some(secret), Some(ns)) =
             (reference["name"].as_str(), reference["namespace"].as_str())
         else {
-            ctx.set_phase(phase::COPYING_KUBECONFIG);
+            ctx.status.set_phase(phase::COPYING_KUBECONFIG);
             return Ok(stop("Waiting for the Provider's kubeconfig Secret"));
         };
         let wanted = ctx.kubeconfig_secret();
         if p.data["spec"]["providerKubeconfigSecret"] != wanted {
-            ctx.set_phase(phase::COPYING_KUBECONFIG_FAILED);
+            ctx.status.set_phase(phase::COPYING_KUBECONFIG_FAILED);
             return Ok(stop(format!(
                 "the Provider's providerKubeconfigSecret {} differs from the expected {wanted}",
                 p.data["spec"]["providerKubeconfigSecret"]
@@ -419,7 +378,7 @@ impl Subroutine<ManagedContext> for KubeconfigCopy {
         .map_err(|e| format!("getting Secret {path}:{ns}/{secret}: {e}"))?;
         let Some(value) = source.and_then(|s| s.data["data"][key].as_str().map(str::to_string))
         else {
-            ctx.set_phase(phase::COPYING_KUBECONFIG);
+            ctx.status.set_phase(phase::COPYING_KUBECONFIG);
             return Ok(stop(format!(
                 "Secret {path}:{ns}/{secret} has no {key} yet"
             )));
@@ -452,7 +411,7 @@ impl Subroutine<ManagedContext> for KubeconfigCopy {
             },
         )
         .await?;
-        ctx.set_status(
+        ctx.status.set(
             "providerKubeconfigSecretRef",
             json!({"name": secret, "namespace": ctx.namespace()}),
         );
@@ -460,11 +419,11 @@ impl Subroutine<ManagedContext> for KubeconfigCopy {
     }
 
     async fn finalize(&self, ctx: &ManagedContext) -> Result<Step, String> {
-        let reference = ctx.status_field("providerKubeconfigSecretRef");
+        let reference = ctx.status.get("providerKubeconfigSecretRef");
         let Some(name) = reference["name"].as_str() else {
             return Ok(Step::done());
         };
-        ctx.set_phase(phase::DELETING);
+        ctx.status.set_phase(phase::DELETING);
         let target = match ctx.runtime_target().await {
             Ok(t) => t,
             // The remote runtime is unreachable for good (its kubeconfig is gone): nothing
@@ -756,18 +715,18 @@ impl Subroutine<ManagedContext> for Deploy {
             }
         }
         if !waiting.is_empty() {
-            ctx.set_phase(phase::DEPLOYING);
+            ctx.status.set_phase(phase::DEPLOYING);
             return Ok(stop(format!(
                 "Waiting for {} to be Ready",
                 waiting.join(", ")
             )));
         }
-        ctx.set_phase(phase::READY);
+        ctx.status.set_phase(phase::READY);
         Ok(Step::done())
     }
 
     async fn finalize(&self, ctx: &ManagedContext) -> Result<Step, String> {
-        ctx.set_phase(phase::DELETING);
+        ctx.status.set_phase(phase::DELETING);
         let mut present = false;
         for c in &ctx.spec.runtime_deployments {
             let Some((name, kinds)) = component_objects(c) else {
@@ -867,14 +826,14 @@ impl Reconciler for ManagedProviderReconciler {
             &req,
         );
         let context = ManagedContext {
-            status: Mutex::new(owned_status(&obj)),
+            status: StatusFields::stored(&obj, OWNED_STATUS),
             object: obj.clone(),
             spec,
             client: ctx.client(),
             kcp: self.kcp.clone(),
         };
         let result = drive_with_status(&self.lifecycle, &api, &obj, &context, |c| {
-            c.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+            c.status.snapshot()
         })
         .await;
         match result {

@@ -12,12 +12,14 @@
 pub mod managed;
 mod steps;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
+use base64::Engine as _;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-use crate::lifecycle::{drive_with_status, DriveError, Lifecycle};
+use crate::lifecycle::{drive_with_status, DriveError, Lifecycle, StatusFields, Step};
 use crate::platformmesh::api_resource;
 use crate::platformmesh::kcp::Kcp;
 use crate::runtime::{Action, ClusterContext, Controller, Reconciler, Request, ResourceKind};
@@ -64,7 +66,7 @@ pub struct ProviderContext {
     /// kcp access for `root:providers` and the provider workspace.
     pub kcp: Arc<Kcp>,
     /// `status.phase` and `status.providerKubeconfigSecretRef` as the steps leave them.
-    pub status: Mutex<Map<String, Value>>,
+    pub status: StatusFields,
 }
 
 impl ProviderContext {
@@ -77,40 +79,28 @@ impl ProviderContext {
     pub fn workspace_name(&self) -> String {
         format!("{}-{}", self.name(), self.cluster)
     }
+}
 
-    /// Sets `status.phase`.
-    pub fn set_phase(&self, phase: &str) {
-        self.set_status("phase", json!(phase));
-    }
+/// The status fields besides conditions that the provider steps own.
+pub(crate) const OWNED_STATUS: &[&str] = &["phase", "providerKubeconfigSecretRef"];
 
-    /// Sets a status field.
-    pub fn set_status(&self, key: &str, value: Value) {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), value);
-    }
+/// How long a waiting step waits before looking again.
+pub(crate) const WAIT: Duration = Duration::from_secs(2);
 
-    /// A status field as the steps left it.
-    pub fn status_field(&self, key: &str) -> Value {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .cloned()
-            .unwrap_or(Value::Null)
+/// Stops the chain, to look again after [`WAIT`].
+pub(crate) fn stop(message: impl Into<String>) -> Step {
+    Step::Stop {
+        message: message.into(),
+        after: Some(WAIT),
     }
 }
 
-/// The status fields besides conditions that the steps own, as stored.
-pub(crate) fn owned_status(obj: &DynamicObject) -> Map<String, Value> {
-    let mut m = Map::new();
-    for k in ["phase", "providerKubeconfigSecretRef"] {
-        if let Some(v) = obj.data["status"].get(k) {
-            m.insert(k.to_string(), v.clone());
-        }
-    }
-    m
+/// The text under `key` of a Secret's base64 `data`, if there is some.
+pub(crate) fn secret_text(data: &Value, key: &str) -> Option<String> {
+    let b = base64::engine::general_purpose::STANDARD
+        .decode(data[key].as_str()?)
+        .ok()?;
+    String::from_utf8(b).ok().filter(|s| !s.is_empty())
 }
 
 /// Reconciles Providers in every engaged workspace.
@@ -132,14 +122,14 @@ impl Reconciler for ProviderReconciler {
             return Ok(Action::await_change());
         };
         let context = ProviderContext {
-            status: Mutex::new(owned_status(&provider)),
+            status: StatusFields::stored(&provider, OWNED_STATUS),
             provider: provider.clone(),
             cluster: ctx.cluster_name().to_string(),
             client: ctx.client(),
             kcp: self.kcp.clone(),
         };
         let result = drive_with_status(&self.lifecycle, &api, &provider, &context, |c| {
-            c.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+            c.status.snapshot()
         })
         .await;
         match result {

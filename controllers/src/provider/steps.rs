@@ -1,14 +1,12 @@
 //! The two steps of a Provider.
 
-use std::time::Duration;
-
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::config::KubeConfigOptions;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::{ensure, phase, ProviderContext};
+use super::{ensure, phase, secret_text, stop, ProviderContext};
 use crate::account::workspaces;
 use crate::lifecycle::{Step, Subroutine};
 use crate::platformmesh::api_resource;
@@ -20,16 +18,6 @@ pub const WORKSPACE_FINALIZER: &str = "providers.platform-mesh.io/provider-works
 pub const KUBECONFIG_FINALIZER: &str = "providers.platform-mesh.io/scoped-kubeconfig";
 /// The parent of every provider workspace.
 pub const PROVIDERS_PATH: &str = "root:providers";
-
-/// How long a step waits before looking again.
-const WAIT: Duration = Duration::from_secs(2);
-
-fn stop(message: impl Into<String>) -> Step {
-    Step::Stop {
-        message: message.into(),
-        after: Some(WAIT),
-    }
-}
 
 fn core(kind: &str, plural: &str) -> kube::api::ApiResource {
     api_resource("", "v1", kind, plural)
@@ -63,9 +51,7 @@ impl Subroutine<ProviderContext> for ProviderWorkspace {
     }
 
     async fn process(&self, ctx: &ProviderContext) -> Result<Step, String> {
-        if ctx.status_field("phase").as_str().unwrap_or("").is_empty() {
-            ctx.set_phase(phase::PENDING);
-        }
+        ctx.status.start_phase(phase::PENDING);
         let name = ctx.workspace_name();
         let api = Api::<DynamicObject>::all_with(ctx.kcp.workspace(PROVIDERS_PATH), &workspaces());
         let ws = ensure(
@@ -82,14 +68,14 @@ impl Subroutine<ProviderContext> for ProviderWorkspace {
             ));
         }
         if ws.data["status"]["phase"] != "Ready" {
-            ctx.set_phase(phase::PROVISIONING_WORKSPACE);
+            ctx.status.set_phase(phase::PROVISIONING_WORKSPACE);
             return Ok(stop("Waiting for the provider workspace to be ready"));
         }
         Ok(Step::done())
     }
 
     async fn finalize(&self, ctx: &ProviderContext) -> Result<Step, String> {
-        ctx.set_phase(phase::DELETING);
+        ctx.status.set_phase(phase::DELETING);
         let name = ctx.workspace_name();
         let api = Api::<DynamicObject>::all_with(ctx.kcp.workspace(PROVIDERS_PATH), &workspaces());
         match api.delete(&name, &DeleteParams::default()).await {
@@ -127,13 +113,6 @@ pub fn target_secret(provider: &DynamicObject) -> (String, String, String) {
     )
 }
 
-fn decode(data: &Value, key: &str) -> Option<String> {
-    let b = base64::engine::general_purpose::STANDARD
-        .decode(data[key].as_str()?)
-        .ok()?;
-    String::from_utf8(b).ok().filter(|s| !s.is_empty())
-}
-
 /// Whether a kubeconfig authenticates and reaches its workspace, tried at `reachable` (the
 /// controller's own address of kcp; a host override may be one only clients can reach).
 async fn kubeconfig_works(text: &str, reachable: &str) -> Result<(), String> {
@@ -169,12 +148,12 @@ impl Subroutine<ProviderContext> for ScopedKubeconfig {
     }
 
     async fn process(&self, ctx: &ProviderContext) -> Result<Step, String> {
-        ctx.set_phase(phase::PROVISIONING_KUBECONFIG);
+        ctx.status.set_phase(phase::PROVISIONING_KUBECONFIG);
         let Some(ws) = provider_workspace(ctx)
             .await?
             .filter(|w| w.data["status"]["phase"] == "Ready")
         else {
-            ctx.set_phase(phase::PROVISIONING_WORKSPACE);
+            ctx.status.set_phase(phase::PROVISIONING_WORKSPACE);
             return Ok(stop("Waiting for the provider workspace to be ready"));
         };
         let cluster = ws.data["spec"]["cluster"]
@@ -234,8 +213,8 @@ impl Subroutine<ProviderContext> for ScopedKubeconfig {
         )
         .await?;
         let (Some(bearer), Some(ca)) = (
-            decode(&secret.data["data"], "token"),
-            decode(&secret.data["data"], "ca.crt"),
+            secret_text(&secret.data["data"], "token"),
+            secret_text(&secret.data["data"], "ca.crt"),
         ) else {
             return Ok(stop("waiting for SA token to be populated"));
         };
@@ -280,16 +259,16 @@ impl Subroutine<ProviderContext> for ScopedKubeconfig {
             },
         )
         .await?;
-        ctx.set_status(
+        ctx.status.set(
             "providerKubeconfigSecretRef",
             json!({"name": name, "namespace": namespace}),
         );
-        ctx.set_phase(phase::READY);
+        ctx.status.set_phase(phase::READY);
         Ok(Step::done())
     }
 
     async fn finalize(&self, ctx: &ProviderContext) -> Result<Step, String> {
-        ctx.set_phase(phase::DELETING);
+        ctx.status.set_phase(phase::DELETING);
         if let Some(ws) = provider_workspace(ctx).await? {
             let cluster = ws.data["spec"]["cluster"]
                 .as_str()
@@ -325,7 +304,7 @@ impl Subroutine<ProviderContext> for ScopedKubeconfig {
                 }
             }
         }
-        let reference = ctx.status_field("providerKubeconfigSecretRef");
+        let reference = ctx.status.get("providerKubeconfigSecretRef");
         if let (Some(name), Some(ns)) =
             (reference["name"].as_str(), reference["namespace"].as_str())
         {
