@@ -61,6 +61,14 @@ impl Step {
             requeue: None,
         }
     }
+
+    /// The chain stops here, to be retried after `after`.
+    pub fn stop(message: impl Into<String>, after: Duration) -> Step {
+        Step::Stop {
+            message: message.into(),
+            after: Some(after),
+        }
+    }
 }
 
 /// One step of a chain over a context `C` (the object and the clients it needs).
@@ -549,7 +557,9 @@ fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
         })
 }
 
-async fn patch_finalizers(
+/// Sets `obj`'s finalizers to `finalizers` as a compare-and-swap on its resourceVersion; an object
+/// changed or gone meanwhile is left for the event that follows.
+pub async fn patch_finalizers(
     api: &Api<DynamicObject>,
     name: &str,
     obj: &DynamicObject,

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use serde_json::json;
+use kube::api::{Api, DynamicObject, ListParams};
 
 use super::{account_infos, accounts};
+use crate::lifecycle::patch_finalizers;
 use crate::runtime::{Action, ClusterContext, Controller, Reconciler, Request, ResourceKind};
 
 /// Held by every AccountInfo until its workspace has no Accounts.
@@ -22,19 +22,9 @@ async fn set_finalizers(
     finalizers: Vec<String>,
 ) -> Result<(), String> {
     let name = obj.metadata.name.as_deref().unwrap_or_default();
-    let patch = json!({"metadata": {"finalizers": finalizers,
-        "resourceVersion": obj.metadata.resource_version}});
-    match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    patch_finalizers(api, name, obj, finalizers)
         .await
-    {
-        Ok(_) => Ok(()),
-        // Changed or gone meanwhile: the event brings the next reconcile.
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(format!(
-            "updating the finalizers of AccountInfo {name}: {e}"
-        )),
-    }
+        .map_err(|e| format!("AccountInfo {name}: {e}"))
 }
 
 impl Reconciler for AccountInfoReconciler {

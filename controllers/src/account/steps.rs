@@ -1,12 +1,14 @@
 //! The four steps of an Account.
 
-use kube::api::{DeleteParams, DynamicObject, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, DynamicObject};
 use serde_json::{json, Value};
 
 use super::{
     account_infos, condition_true, workspace_types, workspaces, AccountContext, INFO_NAME,
     INFO_WAIT, ORGS_PATH, WAIT,
 };
+use crate::ensure::ensure;
 use crate::lifecycle::{Step, Subroutine};
 
 /// Held by organisations until their WorkspaceTypes are deleted.
@@ -18,10 +20,7 @@ pub const WORKSPACE_FINALIZER: &str = "account.core.platform-mesh.io/finalizer";
 const ORG_LABEL: &str = "core.platform-mesh.io/org";
 
 fn stop(message: &str) -> Step {
-    Step::Stop {
-        message: message.to_string(),
-        after: Some(WAIT),
-    }
+    Step::stop(message, WAIT)
 }
 
 /// The WorkspaceType of accounts of type `ty` in organisation `org`.
@@ -54,45 +53,35 @@ fn workspace_type_spec(org: &str, base: &str) -> Value {
 /// Creates a WorkspaceType, or sets the controller's fields on it (others' fields and labels
 /// are kept); writes only when something differs.
 async fn ensure_workspace_type(ctx: &AccountContext, org: &str, base: &str) -> Result<(), String> {
-    let name = workspace_type_name(org, base);
-    let api = ctx.api_at(ORGS_PATH, &workspace_types());
     let owned = workspace_type_spec(org, base);
-    let existing = api
-        .get_opt(&name)
-        .await
-        .map_err(|e| format!("reading WorkspaceType {ORGS_PATH}:{name}: {e}"))?;
-    let Some(existing) = existing else {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
-            "metadata": {"name": name, "labels": {ORG_LABEL: org}},
-            "spec": owned,
-        }))
-        .map_err(|e| e.to_string())?;
-        return match api.create(&PostParams::default(), &obj).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(format!("creating WorkspaceType {ORGS_PATH}:{name}: {e}")),
-        };
-    };
-    let mut updated = existing.clone();
-    updated
-        .metadata
-        .labels
-        .get_or_insert_with(Default::default)
-        .insert(ORG_LABEL.into(), org.into());
-    if !updated.data["spec"].is_object() {
-        updated.data["spec"] = json!({});
-    }
-    for (k, v) in owned.as_object().into_iter().flatten() {
-        updated.data["spec"][k] = v.clone();
-    }
-    if updated.metadata.labels == existing.metadata.labels && updated.data == existing.data {
-        return Ok(());
-    }
-    api.replace(&name, &PostParams::default(), &updated)
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("updating WorkspaceType {ORGS_PATH}:{name}: {e}"))
+    let wanted = json!({
+        "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+        "metadata": {"name": workspace_type_name(org, base), "labels": {ORG_LABEL: org}},
+        "spec": owned,
+    });
+    ensure(
+        &ctx.api_at(ORGS_PATH, &workspace_types()),
+        wanted,
+        |stored| {
+            let mut updated = stored.clone();
+            updated
+                .metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(ORG_LABEL.into(), org.into());
+            if !updated.data["spec"].is_object() {
+                updated.data["spec"] = json!({});
+            }
+            for (k, v) in owned.as_object().into_iter().flatten() {
+                updated.data["spec"][k] = v.clone();
+            }
+            (updated.metadata.labels != stored.metadata.labels || updated.data != stored.data)
+                .then_some(updated)
+        },
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("in {ORGS_PATH}: {e}"))
 }
 
 /// `WorkspaceTypeSubroutine`: an organisation gets WorkspaceTypes `<org>-org` and
@@ -191,54 +180,45 @@ impl Subroutine<AccountContext> for WorkspaceStep {
         if !wst.is_some_and(|t| condition_true(&t.data, "Ready")) {
             return Ok(stop("Workspace type not ready yet"));
         }
-        let api = ctx.api(&workspaces());
         let name = ctx.name();
         let uid = ctx.account.metadata.uid.clone().unwrap_or_default();
         let owner = json!({"apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "Account",
             "name": name, "uid": uid});
+        let owner_ref: OwnerReference =
+            serde_json::from_value(owner.clone()).map_err(|e| e.to_string())?;
         let wanted_type = json!({"name": type_name, "path": ORGS_PATH});
-        let existing = api
-            .get_opt(name)
-            .await
-            .map_err(|e| format!("getting Workspace {name}: {e}"))?;
-        let Some(existing) = existing else {
-            let ws: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-                "metadata": {"name": name, "ownerReferences": [owner]},
-                "spec": {"type": wanted_type},
-            }))
-            .map_err(|e| e.to_string())?;
-            return match api.create(&PostParams::default(), &ws).await {
-                Ok(_) => Ok(Step::done()),
-                // Made meanwhile: the next reconcile checks it.
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(stop("Workspace being created")),
-                Err(e) => Err(format!("creating Workspace {name}: {e}")),
-            };
-        };
-        let have = &existing.data["spec"]["type"];
-        if have["name"] != wanted_type["name"] {
+        let same_type = |ws: &DynamicObject| ws.data["spec"]["type"]["name"] == wanted_type["name"];
+        let ws = ensure(
+            &ctx.api(&workspaces()),
+            json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+                   "metadata": {"name": name, "ownerReferences": [owner]},
+                   "spec": {"type": wanted_type}}),
+            // An existing workspace of this type gets the owner reference it lacks.
+            |stored| {
+                let refs = stored
+                    .metadata
+                    .owner_references
+                    .as_deref()
+                    .unwrap_or_default();
+                (same_type(stored) && !refs.iter().any(|r| r.uid == uid)).then(|| {
+                    let mut updated = stored.clone();
+                    updated
+                        .metadata
+                        .owner_references
+                        .get_or_insert_with(Vec::new)
+                        .push(owner_ref.clone());
+                    updated
+                })
+            },
+        )
+        .await?;
+        if !same_type(&ws) {
+            let have = &ws.data["spec"]["type"];
             return Err(format!(
                 "Workspace {name} exists with type {}:{}, the account needs {ORGS_PATH}:{type_name} (a workspace's type cannot change)",
                 have["path"].as_str().unwrap_or("root"),
                 have["name"].as_str().unwrap_or("")
             ));
-        }
-        let owned = existing
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|r| r.uid == uid);
-        if !owned {
-            let mut updated = existing.clone();
-            updated
-                .metadata
-                .owner_references
-                .get_or_insert_with(Vec::new)
-                .push(serde_json::from_value(owner).map_err(|e| e.to_string())?);
-            api.replace(name, &PostParams::default(), &updated)
-                .await
-                .map_err(|e| format!("updating Workspace {name}: {e}"))?;
         }
         Ok(Step::done())
     }
@@ -313,38 +293,22 @@ impl Subroutine<AccountContext> for ManageAccountInfo {
         let ws = account_workspace(ctx).await?;
         let phase = ws.data["status"]["phase"].as_str().unwrap_or("");
         if phase != "Initializing" && phase != "Ready" {
-            return Ok(Step::Stop {
-                message: "Workspace not ready yet".into(),
-                after: Some(INFO_WAIT),
-            });
+            return Ok(Step::stop("Workspace not ready yet", INFO_WAIT));
         }
         let me = location(ctx, &ws)?;
         let cluster = ws.data["spec"]["cluster"].as_str().unwrap_or("");
         if cluster.is_empty() {
             return Err("the Account's Workspace has no logical cluster yet".into());
         }
-        let api = ctx.api_at(cluster, &account_infos());
-        let existing = api
-            .get_opt(INFO_NAME)
-            .await
-            .map_err(|e| format!("getting AccountInfo: {e}"))?;
-        let ca = ctx.kcp.ca_pem.clone();
-        let mut spec = existing
-            .as_ref()
-            .map(|i| i.data["spec"].clone())
-            .filter(Value::is_object)
-            .unwrap_or_else(|| json!({}));
+        // The fields this step owns, set (or removed when None); the FGA store and OIDC
+        // settings of an organisation are others' to write and kept as found.
+        let mut owned: Vec<(&str, Option<Value>)> = vec![
+            ("account", Some(me.clone())),
+            ("clusterInfo", Some(json!({"ca": ctx.kcp.ca_pem}))),
+        ];
         if ctx.is_org() {
-            // The FGA store and OIDC settings are others' to write; kept as found.
-            spec["account"] = me.clone();
-            spec["organization"] = me;
-            if let Some(s) = spec.as_object_mut() {
-                s.remove("parentAccount");
-            }
-            spec["clusterInfo"] = json!({"ca": ca});
-            if spec["fga"]["store"]["id"].as_str().is_none() {
-                spec["fga"] = json!({"store": {"id": ""}});
-            }
+            owned.push(("organization", Some(me)));
+            owned.push(("parentAccount", None));
         } else {
             let parent = ctx
                 .api(&account_infos())
@@ -352,52 +316,51 @@ impl Subroutine<AccountContext> for ManageAccountInfo {
                 .await
                 .map_err(|e| format!("getting parent AccountInfo: {e}"))?;
             let Some(parent) = parent else {
-                return Ok(Step::Stop {
-                    message: "Parent AccountInfo does not exist yet".into(),
-                    after: Some(INFO_WAIT),
-                });
+                return Ok(Step::stop(
+                    "Parent AccountInfo does not exist yet",
+                    INFO_WAIT,
+                ));
             };
             let p = &parent.data["spec"];
-            spec["account"] = me;
-            spec["parentAccount"] = p["account"].clone();
-            spec["organization"] = p["organization"].clone();
-            spec["fga"] = json!({"store": {"id": p["fga"]["store"]["id"].as_str().unwrap_or("")}});
-            match p.get("oidc").filter(|o| !o.is_null()) {
-                Some(o) => spec["oidc"] = o.clone(),
-                None => {
-                    if let Some(s) = spec.as_object_mut() {
-                        s.remove("oidc");
+            owned.push(("parentAccount", Some(p["account"].clone())));
+            owned.push(("organization", Some(p["organization"].clone())));
+            let store = p["fga"]["store"]["id"].as_str().unwrap_or("");
+            owned.push(("fga", Some(json!({"store": {"id": store}}))));
+            owned.push(("oidc", p.get("oidc").filter(|o| !o.is_null()).cloned()));
+        }
+        let apply = |spec: &mut Value| {
+            if !spec.is_object() {
+                *spec = json!({});
+            }
+            for (k, v) in &owned {
+                match v {
+                    Some(v) => spec[*k] = v.clone(),
+                    None => {
+                        if let Some(m) = spec.as_object_mut() {
+                            m.remove(*k);
+                        }
                     }
                 }
             }
-            spec["clusterInfo"] = json!({"ca": ca});
-        }
-        match existing {
-            None => {
-                let info: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "AccountInfo",
-                    "metadata": {"name": INFO_NAME}, "spec": spec,
-                }))
-                .map_err(|e| e.to_string())?;
-                match api.create(&PostParams::default(), &info).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => {
-                        return Ok(Step::Stop {
-                            message: "AccountInfo being written".into(),
-                            after: Some(INFO_WAIT),
-                        })
-                    }
-                    Err(e) => return Err(format!("creating or updating AccountInfo: {e}")),
-                }
+            // Required by the schema; an organisation's store id is written later by others.
+            if spec["fga"]["store"]["id"].as_str().is_none() {
+                spec["fga"] = json!({"store": {"id": ""}});
             }
-            Some(mut info) if info.data["spec"] != spec => {
-                info.data["spec"] = spec;
-                api.replace(INFO_NAME, &PostParams::default(), &info)
-                    .await
-                    .map_err(|e| format!("creating or updating AccountInfo: {e}"))?;
-            }
-            Some(_) => {}
-        }
+        };
+        let mut spec = json!({});
+        apply(&mut spec);
+        ensure(
+            &ctx.api_at(cluster, &account_infos()),
+            json!({"apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "AccountInfo",
+                   "metadata": {"name": INFO_NAME}, "spec": spec}),
+            |stored| {
+                let mut updated = stored.clone();
+                apply(&mut updated.data["spec"]);
+                (updated.data != stored.data).then_some(updated)
+            },
+        )
+        .await
+        .map_err(|e| format!("creating or updating AccountInfo: {e}"))?;
         Ok(Step::done())
     }
 }

@@ -83,10 +83,7 @@ pub fn has_condition(obj: &Value, type_: &str, status: &str) -> bool {
 pub struct Wait;
 
 fn stop(message: String) -> Step {
-    Step::Stop {
-        message,
-        after: Some(WAIT_REQUEUE),
-    }
+    Step::stop(message, WAIT_REQUEUE)
 }
 
 #[async_trait::async_trait]

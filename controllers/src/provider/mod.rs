@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 
 use crate::lifecycle::{drive_with_status, DriveError, Lifecycle, StatusFields, Step};
@@ -24,6 +24,7 @@ use crate::platformmesh::api_resource;
 use crate::platformmesh::kcp::Kcp;
 use crate::runtime::{Action, ClusterContext, Controller, Reconciler, Request, ResourceKind};
 
+pub(crate) use crate::ensure::{ensure, ensure_written};
 pub use steps::{
     ProviderWorkspace, ScopedKubeconfig, KUBECONFIG_FINALIZER, PROVIDERS_PATH, WORKSPACE_FINALIZER,
 };
@@ -89,10 +90,7 @@ pub(crate) const WAIT: Duration = Duration::from_secs(2);
 
 /// Stops the chain, to look again after [`WAIT`].
 pub(crate) fn stop(message: impl Into<String>) -> Step {
-    Step::Stop {
-        message: message.into(),
-        after: Some(WAIT),
-    }
+    Step::stop(message, WAIT)
 }
 
 /// The text under `key` of a Secret's base64 `data`, if there is some.
@@ -159,52 +157,4 @@ pub fn controller(kcp: Arc<Kcp>, workers: usize) -> Controller<ProviderReconcile
     )
     .for_kind(ResourceKind::dynamic(providers(), false))
     .workers(workers)
-}
-
-/// Creates `obj` with `api`, or replaces the stored one when `differs(stored)` says so (keeping
-/// its metadata). Returns the object as stored.
-pub(crate) async fn ensure(
-    api: &Api<DynamicObject>,
-    obj: Value,
-    differs: impl Fn(&DynamicObject) -> Option<DynamicObject>,
-) -> Result<DynamicObject, String> {
-    ensure_written(api, obj, differs).await.map(|(o, _)| o)
-}
-
-/// [`ensure`], also telling whether it wrote.
-pub(crate) async fn ensure_written(
-    api: &Api<DynamicObject>,
-    obj: Value,
-    differs: impl Fn(&DynamicObject) -> Option<DynamicObject>,
-) -> Result<(DynamicObject, bool), String> {
-    let wanted: DynamicObject = serde_json::from_value(obj).map_err(|e| e.to_string())?;
-    let name = wanted.metadata.name.clone().unwrap_or_default();
-    let kind = wanted
-        .types
-        .as_ref()
-        .map(|t| t.kind.clone())
-        .unwrap_or_default();
-    match api
-        .get_opt(&name)
-        .await
-        .map_err(|e| format!("reading {kind} {name}: {e}"))?
-    {
-        None => match api.create(&PostParams::default(), &wanted).await {
-            Ok(o) => Ok((o, true)),
-            Err(kube::Error::Api(s)) if s.code == 409 => api
-                .get(&name)
-                .await
-                .map(|o| (o, true))
-                .map_err(|e| format!("reading {kind} {name}: {e}")),
-            Err(e) => Err(format!("creating {kind} {name}: {e}")),
-        },
-        Some(stored) => match differs(&stored) {
-            None => Ok((stored, false)),
-            Some(updated) => api
-                .replace(&name, &PostParams::default(), &updated)
-                .await
-                .map(|o| (o, true))
-                .map_err(|e| format!("updating {kind} {name}: {e}")),
-        },
-    }
 }
