@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod account;
+pub mod broker;
 pub mod ensure;
 pub mod lifecycle;
 pub mod platformmesh;

@@ -1,0 +1,262 @@
+//! Puts the broker together: one manager per role (consumers, providers, coordination), the
+//! controllers on each, and the event paths between them.
+//!
+//! - consumers: one brokering controller per kind ([`GenericReconciler`]);
+//! - providers: the AcceptAPI controller, and per kind a watch whose events wake the consumer
+//!   object a copy belongs to;
+//! - coordination: the MigrationConfiguration and Migration controllers; Migration events wake
+//!   the consumer object being moved.
+//!
+//! An AcceptAPI change wakes every consumer object of its API, so objects move as soon as what
+//! providers accept changes.
+
+use std::sync::Arc;
+
+use api::broker::{AcceptAPI, Migration, MigrationConfiguration};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::accept::{AcceptApiReconciler, Registry};
+use super::generic::{consumer_request, Brokered, Discovery, GenericReconciler, Shared, CONSUMER_KIND};
+use super::migration::{
+    ConfigurationReconciler, Configurations, MigrationReconciler, MIGRATION_CONTROLLER,
+};
+use crate::providers::FixedClusters;
+use crate::runtime::{
+    Action, Cluster, ClusterContext, ClusterProvider, Controller, Manager, ManagerOptions,
+    Reconciler, Request,
+};
+
+/// What the broker runs over.
+pub struct BrokerOptions {
+    /// The consumer clusters.
+    pub consumers: Arc<dyn ClusterProvider>,
+    /// The provider clusters.
+    pub providers: Arc<dyn ClusterProvider>,
+    /// The coordination cluster (MigrationConfigurations and Migrations); without one, objects
+    /// move without migrations.
+    pub coordination: Option<Cluster>,
+    /// Where migration stage objects go (the coordination cluster when not given).
+    pub compute: Option<kube::Client>,
+    /// The brokered kinds.
+    pub kinds: Vec<Brokered>,
+    /// Workers per brokering controller.
+    pub workers: usize,
+}
+
+/// A reconciler for watches that only forward events elsewhere; never called.
+struct Forwarder;
+
+impl Reconciler for Forwarder {
+    type Error = String;
+
+    async fn reconcile(&self, _: Request, _: ClusterContext) -> Result<Action, String> {
+        Ok(Action::await_change())
+    }
+}
+
+/// The broker's three managers, ready to run.
+pub struct Broker {
+    /// Manager of the consumer clusters.
+    pub consumers: Manager,
+    /// Manager of the provider clusters.
+    pub providers: Manager,
+    /// Manager of the coordination cluster.
+    pub coordination: Manager,
+    /// The AcceptAPI registry.
+    pub registry: Registry,
+    options: BrokerOptions,
+}
+
+impl Broker {
+    /// Builds the managers and controllers.
+    pub fn new(options: BrokerOptions) -> Result<Broker, String> {
+        let consumers = Manager::new(ManagerOptions::default());
+        let providers = Manager::new(ManagerOptions::default());
+        let coordination = Manager::new(ManagerOptions::default());
+        let registry = Registry::default();
+        let configurations = Configurations::default();
+        let discovery = Discovery::default();
+        let shared = Shared {
+            registry: registry.clone(),
+            configurations: configurations.clone(),
+            providers: providers.clone(),
+            coordination: options.coordination.as_ref().map(|c| c.client()),
+            discovery: discovery.clone(),
+        };
+        let err = |e: crate::runtime::ManagerError| e.to_string();
+        for b in &options.kinds {
+            consumers
+                .add(
+                    Controller::new(
+                        b.controller(),
+                        GenericReconciler {
+                            brokered: b.clone(),
+                            shared: shared.clone(),
+                        },
+                    )
+                    .for_kind(b.kind.clone())
+                    .workers(options.workers.max(1)),
+                )
+                .map_err(err)?;
+            let to_consumers = consumers.clone();
+            let controller = b.controller();
+            providers
+                .add(
+                    Controller::new(format!("{}-copies", b.controller()), Forwarder)
+                        .for_kind(b.kind.clone())
+                        .with_event_filter(move |obj| {
+                            if let Some((_, req)) = consumer_request(obj) {
+                                to_consumers.enqueue(&controller, req);
+                            }
+                            false
+                        }),
+                )
+                .map_err(err)?;
+        }
+        providers
+            .add(
+                Controller::new(
+                    "broker-acceptapi",
+                    AcceptApiReconciler {
+                        registry: registry.clone(),
+                        brokered: options.kinds.iter().map(|b| b.gvr.clone()).collect(),
+                    },
+                )
+                .for_::<AcceptAPI>(),
+            )
+            .map_err(err)?;
+        // What providers accept changed: every consumer object of that API may move.
+        {
+            let consumers = consumers.clone();
+            let kinds = options.kinds.clone();
+            registry.on_change(move |gvr| {
+                for b in kinds.iter().filter(|b| &b.gvr == gvr) {
+                    let caches = consumers.caches();
+                    for name in consumers.engaged_clusters() {
+                        let Some(cluster) = consumers.engaged(&name) else {
+                            continue;
+                        };
+                        let cache = caches.get_or_start(&cluster, &b.kind);
+                        for obj in cache.list(&name, None) {
+                            if let Some(req) = crate::runtime::mapping::request_for(&name, &obj) {
+                                consumers.enqueue(&b.controller(), req);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        if options.coordination.is_some() {
+            coordination
+                .add(
+                    Controller::new(
+                        "broker-migrationconfiguration",
+                        ConfigurationReconciler {
+                            configurations: configurations.clone(),
+                            coordination: coordination.clone(),
+                        },
+                    )
+                    .for_::<MigrationConfiguration>(),
+                )
+                .map_err(err)?;
+            let to_consumers = consumers.clone();
+            coordination
+                .add(
+                    Controller::new(
+                        MIGRATION_CONTROLLER,
+                        MigrationReconciler {
+                            configurations,
+                            providers: providers.clone(),
+                            compute: options.compute.clone(),
+                            discovery,
+                        },
+                    )
+                    .for_::<Migration>()
+                    .with_event_filter(move |obj| {
+                        let kind = obj
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(CONSUMER_KIND));
+                        if let (Some(kind), Some((_, req))) = (kind, consumer_request(obj)) {
+                            to_consumers.enqueue(&format!("broker-{kind}"), req);
+                        }
+                        true
+                    }),
+                )
+                .map_err(err)?;
+        }
+        Ok(Broker {
+            consumers,
+            providers,
+            coordination,
+            registry,
+            options,
+        })
+    }
+
+    /// Runs every manager until `stop` is cancelled (or one of them fails).
+    pub async fn run(self, stop: CancellationToken) -> Result<(), String> {
+        let Broker {
+            consumers,
+            providers,
+            coordination,
+            options,
+            ..
+        } = self;
+        let coordination_clusters: Arc<dyn ClusterProvider> =
+            Arc::new(FixedClusters::new(options.coordination));
+        let wait = |s: CancellationToken| async move { s.cancelled().await };
+        let (a, b, c) = tokio::join!(
+            providers.run(options.providers, wait(stop.clone())),
+            consumers.run(options.consumers, wait(stop.clone())),
+            coordination.run(coordination_clusters, wait(stop.clone())),
+        );
+        for (role, r) in [("providers", a), ("consumers", b), ("coordination", c)] {
+            if let Err(e) = r {
+                warn!(role, error = %e, "broker manager stopped");
+                stop.cancel();
+                return Err(format!("the {role} manager stopped: {e}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One cluster per context of each kubeconfig file, named `<path>+<context>` (as upstream's
+/// file provider names them, so provider-side names match upstream's).
+pub async fn kubeconfig_clusters(paths: &[String]) -> Result<Vec<Cluster>, String> {
+    let mut out = Vec::new();
+    for path in paths.iter().filter(|p| !p.is_empty()) {
+        let kc = Kubeconfig::read_from(path)
+            .map_err(|e| format!("reading kubeconfig {path}: {e}"))?;
+        if kc.contexts.is_empty() {
+            return Err(format!("kubeconfig {path} has no contexts"));
+        }
+        for ctx in &kc.contexts {
+            let options = KubeConfigOptions {
+                context: Some(ctx.name.clone()),
+                ..Default::default()
+            };
+            let config = kube::Config::from_custom_kubeconfig(kc.clone(), &options)
+                .await
+                .map_err(|e| format!("kubeconfig {path}, context {}: {e}", ctx.name))?;
+            let client = kube::Client::try_from(config)
+                .map_err(|e| format!("kubeconfig {path}, context {}: {e}", ctx.name))?;
+            out.push(Cluster::new(format!("{path}+{}", ctx.name), client));
+        }
+    }
+    Ok(out)
+}
+
+/// The cluster of a kubeconfig file's current context, named `name`.
+pub async fn kubeconfig_cluster(path: &str, name: &str) -> Result<Cluster, String> {
+    let kc = Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {path}: {e}"))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("kubeconfig {path}: {e}"))?;
+    let client = kube::Client::try_from(config).map_err(|e| format!("kubeconfig {path}: {e}"))?;
+    Ok(Cluster::new(name, client))
+}
