@@ -1,19 +1,22 @@
 //! MigrationConfiguration (`broker.platform-mesh.io`, namespaced): ordered
 //! stages the broker's migration controller runs. For each stage it creates
-//! every `templates[<key>]` object (named `<migration id>-<key>` in namespace
-//! `default`) and then evaluates `successConditions`, CEL expressions whose
-//! only variables are the stage's template keys (standard CEL library).
+//! every `templates[<key>]` object (named `<migration id>-<key>`, in the
+//! template's namespace or else the Migration's) and then evaluates
+//! `successConditions`, CEL expressions whose variables are the stage's
+//! template keys and `from` and `to`, the two provider copies (standard CEL
+//! library).
 //!
 //! Errors:
 //! * `from`/`to` name a kind and version;
 //! * stage names are unique (the broker finds the current stage by name);
 //! * template keys can become part of an object name and a CEL variable
 //!   (lower-case alphanumerics and `-`), templates carry `apiVersion` and `kind`;
+//! * template keys are not `from` or `to`, which name the provider copies;
 //! * each success condition compiles as CEL and references no variables
-//!   other than the stage's template keys (the broker's CEL environment
-//!   declares nothing else, so such an expression fails to compile there).
+//!   other than the stage's template keys, `from` and `to` (the broker binds
+//!   nothing else, so such an expression could never hold).
 //!
-//! Warnings: a template's `metadata.name`/`namespace`, which the broker replaces.
+//! Warnings: a template's `metadata.name`, which the broker replaces.
 
 use std::collections::BTreeSet;
 
@@ -83,7 +86,13 @@ fn is_template_key(key: &str) -> bool {
 }
 
 fn validate_template(key: &str, t: &Value, field: &str, report: &mut Report) {
-    if !is_template_key(key) {
+    if key == "from" || key == "to" {
+        report.error(FieldError::invalid(
+            field,
+            key,
+            "from and to name the provider copies in success conditions; choose another key",
+        ));
+    } else if !is_template_key(key) {
         report.error(FieldError::invalid(
             field,
             key,
@@ -98,13 +107,11 @@ fn validate_template(key: &str, t: &Value, field: &str, report: &mut Report) {
             report.error(FieldError::required(format!("{field}.{k}"), ""));
         }
     }
-    for k in ["name", "namespace"] {
-        if at(t, &["metadata", k]).is_some() {
-            report.warn(
-                &format!("{field}.metadata.{k}"),
-                "ignored: stage objects are named '<migration id>-<key>' and created in namespace 'default'",
-            );
-        }
+    if at(t, &["metadata", "name"]).is_some() {
+        report.warn(
+            &format!("{field}.metadata.name"),
+            "ignored: stage objects are named '<migration id>-<key>'",
+        );
     }
 }
 
@@ -121,16 +128,17 @@ fn validate_condition(src: &str, keys: &BTreeSet<&str>, field: &str, report: &mu
         }
     };
     let known = if keys.is_empty() {
-        "this stage has no templates, so no variables".to_string()
+        "the variables are from and to; this stage has no templates".to_string()
     } else {
         let list: Vec<&str> = keys.iter().copied().collect();
         format!(
-            "the variables are the stage's template keys: {}",
+            "the variables are from, to and the stage's template keys: {}",
             list.join(", ")
         )
     };
     let vars = free_variables(&program);
-    for var in vars.iter().filter(|v| !keys.contains(v.as_str())) {
+    let bound = |v: &str| keys.contains(v) || v == "from" || v == "to";
+    for var in vars.iter().filter(|v| !bound(v.as_str())) {
         report.error(FieldError::invalid(
             field,
             src,
@@ -180,10 +188,13 @@ pub(crate) fn cases() -> Vec<InvalidCase> {
             "Invalid value: \"\": compilation failed: ERROR: <input>:1:1: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}"),
         case("success condition references unknown variable", with_stages(json!([{"name": "copy", "templates": {"dummy": dummy()}, "successConditions": ["other.status.ready == true"]}])),
             "spec.stages[0].successConditions[0]",
-            "Invalid value: \"other.status.ready == true\": undeclared reference to 'other' (the variables are the stage's template keys: dummy)"),
+            "Invalid value: \"other.status.ready == true\": undeclared reference to 'other' (the variables are from, to and the stage's template keys: dummy)"),
         case("success condition without templates", with_stages(json!([{"name": "copy", "successConditions": ["self.ready"]}])),
             "spec.stages[0].successConditions[0]",
-            "Invalid value: \"self.ready\": undeclared reference to 'self' (this stage has no templates, so no variables)"),
+            "Invalid value: \"self.ready\": undeclared reference to 'self' (the variables are from and to; this stage has no templates)"),
+        case("template key from", with_stages(json!([{"name": "copy", "templates": {"from": dummy()}}])),
+            "spec.stages[0].templates[from]",
+            "Invalid value: \"from\": from and to name the provider copies in success conditions; choose another key"),
         case("template without apiVersion", with_stages(json!([{"name": "copy", "templates": {"dummy": {"kind": "ConfigMap"}}}])),
             "spec.stages[0].templates[dummy].apiVersion", "Required value"),
         case("template without kind", with_stages(json!([{"name": "copy", "templates": {"dummy": {"apiVersion": "v1", "kind": ""}}}])),
@@ -250,12 +261,11 @@ mod tests {
         let r = run(BROKER_GROUP, "MigrationConfiguration", &obj(spec), None);
         let got: Vec<String> = r.errors.iter().map(|e| e.to_string()).collect();
         assert_eq!(got, vec![
-            "spec.stages[0].successConditions[0]: Invalid value: \"b.x && a.y && cm.z\": undeclared reference to 'a' (the variables are the stage's template keys: cm)",
-            "spec.stages[0].successConditions[0]: Invalid value: \"b.x && a.y && cm.z\": undeclared reference to 'b' (the variables are the stage's template keys: cm)",
+            "spec.stages[0].successConditions[0]: Invalid value: \"b.x && a.y && cm.z\": undeclared reference to 'a' (the variables are from, to and the stage's template keys: cm)",
+            "spec.stages[0].successConditions[0]: Invalid value: \"b.x && a.y && cm.z\": undeclared reference to 'b' (the variables are from, to and the stage's template keys: cm)",
         ]);
         assert_eq!(r.warnings, vec![
-            "spec.stages[0].templates[cm].metadata.name: ignored: stage objects are named '<migration id>-<key>' and created in namespace 'default'",
-            "spec.stages[0].templates[cm].metadata.namespace: ignored: stage objects are named '<migration id>-<key>' and created in namespace 'default'",
+            "spec.stages[0].templates[cm].metadata.name: ignored: stage objects are named '<migration id>-<key>'",
         ]);
     }
 }

@@ -128,11 +128,7 @@ pub fn check(spec: &AcceptAPISpec, gvr: &GroupVersionResource, obj: &Value) -> V
     if spec.gvr != *gvr {
         return vec![Denial {
             key: "gvr".into(),
-            reason: format!(
-                "accepts {}, not {}",
-                gvr_text(&spec.gvr),
-                gvr_text(gvr)
-            ),
+            reason: format!("accepts {}, not {}", gvr_text(&spec.gvr), gvr_text(gvr)),
         }];
     }
     spec.filters
@@ -173,7 +169,10 @@ type ChangeHook = Arc<dyn Fn(&GroupVersionResource) + Send + Sync>;
 
 #[derive(Default)]
 struct RegistryInner {
-    by_api: HashMap<GroupVersionResource, BTreeMap<ClusterName, BTreeMap<(String, String), AcceptAPISpec>>>,
+    by_api: HashMap<
+        GroupVersionResource,
+        BTreeMap<ClusterName, BTreeMap<(String, String), AcceptAPISpec>>,
+    >,
     origin: HashMap<Origin, GroupVersionResource>,
 }
 
@@ -304,7 +303,12 @@ impl Registry {
     }
 
     /// The providers accepting `obj` of API `gvr`, ranked for the object `key`, best first.
-    pub fn accepting(&self, gvr: &GroupVersionResource, obj: &Value, key: &str) -> Vec<ClusterName> {
+    pub fn accepting(
+        &self,
+        gvr: &GroupVersionResource,
+        obj: &Value,
+        key: &str,
+    ) -> Vec<ClusterName> {
         let providers: Vec<ClusterName> = {
             let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
             inner
@@ -423,11 +427,16 @@ async fn patch_finalizers(
     obj: &AcceptAPI,
     finalizers: Vec<String>,
 ) -> Result<(), String> {
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
-    api.patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("writing finalizers: {e}"))
+    let patch =
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("writing finalizers: {e}"))
 }
 
 /// Sets condition `type_` on an AcceptAPI's status unless it already says the same.
@@ -459,10 +468,14 @@ async fn set_condition(
         return Ok(());
     }
     let patch = json!({"status": {"conditions": conditions}});
-    api.patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("writing status: {e}"))
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("writing status: {e}"))
 }
 
 #[cfg(test)]
@@ -487,7 +500,8 @@ mod tests {
 
     #[test]
     fn suffix_value_in_and_boundaries() {
-        let cert = json!({"spec": {"fqdn": "app.internal.corp", "size": 5, "nested": {"arch": "arm64"}}});
+        let cert =
+            json!({"spec": {"fqdn": "app.internal.corp", "size": 5, "nested": {"arch": "arm64"}}});
         let suffix = Filter {
             suffix: Some("internal.corp".into()),
             ..filter("fqdn")
@@ -596,10 +610,16 @@ mod tests {
         // Ranking: the same key always gives the same order, and keys spread over providers.
         let providers: Vec<ClusterName> = (0..2).map(|i| format!("provider#{i}").into()).collect();
         let first = rank(providers.clone(), "ns/obj-1");
-        assert_eq!(first, rank(providers.iter().rev().cloned().collect(), "ns/obj-1"));
+        assert_eq!(
+            first,
+            rank(providers.iter().rev().cloned().collect(), "ns/obj-1")
+        );
         let to_first = (0..1000)
             .filter(|i| rank(providers.clone(), &format!("ns/obj-{i}"))[0] == providers[0])
             .count();
-        assert!((400..600).contains(&to_first), "{to_first} of 1000 on one provider");
+        assert!(
+            (400..600).contains(&to_first),
+            "{to_first} of 1000 on one provider"
+        );
     }
 }

@@ -186,7 +186,11 @@ pub fn related(provider_obj: &Value) -> Result<Vec<Related>, String> {
         }
         let group = gvk["group"].as_str().unwrap_or_default();
         out.push(Related {
-            group: if group == "core" { String::new() } else { group.to_string() },
+            group: if group == "core" {
+                String::new()
+            } else {
+                group.to_string()
+            },
             version,
             kind,
             name,
@@ -315,7 +319,10 @@ mod tests {
         let mut changed = secret.clone();
         changed["data"]["tls.crt"] = json!("BB==");
         let wanted = related_copy(&changed, "c", Some("default"), &cert());
-        assert_eq!(updated_related(&copy, &wanted).unwrap()["data"]["tls.crt"], "BB==");
+        assert_eq!(
+            updated_related(&copy, &wanted).unwrap()["data"]["tls.crt"],
+            "BB=="
+        );
         assert!(owned_by(&copy, "u1"));
     }
 }

@@ -34,10 +34,11 @@ use super::copy::{self, Copied};
 use super::migration::{self, Configurations};
 use super::{
     cluster_hash, provider_name, CONSUMER_CLUSTER, CONSUMER_NAME, CONSUMER_PREFIX,
-    GENERIC_FINALIZER, NEW_PROVIDER_CLUSTER, PROVIDER_CLUSTER, PROVIDER_PREFIX,
-    RELATED_RESOURCES,
+    GENERIC_FINALIZER, NEW_PROVIDER_CLUSTER, PROVIDER_CLUSTER, PROVIDER_PREFIX, RELATED_RESOURCES,
 };
-use crate::runtime::{Action, Cluster, ClusterContext, ClusterName, Manager, Reconciler, Request, ResourceKind};
+use crate::runtime::{
+    Action, Cluster, ClusterContext, ClusterName, Manager, Reconciler, Request, ResourceKind,
+};
 
 /// Migration annotation: the `Kind.version.group` of the consumer object.
 pub const CONSUMER_KIND: &str = "broker.platform-mesh.io/consumer-kind";
@@ -78,7 +79,11 @@ impl Discovery {
 
 /// `Kind.version.group` (`core` for the core group), as `--watch-kind` takes it.
 pub fn kind_text(gvk: &GroupVersionKind) -> String {
-    let group = if gvk.group.is_empty() { "core" } else { &gvk.group };
+    let group = if gvk.group.is_empty() {
+        "core"
+    } else {
+        &gvk.group
+    };
     format!("{}.{}.{group}", gvk.kind, gvk.version)
 }
 
@@ -187,7 +192,9 @@ impl Reconciler for GenericReconciler {
         };
         let item = Item {
             obj: to_value(&obj),
-            api: ctx.cluster().dynamic_api(&kind.api, req.namespace.as_deref()),
+            api: ctx
+                .cluster()
+                .dynamic_api(&kind.api, req.namespace.as_deref()),
             namespace: req.namespace.clone(),
             name: req.name.clone(),
             consumer,
@@ -335,7 +342,11 @@ impl GenericReconciler {
             &item.name,
         );
         let what = || format!("the copy {} on {provider}", item.remote);
-        match api.get_opt(&item.remote).await.map_err(|e| format!("reading {}: {e}", what()))? {
+        match api
+            .get_opt(&item.remote)
+            .await
+            .map_err(|e| format!("reading {}: {e}", what()))?
+        {
             Some(stored) => {
                 let stored = to_value(&stored);
                 match copy::updated_copy(&stored, &wanted) {
@@ -359,7 +370,9 @@ impl GenericReconciler {
                         match namespaces.create(&PostParams::default(), &made).await {
                             Ok(_) => {}
                             Err(e) if is_status(&e, 409) => {}
-                            Err(e) => return Err(format!("creating namespace {ns} on {provider}: {e}")),
+                            Err(e) => {
+                                return Err(format!("creating namespace {ns} on {provider}: {e}"))
+                            }
                         }
                         api.create(&PostParams::default(), &obj).await
                     }
@@ -426,7 +439,12 @@ impl GenericReconciler {
 
     /// Copies the related resources `remote` names on `provider` to the consumer and deletes
     /// the copies of those it no longer names.
-    async fn sync_related(&self, item: &Item, provider: &str, remote: &Value) -> Result<(), String> {
+    async fn sync_related(
+        &self,
+        item: &Item,
+        provider: &str,
+        remote: &Value,
+    ) -> Result<(), String> {
         let cluster = self
             .provider(provider)
             .ok_or_else(|| format!("provider cluster {provider} is not connected"))?;
@@ -439,13 +457,21 @@ impl GenericReconciler {
                 version: r.version.clone(),
                 kind: r.kind.clone(),
             };
-            let (ar, namespaced) = self.shared.discovery.resolve(&cluster.client(), &gvk).await?;
+            let (ar, namespaced) = self
+                .shared
+                .discovery
+                .resolve(&cluster.client(), &gvk)
+                .await?;
             let source_ns = r
                 .namespace
                 .clone()
                 .or_else(|| item.namespace.clone())
                 .filter(|_| namespaced);
-            let source = match cluster.dynamic_api(&ar, source_ns.as_deref()).get_opt(&r.name).await {
+            let source = match cluster
+                .dynamic_api(&ar, source_ns.as_deref())
+                .get_opt(&r.name)
+                .await
+            {
                 Ok(Some(o)) => to_value(&o),
                 Ok(None) => {
                     errors.push(format!("{} {} is not on {provider} yet", r.kind, r.name));
@@ -467,12 +493,20 @@ impl GenericReconciler {
                 Ok(Some(stored)) => match copy::updated_related(&to_value(&stored), &wanted) {
                     None => Ok(()),
                     Some(updated) => match to_dynamic(updated) {
-                        Ok(o) => api.replace(&name, &PostParams::default(), &o).await.map(|_| ()).map_err(|e| e.to_string()),
+                        Ok(o) => api
+                            .replace(&name, &PostParams::default(), &o)
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| e.to_string()),
                         Err(e) => Err(e),
                     },
                 },
                 Ok(None) => match to_dynamic(wanted) {
-                    Ok(o) => api.create(&PostParams::default(), &o).await.map(|_| ()).map_err(|e| e.to_string()),
+                    Ok(o) => api
+                        .create(&PostParams::default(), &o)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string()),
                     Err(e) => Err(e),
                 },
                 Err(e) => Err(e.to_string()),
@@ -509,7 +543,10 @@ impl GenericReconciler {
     /// Deletes one related-resource copy of the consumer when the consumer object owns it.
     async fn delete_related(&self, item: &Item, c: &Copied) -> Result<(), String> {
         let consumer = item.api.clone().into_client();
-        let (group, version) = c.api_version.rsplit_once('/').unwrap_or(("", &c.api_version));
+        let (group, version) = c
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &c.api_version));
         let gvk = GroupVersionKind {
             group: group.into(),
             version: version.into(),
@@ -545,7 +582,9 @@ impl GenericReconciler {
         if let (Some(_), Some(coordination)) = (config, &self.shared.coordination) {
             let state = self.ensure_migration(coordination, item, old, new).await?;
             match &old_copy {
-                Some(o) if !migration::serves_from_new(&state) => self.bring_back(item, old, o).await?,
+                Some(o) if !migration::serves_from_new(&state) => {
+                    self.bring_back(item, old, o).await?
+                }
                 _ => self.bring_back(item, new, &new_copy).await?,
             }
             if state != migration::state::CUTOVER_COMPLETED {
@@ -586,7 +625,11 @@ impl GenericReconciler {
         format!("{}-{}", cluster_hash(&scope), item.name)
     }
 
-    fn migration_api(&self, coordination: &kube::Client, item: &Item) -> Api<api::broker::Migration> {
+    fn migration_api(
+        &self,
+        coordination: &kube::Client,
+        item: &Item,
+    ) -> Api<api::broker::Migration> {
         Api::namespaced(
             coordination.clone(),
             item.namespace.as_deref().unwrap_or("default"),
@@ -604,8 +647,15 @@ impl GenericReconciler {
     ) -> Result<String, String> {
         let api = self.migration_api(coordination, item);
         let name = self.migration_name(item);
-        let (from, to) = (format!("{PROVIDER_PREFIX}{old}"), format!("{PROVIDER_PREFIX}{new}"));
-        if let Some(m) = api.get_opt(&name).await.map_err(api_error("reading the Migration"))? {
+        let (from, to) = (
+            format!("{PROVIDER_PREFIX}{old}"),
+            format!("{PROVIDER_PREFIX}{new}"),
+        );
+        if let Some(m) = api
+            .get_opt(&name)
+            .await
+            .map_err(api_error("reading the Migration"))?
+        {
             if m.spec.from.cluster_name == from && m.spec.to.cluster_name == to {
                 return Ok(m.status.and_then(|s| s.state).unwrap_or_default());
             }
@@ -614,9 +664,7 @@ impl GenericReconciler {
             return Ok(String::new());
         }
         let namespace = item.namespace.clone().unwrap_or_else(|| "default".into());
-        let side = |cluster: &str| {
-            json!({"gvk": self.brokered.gvk, "name": item.remote, "namespace": item.namespace, "clusterName": cluster})
-        };
+        let side = |cluster: &str| json!({"gvk": self.brokered.gvk, "name": item.remote, "namespace": item.namespace, "clusterName": cluster});
         let m: api::broker::Migration = serde_json::from_value(json!({
             "apiVersion": "broker.platform-mesh.io/v1alpha1", "kind": "Migration",
             "metadata": {"name": name, "namespace": namespace, "annotations": {
@@ -635,14 +683,20 @@ impl GenericReconciler {
                 match namespaces.create(&PostParams::default(), &made).await {
                     Ok(_) => Ok(String::new()),
                     Err(e) if is_status(&e, 409) => Ok(String::new()),
-                    Err(e) => Err(format!("creating namespace {namespace} for the Migration: {e}")),
+                    Err(e) => Err(format!(
+                        "creating namespace {namespace} for the Migration: {e}"
+                    )),
                 }
             }
             Err(e) => Err(format!("creating the Migration {name}: {e}")),
         }
     }
 
-    async fn delete_migration(&self, coordination: &kube::Client, item: &Item) -> Result<(), String> {
+    async fn delete_migration(
+        &self,
+        coordination: &kube::Client,
+        item: &Item,
+    ) -> Result<(), String> {
         match self
             .migration_api(coordination, item)
             .delete(&self.migration_name(item), &DeleteParams::default())
@@ -656,7 +710,11 @@ impl GenericReconciler {
 
     /// The consumer object is being deleted: provider copies, related copies and the Migration
     /// go first, then the object is released.
-    async fn finalize(&self, item: &Item, providers: [Option<String>; 2]) -> Result<Action, String> {
+    async fn finalize(
+        &self,
+        item: &Item,
+        providers: [Option<String>; 2],
+    ) -> Result<Action, String> {
         if !copy::has_finalizer(&item.obj, GENERIC_FINALIZER) {
             return Ok(Action::await_change());
         }
@@ -690,7 +748,12 @@ impl GenericReconciler {
     }
 
     /// The consumer object is gone: copies of it left on providers go too.
-    async fn orphans(&self, consumer: &str, namespace: Option<&str>, remote: &str) -> Result<(), String> {
+    async fn orphans(
+        &self,
+        consumer: &str,
+        namespace: Option<&str>,
+        remote: &str,
+    ) -> Result<(), String> {
         for name in self.shared.providers.engaged_clusters() {
             let Some(cluster) = self.shared.providers.engaged(&name) else {
                 continue;
@@ -725,7 +788,10 @@ async fn delete_released(api: &Api<DynamicObject>, name: &str) -> Result<bool, S
             "resourceVersion": v["metadata"]["resourceVersion"],
             "finalizers": copy::finalizers_with(&v, GENERIC_FINALIZER, false),
         }});
-        match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => {}
             Err(e) if is_status(&e, 404) => return Ok(true),
             Err(e) => return Err(format!("releasing {name}: {e}")),
@@ -738,7 +804,11 @@ async fn delete_released(api: &Api<DynamicObject>, name: &str) -> Result<bool, S
             Err(e) => return Err(format!("deleting {name}: {e}")),
         }
     }
-    Ok(api.get_opt(name).await.map_err(|e| e.to_string())?.is_none())
+    Ok(api
+        .get_opt(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .is_none())
 }
 
 /// Forwards events on provider copies (and Migrations) to the consumer object they belong to.

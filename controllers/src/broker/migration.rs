@@ -182,10 +182,14 @@ where
         all.push(f.to_string());
     }
     let patch = json!({"metadata": {"finalizers": all, "resourceVersion": obj.resource_version()}});
-    api.patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("writing finalizers: {e}"))
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("writing finalizers: {e}"))
 }
 
 /// Runs Migrations: deploys stage objects, checks success conditions, advances stages.
@@ -223,7 +227,10 @@ impl Reconciler for MigrationReconciler {
         let status = m.status.clone().unwrap_or_default();
         let current = status.state.clone().unwrap_or_default();
         let config = self.configurations.get(&m.spec.from.gvk, &m.spec.to.gvk);
-        let stages = config.as_ref().and_then(|c| c.stages.clone()).unwrap_or_default();
+        let stages = config
+            .as_ref()
+            .and_then(|c| c.stages.clone())
+            .unwrap_or_default();
         let stage_index = status
             .stage
             .as_deref()
@@ -261,8 +268,16 @@ impl Reconciler for MigrationReconciler {
                 let index = match (status.stage.as_deref(), stage_index) {
                     (Some(name), None) => {
                         return self
-                            .write(&api, &m, &id, failed(state_stage(name), "UnknownStage",
-                                format!("the configuration has no stage {name:?} any more")))
+                            .write(
+                                &api,
+                                &m,
+                                &id,
+                                failed(
+                                    state_stage(name),
+                                    "UnknownStage",
+                                    format!("the configuration has no stage {name:?} any more"),
+                                ),
+                            )
                             .await;
                     }
                     (_, Some(i)) => i,
@@ -328,8 +343,7 @@ enum Unmet {
 /// Evaluates `conditions` with `vars` bound; the first unmet one says why.
 fn check_conditions(conditions: &[String], vars: &[(String, Value)]) -> Result<(), Unmet> {
     for expr in conditions {
-        let program = match std::panic::catch_unwind(AssertUnwindSafe(|| Program::compile(expr)))
-        {
+        let program = match std::panic::catch_unwind(AssertUnwindSafe(|| Program::compile(expr))) {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 return Err(Unmet::Invalid(format!(
@@ -464,11 +478,16 @@ impl MigrationReconciler {
                     };
                     match api.create(&PostParams::default(), &obj).await {
                         Ok(o) => o,
-                        Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 409 && s.code != 429 => {
+                        Err(kube::Error::Api(s))
+                            if (400..500).contains(&s.code) && s.code != 409 && s.code != 429 =>
+                        {
                             return Ok(failed(
                                 Some(stage.name.clone()),
                                 "InvalidTemplate",
-                                format!("stage {}: template {key} was refused: {}", stage.name, s.message),
+                                format!(
+                                    "stage {}: template {key} was refused: {}",
+                                    stage.name, s.message
+                                ),
                             ))
                         }
                         Err(e) => return Err(format!("creating stage object {name}: {e}")),
@@ -533,7 +552,10 @@ impl MigrationReconciler {
         let Ok((ar, namespaced)) = self.discovery.resolve(&cluster.client(), &r.gvk).await else {
             return Value::Null;
         };
-        let api = cluster.dynamic_api(&ar, namespaced.then(|| r.namespace.as_deref().unwrap_or("default")));
+        let api = cluster.dynamic_api(
+            &ar,
+            namespaced.then(|| r.namespace.as_deref().unwrap_or("default")),
+        );
         match api.get_opt(&r.name).await {
             Ok(Some(o)) => serde_json::to_value(o).unwrap_or_default(),
             _ => Value::Null,
@@ -552,7 +574,10 @@ impl MigrationReconciler {
             let Ok((api, _)) = self.stage_api(compute, template, &namespace).await else {
                 continue;
             };
-            match api.delete(&format!("{id}-{key}"), &DeleteParams::default()).await {
+            match api
+                .delete(&format!("{id}-{key}"), &DeleteParams::default())
+                .await
+            {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(format!("deleting stage object {id}-{key}: {e}")),
@@ -591,9 +616,13 @@ impl MigrationReconciler {
         status.conditions = Some(conditions);
         if status != before {
             let patch = json!({"status": status});
-            api.patch_status(&m.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|e| format!("writing Migration status: {e}"))?;
+            api.patch_status(
+                &m.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| format!("writing Migration status: {e}"))?;
         }
         Ok(match outcome.poll {
             Some(d) => Action::requeue_after(d),
@@ -609,10 +638,20 @@ mod tests {
     #[test]
     fn conditions_see_objects_as_maps() {
         let vars = vec![
-            ("disk".to_string(), json!({"data": {"phase": "copied"}, "status": {"n": 3}})),
+            (
+                "disk".to_string(),
+                json!({"data": {"phase": "copied"}, "status": {"n": 3}}),
+            ),
             ("to".to_string(), Value::Null),
         ];
-        assert!(check_conditions(&["disk.data.phase == 'copied'".into(), "disk.status.n > 2".into()], &vars).is_ok());
+        assert!(check_conditions(
+            &[
+                "disk.data.phase == 'copied'".into(),
+                "disk.status.n > 2".into()
+            ],
+            &vars
+        )
+        .is_ok());
         assert!(matches!(
             check_conditions(&["disk.data.phase == 'done'".into()], &vars),
             Err(Unmet::Waiting(_))
@@ -655,11 +694,19 @@ mod tests {
         let c = Configurations::default();
         c.set("ns", "b", spec("VM", 2));
         c.set("ns", "a", spec("VM", 1));
-        assert_eq!(c.get(&gvk("VM"), &gvk("VM")).unwrap().stages.unwrap().len(), 1);
+        assert_eq!(
+            c.get(&gvk("VM"), &gvk("VM")).unwrap().stages.unwrap().len(),
+            1
+        );
         c.set("ns", "a", spec("Disk", 1));
-        assert_eq!(c.get(&gvk("VM"), &gvk("VM")).unwrap().stages.unwrap().len(), 2);
+        assert_eq!(
+            c.get(&gvk("VM"), &gvk("VM")).unwrap().stages.unwrap().len(),
+            2
+        );
         c.remove("ns", "b");
         assert!(c.get(&gvk("VM"), &gvk("VM")).is_none());
-        assert!(new_id().chars().all(|ch| ch.is_ascii_lowercase() || ('2'..='7').contains(&ch)));
+        assert!(new_id()
+            .chars()
+            .all(|ch| ch.is_ascii_lowercase() || ('2'..='7').contains(&ch)));
     }
 }

@@ -18,7 +18,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::accept::{AcceptApiReconciler, Registry};
-use super::generic::{consumer_request, Brokered, Discovery, GenericReconciler, Shared, CONSUMER_KIND};
+use super::generic::{
+    consumer_request, Brokered, Discovery, GenericReconciler, Shared, CONSUMER_KIND,
+};
 use super::migration::{
     ConfigurationReconciler, Configurations, MigrationReconciler, MIGRATION_CONTROLLER,
 };
@@ -230,8 +232,8 @@ impl Broker {
 pub async fn kubeconfig_clusters(paths: &[String]) -> Result<Vec<Cluster>, String> {
     let mut out = Vec::new();
     for path in paths.iter().filter(|p| !p.is_empty()) {
-        let kc = Kubeconfig::read_from(path)
-            .map_err(|e| format!("reading kubeconfig {path}: {e}"))?;
+        let kc =
+            Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {path}: {e}"))?;
         if kc.contexts.is_empty() {
             return Err(format!("kubeconfig {path} has no contexts"));
         }

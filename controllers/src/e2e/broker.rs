@@ -1,0 +1,694 @@
+//! The resource broker across four servers (coordination, consumer, two providers): upstream's
+//! certs walkthrough with a tiny test issuer on each provider, and a two-stage VM migration from
+//! an x86 to an arm64 provider.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::{eventually, TestServer};
+use crate::broker::generic::Brokered;
+use crate::broker::wiring::{Broker, BrokerOptions};
+use crate::broker::{parse_kind, GENERIC_FINALIZER, PROVIDER_CLUSTER};
+use crate::providers::FixedClusters;
+use crate::runtime::Cluster;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The consumer's cluster name: the kubeconfig path and context upstream's example uses, so
+/// provider-side names match upstream's (`d480f64dc494-...`).
+const CONSUMER: &str = "/kubeconfigs/consumer/kubeconfig+default";
+
+pub(crate) fn certificates() -> ApiResource {
+    ApiResource {
+        group: "example.platform-mesh.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "example.platform-mesh.io/v1alpha1".into(),
+        kind: "Certificate".into(),
+        plural: "certificates".into(),
+    }
+}
+
+fn vms() -> ApiResource {
+    ApiResource {
+        group: "example.platform-mesh.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "example.platform-mesh.io/v1alpha1".into(),
+        kind: "VM".into(),
+        plural: "vms".into(),
+    }
+}
+
+/// Installs a CRD and waits until its API answers.
+pub(crate) async fn install_crd(client: &kube::Client, crd: Value, served: &ApiResource) {
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).expect("crd");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect("create crd");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), served);
+    eventually(WAIT, "the CRD's API answers", || {
+        let api = api.clone();
+        async move { api.list(&ListParams::default()).await.is_ok() }
+    })
+    .await;
+}
+
+pub(crate) fn certificate_crd() -> Value {
+    serde_saphyr::from_str(include_str!(
+        "../../../examples/broker-certs/certificate-crd.yaml"
+    ))
+    .expect("certificate CRD parses")
+}
+
+fn vm_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "vms.example.platform-mesh.io"},
+        "spec": {"group": "example.platform-mesh.io", "scope": "Namespaced",
+            "names": {"kind": "VM", "listKind": "VMList", "plural": "vms", "singular": "vm"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "arch": {"type": "string", "enum": ["x86_64", "arm64"]},
+                        "memory": {"type": "integer", "minimum": 128}}},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
+    })
+}
+
+/// A tiny certificate issuer for one provider: a Certificate first goes `Provisioning`, then
+/// gets a Secret `<name>` holding a self-signed certificate for its `fqdn` (and the issuer's
+/// name under `issuer`), named in `status.relatedResources.secret`, and goes `Available`.
+pub(crate) fn test_issuer(client: kube::Client, issuer: &'static str, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let certs: Api<DynamicObject> = Api::all_with(client.clone(), &certificates());
+        while !stop.is_cancelled() {
+            for cert in certs
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let _ = issue(&client, &cert, issuer).await;
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    });
+}
+
+async fn issue(
+    client: &kube::Client,
+    cert: &DynamicObject,
+    issuer: &str,
+) -> Result<(), kube::Error> {
+    let ns = cert.metadata.namespace.clone().unwrap_or_default();
+    let name = cert.metadata.name.clone().unwrap_or_default();
+    let fqdn = cert.data["spec"]["fqdn"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &certificates());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let state = cert.data["status"]["status"].as_str().unwrap_or_default();
+    let issued_for = secrets
+        .get_opt(&name)
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| {
+            d.get("fqdn")
+                .map(|v| String::from_utf8_lossy(&v.0).to_string())
+        });
+    if state == "Available" && issued_for.as_deref() == Some(fqdn.as_str()) {
+        return Ok(());
+    }
+    if state.is_empty() {
+        let patch = json!({"status": {"status": "Provisioning"}});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        return Ok(());
+    }
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(vec![fqdn.clone()]).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, fqdn.clone());
+    let pem = params.self_signed(&key).expect("self-signed").pem();
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": b64(&pem), "tls.key": b64(&key.serialize_pem()), "ca.crt": b64(&pem),
+                 "fqdn": b64(&fqdn), "issuer": b64(issuer)}
+    }))
+    .expect("secret");
+    match secrets.get_opt(&name).await? {
+        Some(_) => {
+            secrets
+                .replace(&name, &PostParams::default(), &secret)
+                .await?;
+        }
+        None => {
+            secrets.create(&PostParams::default(), &secret).await?;
+        }
+    }
+    let patch = json!({"status": {"status": "Available", "relatedResources": {"secret": {
+        "name": name, "namespace": ns, "gvk": {"group": "core", "version": "v1", "kind": "Secret"}}}}});
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// The common name in a Secret's `tls.crt`.
+pub(crate) fn subject_cn(secret: &Secret) -> Option<String> {
+    let pem = secret.data.as_ref()?.get("tls.crt")?.0.clone();
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).ok()?;
+    let cert = pem.parse_x509().ok()?;
+    let cn = cert
+        .subject()
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    Some(cn)
+}
+
+pub(crate) fn data_text(secret: &Secret, key: &str) -> Option<String> {
+    Some(String::from_utf8_lossy(&secret.data.as_ref()?.get(key)?.0).to_string())
+}
+
+pub(crate) fn accept_api(name: &str, resource: &str, filter: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "broker.platform-mesh.io/v1alpha1", "kind": "AcceptAPI",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"gvr": {"group": "example.platform-mesh.io", "version": "v1alpha1", "resource": resource},
+                 "filters": [filter]}
+    }))
+    .expect("acceptapi")
+}
+
+pub(crate) fn acceptapis() -> ApiResource {
+    ApiResource {
+        group: "broker.platform-mesh.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "broker.platform-mesh.io/v1alpha1".into(),
+        kind: "AcceptAPI".into(),
+        plural: "acceptapis".into(),
+    }
+}
+
+/// Four servers and the broker over them.
+struct Env {
+    servers: Vec<TestServer>,
+    coordination: kube::Client,
+    consumer: kube::Client,
+    providers: Vec<(String, kube::Client)>,
+    stop: CancellationToken,
+}
+
+impl Env {
+    async fn start(kind: &str, providers: &[&str]) -> Env {
+        let mut servers = Vec::new();
+        let mut clients = Vec::new();
+        for _ in 0..providers.len() + 2 {
+            let s = TestServer::start().await;
+            clients.push(s.client("root").await);
+            servers.push(s);
+        }
+        let coordination = clients[0].clone();
+        let consumer = clients[1].clone();
+        let providers: Vec<(String, kube::Client)> = providers
+            .iter()
+            .zip(clients[2..].iter())
+            .map(|(n, c)| (n.to_string(), c.clone()))
+            .collect();
+        let brokered = Brokered::new(parse_kind(kind).expect("kind"), None);
+        let stop = CancellationToken::new();
+        let broker = Broker::new(BrokerOptions {
+            consumers: Arc::new(FixedClusters::new([Cluster::new(
+                CONSUMER,
+                consumer.clone(),
+            )])),
+            providers: Arc::new(FixedClusters::new(
+                providers
+                    .iter()
+                    .map(|(n, c)| Cluster::new(n.as_str(), c.clone())),
+            )),
+            coordination: Some(Cluster::new("coord", coordination.clone())),
+            compute: None,
+            kinds: vec![brokered],
+            workers: 2,
+        })
+        .expect("broker");
+        let s = stop.clone();
+        tokio::spawn(async move { broker.run(s).await });
+        Env {
+            servers,
+            coordination,
+            consumer,
+            providers,
+            stop,
+        }
+    }
+
+    fn provider(&self, name: &str) -> kube::Client {
+        self.providers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.clone())
+            .expect("provider")
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        for s in self.servers {
+            s.stop().await;
+        }
+    }
+}
+
+async fn exists(api: &Api<DynamicObject>, name: &str) -> bool {
+    api.get_opt(name).await.ok().flatten().is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn certs_move_between_issuers_when_the_fqdn_changes() {
+    let env = Env::start(
+        "Certificate.v1alpha1.example.platform-mesh.io",
+        &["internalca", "externalca"],
+    )
+    .await;
+    let certs = certificates();
+    for c in [
+        env.consumer.clone(),
+        env.provider("internalca"),
+        env.provider("externalca"),
+    ] {
+        install_crd(&c, certificate_crd(), &certs).await;
+    }
+    for (name, suffix) in [("internalca", "internal.corp"), ("externalca", "corp.com")] {
+        let client = env.provider(name);
+        Api::<DynamicObject>::namespaced_with(client.clone(), "default", &acceptapis())
+            .create(
+                &PostParams::default(),
+                &accept_api(
+                    "certificates.example.platform-mesh.io",
+                    "certificates",
+                    json!({"key": "fqdn", "suffix": suffix}),
+                ),
+            )
+            .await
+            .expect("acceptapi");
+        test_issuer(client, name, env.stop.clone());
+    }
+    // The AcceptAPIs say they are registered.
+    for name in ["internalca", "externalca"] {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(env.provider(name), "default", &acceptapis());
+        eventually(WAIT, "AcceptAPI Registered", || {
+            let api = api.clone();
+            async move {
+                api.get("certificates.example.platform-mesh.io")
+                    .await
+                    .is_ok_and(|a| {
+                        a.data["status"]["conditions"][0]["type"] == "Registered"
+                            && a.data["status"]["conditions"][0]["status"] == "True"
+                    })
+            }
+        })
+        .await;
+    }
+
+    let consumer: Api<DynamicObject> =
+        Api::namespaced_with(env.consumer.clone(), "default", &certs);
+    let cert: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.platform-mesh.io/v1alpha1", "kind": "Certificate",
+        "metadata": {"name": "cert-from-consumer", "namespace": "default"},
+        "spec": {"fqdn": "app.internal.corp"}
+    }))
+    .expect("cert");
+    consumer
+        .create(&PostParams::default(), &cert)
+        .await
+        .expect("create cert");
+
+    // internalca gets the copy under upstream's name; the consumer gets the Secret.
+    let remote = "d480f64dc494-cert-from-consumer";
+    let internal: Api<DynamicObject> =
+        Api::namespaced_with(env.provider("internalca"), "default", &certs);
+    let external: Api<DynamicObject> =
+        Api::namespaced_with(env.provider("externalca"), "default", &certs);
+    eventually(WAIT, "the copy on internalca", || exists(&internal, remote)).await;
+    let copy = internal.get(remote).await.expect("copy");
+    assert_eq!(copy.data["spec"]["fqdn"], "app.internal.corp");
+    assert!(copy
+        .metadata
+        .finalizers
+        .unwrap_or_default()
+        .contains(&GENERIC_FINALIZER.to_string()));
+    let secrets: Api<Secret> = Api::namespaced(env.consumer.clone(), "default");
+    let issued_by = |want_cn: &'static str, want_issuer: &'static str| {
+        let secrets = secrets.clone();
+        move || {
+            let secrets = secrets.clone();
+            async move {
+                secrets
+                    .get_opt("cert-from-consumer")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| {
+                        subject_cn(&s).as_deref() == Some(want_cn)
+                            && data_text(&s, "issuer").as_deref() == Some(want_issuer)
+                    })
+            }
+        }
+    };
+    eventually(
+        WAIT,
+        "the consumer's Secret from internalca",
+        issued_by("app.internal.corp", "internalca"),
+    )
+    .await;
+    let secret = secrets.get("cert-from-consumer").await.expect("secret");
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let owner = &secret.metadata.owner_references.expect("owner")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Certificate", "cert-from-consumer")
+    );
+    let status = consumer.get("cert-from-consumer").await.expect("cert").data["status"].clone();
+    assert_eq!(status["status"], "Available");
+    assert_eq!(
+        status["relatedResources"]["secret"]["name"],
+        "cert-from-consumer"
+    );
+
+    // Patching to app.corp.com moves it to externalca; the internalca copy goes.
+    consumer
+        .patch(
+            "cert-from-consumer",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"fqdn": "app.corp.com"}})),
+        )
+        .await
+        .expect("patch");
+    eventually(WAIT, "the copy on externalca", || exists(&external, remote)).await;
+    eventually(
+        WAIT,
+        "the consumer's Secret from externalca",
+        issued_by("app.corp.com", "externalca"),
+    )
+    .await;
+    eventually(WAIT, "the internalca copy gone", || {
+        let internal = internal.clone();
+        async move { !exists(&internal, remote).await }
+    })
+    .await;
+    let moved = consumer.get("cert-from-consumer").await.expect("cert");
+    assert_eq!(
+        moved
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get(PROVIDER_CLUSTER)
+            .map(String::as_str),
+        Some("provider#externalca")
+    );
+
+    // Nobody accepts app.example.org until a provider says it does.
+    let org: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.platform-mesh.io/v1alpha1", "kind": "Certificate",
+        "metadata": {"name": "org", "namespace": "default"}, "spec": {"fqdn": "app.example.org"}
+    }))
+    .expect("cert");
+    consumer
+        .create(&PostParams::default(), &org)
+        .await
+        .expect("create");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let org_remote = format!(
+        "{}-org",
+        crate::broker::cluster_hash(&format!("consumer#{CONSUMER}"))
+    );
+    assert!(!exists(&internal, &org_remote).await && !exists(&external, &org_remote).await);
+    Api::<DynamicObject>::namespaced_with(env.provider("externalca"), "default", &acceptapis())
+        .create(
+            &PostParams::default(),
+            &accept_api(
+                "orgs",
+                "certificates",
+                json!({"key": "fqdn", "suffix": ".org"}),
+            ),
+        )
+        .await
+        .expect("acceptapi");
+    eventually(WAIT, "the .org certificate placed once accepted", || {
+        exists(&external, &org_remote)
+    })
+    .await;
+
+    // Deleting the consumer object removes the copy, the Secret and then the object.
+    consumer
+        .delete("cert-from-consumer", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually(WAIT, "everything of cert-from-consumer gone", || {
+        let (consumer, external, secrets) = (consumer.clone(), external.clone(), secrets.clone());
+        async move {
+            !exists(&consumer, "cert-from-consumer").await
+                && !exists(&external, remote).await
+                && secrets
+                    .get_opt("cert-from-consumer")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_none()
+        }
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
+    let env = Env::start("VM.v1alpha1.example.platform-mesh.io", &["x86", "arm64"]).await;
+    let vm_api = vms();
+    for c in [
+        env.consumer.clone(),
+        env.provider("x86"),
+        env.provider("arm64"),
+    ] {
+        install_crd(&c, vm_crd(), &vm_api).await;
+    }
+    for (name, arch) in [("x86", "x86_64"), ("arm64", "arm64")] {
+        Api::<DynamicObject>::namespaced_with(env.provider(name), "default", &acceptapis())
+            .create(
+                &PostParams::default(),
+                &accept_api(
+                    &format!("accept-{name}"),
+                    "vms",
+                    json!({"key": "arch", "valueIn": [arch]}),
+                ),
+            )
+            .await
+            .expect("acceptapi");
+    }
+    let config: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "broker.platform-mesh.io/v1alpha1", "kind": "MigrationConfiguration",
+        "metadata": {"name": "migrate-vm", "namespace": "default"},
+        "spec": {
+            "from": {"group": "example.platform-mesh.io", "version": "v1alpha1", "kind": "VM"},
+            "to": {"group": "example.platform-mesh.io", "version": "v1alpha1", "kind": "VM"},
+            "stages": [
+                {"name": "copy-disk", "progress": true,
+                 "templates": {"disk": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"phase": "copying"}}},
+                 "successConditions": ["disk.data.phase == 'copied'"]},
+                {"name": "switch-over",
+                 "templates": {"switch": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"ready": "no"}}},
+                 "successConditions": ["to.status.status == 'Available'", "switch.data.ready == 'yes'"]}
+            ]
+        }
+    }))
+    .expect("config");
+    let mc = ApiResource {
+        kind: "MigrationConfiguration".into(),
+        plural: "migrationconfigurations".into(),
+        ..acceptapis()
+    };
+    Api::<DynamicObject>::namespaced_with(env.coordination.clone(), "default", &mc)
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("configuration");
+
+    let consumer: Api<DynamicObject> =
+        Api::namespaced_with(env.consumer.clone(), "default", &vm_api);
+    let vm: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.platform-mesh.io/v1alpha1", "kind": "VM",
+        "metadata": {"name": "test-vm", "namespace": "default"},
+        "spec": {"arch": "x86_64", "memory": 512}
+    }))
+    .expect("vm");
+    consumer
+        .create(&PostParams::default(), &vm)
+        .await
+        .expect("create vm");
+    let remote = format!(
+        "{}-test-vm",
+        crate::broker::cluster_hash(&format!("consumer#{CONSUMER}"))
+    );
+    let x86: Api<DynamicObject> = Api::namespaced_with(env.provider("x86"), "default", &vm_api);
+    let arm: Api<DynamicObject> = Api::namespaced_with(env.provider("arm64"), "default", &vm_api);
+    eventually(WAIT, "the VM on x86", || exists(&x86, &remote)).await;
+    x86.patch_status(
+        &remote,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"status": "Available"}})),
+    )
+    .await
+    .expect("x86 status");
+
+    consumer
+        .patch(
+            "test-vm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"arch": "arm64"}})),
+        )
+        .await
+        .expect("patch");
+    let migrations: Api<DynamicObject> = Api::namespaced_with(
+        env.coordination.clone(),
+        "default",
+        &ApiResource {
+            kind: "Migration".into(),
+            plural: "migrations".into(),
+            ..acceptapis()
+        },
+    );
+    let migration = || {
+        let migrations = migrations.clone();
+        async move {
+            migrations
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .next()
+        }
+    };
+    let state_is = |want: &'static str, stage: &'static str| {
+        let migration = migration;
+        move || async move {
+            migration().await.is_some_and(|m| {
+                m.data["status"]["state"] == want && m.data["status"]["stage"] == stage
+            })
+        }
+    };
+    eventually(
+        WAIT,
+        "stage copy-disk running",
+        state_is("InitialInProgress", "copy-disk"),
+    )
+    .await;
+    let m = migration().await.expect("migration");
+    assert_eq!(m.data["spec"]["from"]["clusterName"], "provider#x86");
+    assert_eq!(m.data["spec"]["to"]["clusterName"], "provider#arm64");
+    assert_eq!(m.data["spec"]["to"]["name"], remote.as_str());
+    let id = m.data["status"]["id"].as_str().expect("id").to_string();
+    assert!(
+        exists(&arm, &remote).await,
+        "the new copy exists while the old one still serves"
+    );
+    assert!(exists(&x86, &remote).await);
+
+    // Stage one succeeds when the disk copy says so.
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.coordination.clone(), "default");
+    let disk = format!("{id}-disk");
+    let stage_object = cms.get(&disk).await.expect("stage object");
+    assert_eq!(
+        stage_object
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("broker.platform-mesh.io/migration-stage")
+            .map(String::as_str),
+        Some("copy-disk")
+    );
+    cms.patch(
+        &disk,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"phase": "copied"}})),
+    )
+    .await
+    .expect("disk copied");
+    eventually(
+        WAIT,
+        "stage switch-over running",
+        state_is("CutoverInProgress", "switch-over"),
+    )
+    .await;
+    assert!(
+        cms.get_opt(&disk).await.expect("read").is_none(),
+        "stage one's objects are deleted"
+    );
+    assert!(
+        exists(&x86, &remote).await,
+        "the old copy stays until cutover"
+    );
+
+    // Stage two needs the new copy Available and the switch flipped.
+    arm.patch_status(
+        &remote,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"status": "Available"}})),
+    )
+    .await
+    .expect("arm status");
+    let switch = format!("{id}-switch");
+    eventually(WAIT, "switch object", || {
+        let cms = cms.clone();
+        let switch = switch.clone();
+        async move { cms.get_opt(&switch).await.ok().flatten().is_some() }
+    })
+    .await;
+    cms.patch(
+        &switch,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"ready": "yes"}})),
+    )
+    .await
+    .expect("switch");
+    eventually(WAIT, "the x86 copy deleted after cutover", || {
+        let x86 = x86.clone();
+        let remote = remote.clone();
+        async move { !exists(&x86, &remote).await }
+    })
+    .await;
+    let moved = consumer.get("test-vm").await.expect("vm");
+    assert_eq!(
+        moved
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get(PROVIDER_CLUSTER)
+            .map(String::as_str),
+        Some("provider#arm64")
+    );
+    assert_eq!(moved.data["status"]["status"], "Available");
+    eventually(WAIT, "the finished Migration removed", || async {
+        migration().await.is_none()
+    })
+    .await;
+    env.stop().await;
+}
