@@ -92,7 +92,7 @@ pub fn check_filter(filter: &Filter, obj: &Value) -> Vec<Denial> {
     let mut denials = Vec::new();
     let text = value_text(value);
     if let Some(allowed) = filter.value_in.as_ref().filter(|v| !v.is_empty()) {
-        if !allowed.iter().any(|a| *a == text) {
+        if !allowed.contains(&text) {
             denials.push(deny(format!(
                 "{text:?} is not one of [{}]",
                 allowed.join(", ")
@@ -167,12 +167,12 @@ pub struct Registry {
 
 type ChangeHook = Arc<dyn Fn(&GroupVersionResource) + Send + Sync>;
 
+/// AcceptAPIs of one API: by provider, then by namespace and name.
+type ByProvider = BTreeMap<ClusterName, BTreeMap<(String, String), AcceptAPISpec>>;
+
 #[derive(Default)]
 struct RegistryInner {
-    by_api: HashMap<
-        GroupVersionResource,
-        BTreeMap<ClusterName, BTreeMap<(String, String), AcceptAPISpec>>,
-    >,
+    by_api: HashMap<GroupVersionResource, ByProvider>,
     origin: HashMap<Origin, GroupVersionResource>,
 }
 

@@ -36,6 +36,7 @@ use super::{
     cluster_hash, provider_name, CONSUMER_CLUSTER, CONSUMER_NAME, CONSUMER_PREFIX,
     GENERIC_FINALIZER, NEW_PROVIDER_CLUSTER, PROVIDER_CLUSTER, PROVIDER_PREFIX, RELATED_RESOURCES,
 };
+use crate::runtime::client::{cluster_prefix, scoped_client};
 use crate::runtime::{
     Action, Cluster, ClusterContext, ClusterName, Manager, Reconciler, Request, ResourceKind,
 };
@@ -136,6 +137,10 @@ pub struct Shared {
     pub coordination: Option<kube::Client>,
     /// Resolves related-resource kinds.
     pub discovery: Discovery,
+    /// When set, related resources are written into consumer clusters with this client (at
+    /// the server root, as `/clusters/<consumer>`), not the consumer cluster's own client: for
+    /// kcp consumers reached through a virtual workspace that serves no permission claims.
+    pub related_via: Option<kube::Client>,
 }
 
 /// Brokers one kind: see the module documentation.
@@ -148,6 +153,7 @@ pub struct GenericReconciler {
 
 /// One consumer object being reconciled, and the names derived from it.
 struct Item {
+    cluster: ClusterName,
     obj: Value,
     api: Api<DynamicObject>,
     namespace: Option<String>,
@@ -191,6 +197,7 @@ impl Reconciler for GenericReconciler {
             return Ok(Action::await_change());
         };
         let item = Item {
+            cluster: ctx.cluster_name().clone(),
             obj: to_value(&obj),
             api: ctx
                 .cluster()
@@ -266,6 +273,14 @@ fn strip_provider(s: &str) -> String {
 impl GenericReconciler {
     fn provider(&self, name: &str) -> Option<Arc<Cluster>> {
         self.shared.providers.engaged(&ClusterName::from(name))
+    }
+
+    /// The client related resources are written into the consumer cluster with.
+    fn consumer_client(&self, item: &Item) -> kube::Client {
+        match &self.shared.related_via {
+            Some(root) => scoped_client(root, &cluster_prefix(item.cluster.as_str())),
+            None => item.api.clone().into_client(),
+        }
     }
 
     fn copy_api(&self, cluster: &Cluster, item: &Item) -> Api<DynamicObject> {
@@ -448,7 +463,7 @@ impl GenericReconciler {
         let cluster = self
             .provider(provider)
             .ok_or_else(|| format!("provider cluster {provider} is not connected"))?;
-        let consumer = item.api.clone().into_client();
+        let consumer = self.consumer_client(item);
         let mut copied: BTreeSet<Copied> = BTreeSet::new();
         let mut errors = Vec::new();
         for r in copy::related(remote)? {
@@ -542,7 +557,7 @@ impl GenericReconciler {
 
     /// Deletes one related-resource copy of the consumer when the consumer object owns it.
     async fn delete_related(&self, item: &Item, c: &Copied) -> Result<(), String> {
-        let consumer = item.api.clone().into_client();
+        let consumer = self.consumer_client(item);
         let (group, version) = c
             .api_version
             .rsplit_once('/')

@@ -70,12 +70,14 @@ pub fn serves_from_new(state: &str) -> bool {
 }
 
 type Pair = (GroupVersionKind, GroupVersionKind);
+/// Configurations of one pair, by namespace and name.
+type ByName = BTreeMap<(String, String), MigrationConfigurationSpec>;
 
 /// The registered MigrationConfigurations by `(from, to)` kinds. When several exist for one
 /// pair, the one first in namespace/name order is used.
 #[derive(Clone, Default)]
 pub struct Configurations {
-    inner: Arc<RwLock<HashMap<Pair, BTreeMap<(String, String), MigrationConfigurationSpec>>>>,
+    inner: Arc<RwLock<HashMap<Pair, ByName>>>,
 }
 
 impl Configurations {

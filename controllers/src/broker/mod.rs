@@ -13,11 +13,14 @@
 //! - [`generic`]: the brokering reconciler, for any kind;
 //! - [`copy`]: how objects are copied between clusters;
 //! - [`migration`]: MigrationConfigurations and the staged Migration state machine;
-//! - [`wiring`]: the managers, by flags (kubeconfig files) or over kcp APIExports.
+//! - [`wiring`]: the managers and their controllers;
+//! - [`kcp`]: the roles over kcp workspaces (consumers bind the brokered APIExport, providers
+//!   hold AcceptAPIs).
 
 pub mod accept;
 pub mod copy;
 pub mod generic;
+pub mod kcp;
 pub mod migration;
 pub mod wiring;
 

@@ -247,6 +247,7 @@ impl Env {
             compute: None,
             kinds: vec![brokered],
             workers: 2,
+            related_via: None,
         })
         .expect("broker");
         let s = stop.clone();
@@ -587,7 +588,6 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
         }
     };
     let state_is = |want: &'static str, stage: &'static str| {
-        let migration = migration;
         move || async move {
             migration().await.is_some_and(|m| {
                 m.data["status"]["state"] == want && m.data["status"]["stage"] == stage
@@ -691,4 +691,188 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
     })
     .await;
     env.stop().await;
+}
+
+fn kcp_kind(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "apis.kcp.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "apis.kcp.io/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Publishes the Certificate API as APIExport `certificates` of `client`'s workspace.
+pub(crate) async fn export_certificates(client: &kube::Client) {
+    let crd = certificate_crd();
+    let schema: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIResourceSchema",
+        "metadata": {"name": "v1alpha1.certificates.example.platform-mesh.io"},
+        "spec": {"group": crd["spec"]["group"], "names": crd["spec"]["names"], "scope": "Namespaced",
+                 "versions": crd["spec"]["versions"]}
+    }))
+    .expect("schema");
+    Api::<DynamicObject>::all_with(
+        client.clone(),
+        &kcp_kind("APIResourceSchema", "apiresourceschemas"),
+    )
+    .create(&PostParams::default(), &schema)
+    .await
+    .expect("schema");
+    let export: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
+        "metadata": {"name": "certificates"},
+        "spec": {"latestResourceSchemas": ["v1alpha1.certificates.example.platform-mesh.io"]}
+    }))
+    .expect("export");
+    Api::<DynamicObject>::all_with(client.clone(), &kcp_kind("APIExport", "apiexports"))
+        .create(&PostParams::default(), &export)
+        .await
+        .expect("export");
+}
+
+/// Binds `path`'s APIExport `certificates` in `client`'s workspace.
+pub(crate) async fn bind_certificates(client: &kube::Client, path: &str) {
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding", "metadata": {"name": "certificates"},
+        "spec": {"reference": {"export": {"path": path, "name": "certificates"}}}
+    }))
+    .expect("binding");
+    Api::<DynamicObject>::all_with(client.clone(), &kcp_kind("APIBinding", "apibindings"))
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &certificates());
+    eventually(WAIT, "the bound Certificate API answers", || {
+        let api = api.clone();
+        async move { api.list(&ListParams::default()).await.is_ok() }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn certs_are_brokered_between_kcp_workspaces_of_one_server() {
+    let ts = TestServer::start().await;
+    ts.workspace("platform").await;
+    let consumer_id = ts.workspace("consumer").await;
+    export_certificates(&ts.client("root:platform").await).await;
+    let consumer_client = ts.client("root:consumer").await;
+    bind_certificates(&consumer_client, "root:platform").await;
+    let certs = certificates();
+    let stop = CancellationToken::new();
+    let mut providers = Vec::new();
+    for (name, suffix) in [("internalca", "internal.corp"), ("externalca", "corp.com")] {
+        ts.workspace(name).await;
+        let client = ts.client(&format!("root:{name}")).await;
+        install_crd(&client, certificate_crd(), &certs).await;
+        Api::<DynamicObject>::namespaced_with(client.clone(), "default", &acceptapis())
+            .create(
+                &PostParams::default(),
+                &accept_api(
+                    "certificates.example.platform-mesh.io",
+                    "certificates",
+                    json!({"key": "fqdn", "suffix": suffix}),
+                ),
+            )
+            .await
+            .expect("acceptapi");
+        test_issuer(client.clone(), name, stop.clone());
+        providers.push(client);
+    }
+    let brokered = Brokered::new(
+        parse_kind("Certificate.v1alpha1.example.platform-mesh.io").expect("kind"),
+        None,
+    );
+    let options = crate::broker::kcp::options(
+        &ts.root_config().await,
+        "root:platform",
+        "certificates",
+        vec![brokered],
+        2,
+    )
+    .expect("options");
+    let broker = Broker::new(options).expect("broker");
+    let s = stop.clone();
+    tokio::spawn(async move { broker.run(s).await });
+
+    let consumer: Api<DynamicObject> =
+        Api::namespaced_with(consumer_client.clone(), "default", &certs);
+    let cert: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.platform-mesh.io/v1alpha1", "kind": "Certificate",
+        "metadata": {"name": "cert-from-consumer", "namespace": "default"},
+        "spec": {"fqdn": "app.internal.corp"}
+    }))
+    .expect("cert");
+    consumer
+        .create(&PostParams::default(), &cert)
+        .await
+        .expect("create cert");
+    let remote =
+        crate::broker::provider_name(&format!("consumer#{consumer_id}"), "cert-from-consumer");
+    let internal: Api<DynamicObject> =
+        Api::namespaced_with(providers[0].clone(), "default", &certs);
+    let external: Api<DynamicObject> =
+        Api::namespaced_with(providers[1].clone(), "default", &certs);
+    eventually(WAIT, "the copy in root:internalca", || {
+        exists(&internal, &remote)
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(consumer_client.clone(), "default");
+    let issued_by = |want_cn: &'static str, want_issuer: &'static str| {
+        let secrets = secrets.clone();
+        move || {
+            let secrets = secrets.clone();
+            async move {
+                secrets
+                    .get_opt("cert-from-consumer")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| {
+                        subject_cn(&s).as_deref() == Some(want_cn)
+                            && data_text(&s, "issuer").as_deref() == Some(want_issuer)
+                    })
+            }
+        }
+    };
+    eventually(
+        WAIT,
+        "the consumer's Secret from internalca",
+        issued_by("app.internal.corp", "internalca"),
+    )
+    .await;
+    consumer
+        .patch(
+            "cert-from-consumer",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"fqdn": "app.corp.com"}})),
+        )
+        .await
+        .expect("patch");
+    eventually(
+        WAIT,
+        "the consumer's Secret from externalca",
+        issued_by("app.corp.com", "externalca"),
+    )
+    .await;
+    assert!(exists(&external, &remote).await);
+    eventually(WAIT, "the internalca copy gone", || {
+        let (internal, remote) = (internal.clone(), remote.clone());
+        async move { !exists(&internal, &remote).await }
+    })
+    .await;
+    consumer
+        .delete("cert-from-consumer", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually(WAIT, "the copy and the consumer object gone", || {
+        let (consumer, external, remote) = (consumer.clone(), external.clone(), remote.clone());
+        async move {
+            !exists(&consumer, "cert-from-consumer").await && !exists(&external, &remote).await
+        }
+    })
+    .await;
+    stop.cancel();
+    ts.stop().await;
 }

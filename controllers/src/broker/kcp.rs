@@ -1,0 +1,194 @@
+//! The broker over kcp workspaces: consumers are the workspaces bound to the brokered APIExport
+//! (engaged through its endpoint slice, as any APIExport controller), providers are the
+//! workspaces holding AcceptAPIs (found by a wildcard watch of AcceptAPIs), and coordination is
+//! the workspace of the export.
+//!
+//! Provider copies are written into the provider workspace itself, where the provider's
+//! controller (or its api-syncagent) picks them up; upstream's kcp variant writes them into
+//! per-consumer staging workspaces bound to the provider's export instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use api::broker::AcceptAPI;
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::ResourceExt;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::runtime::client::{cluster_prefix, scoped_client};
+use crate::runtime::{
+    Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError, ResourceKind,
+    CLUSTER_ANNOTATION,
+};
+
+/// Engages every workspace that holds at least one AcceptAPI, through `/clusters/<name>` of
+/// the server `root` points at (which must be allowed to watch AcceptAPIs across workspaces).
+pub struct AcceptApiWorkspaces {
+    root: kube::Client,
+    engaged: Mutex<BTreeMap<ClusterName, Arc<Cluster>>>,
+}
+
+impl AcceptApiWorkspaces {
+    /// Workspaces of the server at `root`.
+    pub fn new(root: kube::Client) -> Self {
+        AcceptApiWorkspaces {
+            root,
+            engaged: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    async fn engage(&self, sink: &ClusterSink, name: &str) -> Result<(), ProviderError> {
+        let cluster = Arc::new(Cluster::scoped(
+            name,
+            self.root.clone(),
+            &cluster_prefix(name),
+        ));
+        self.engaged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ClusterName::from(name), cluster.clone());
+        debug!(
+            cluster = name,
+            "workspace holds AcceptAPIs; engaging as a provider"
+        );
+        sink.engage(cluster).await
+    }
+
+    async fn disengage(&self, sink: &ClusterSink, name: &str) -> Result<(), ProviderError> {
+        let name = ClusterName::from(name);
+        self.engaged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
+        sink.disengage(&name).await
+    }
+}
+
+/// The workspace and namespace/name of an AcceptAPI seen through the wildcard.
+fn key_of(obj: &DynamicObject) -> Option<(String, (String, String))> {
+    let cluster = obj.annotations().get(CLUSTER_ANNOTATION)?.clone();
+    Some((
+        cluster,
+        (obj.namespace().unwrap_or_default(), obj.name_any()),
+    ))
+}
+
+type Index = BTreeMap<String, BTreeSet<(String, String)>>;
+
+#[async_trait::async_trait]
+impl ClusterProvider for AcceptApiWorkspaces {
+    async fn run(&self, sink: ClusterSink, stop: CancellationToken) -> Result<(), ProviderError> {
+        let wildcard = scoped_client(&self.root, &cluster_prefix("*"));
+        let kind = ResourceKind::of::<AcceptAPI>();
+        let api: Api<DynamicObject> = Api::all_with(wildcard, &kind.api);
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        futures::pin_mut!(stream);
+        let mut index: Index = BTreeMap::new();
+        let mut relist: Option<Index> = None;
+        loop {
+            let next = tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                next = stream.next() => next,
+            };
+            match next {
+                None => return Ok(()),
+                Some(Err(e)) => {
+                    warn!(error = %e, "watching AcceptAPIs across workspaces failed; retrying")
+                }
+                Some(Ok(Event::Init)) => relist = Some(BTreeMap::new()),
+                Some(Ok(Event::InitApply(obj))) => {
+                    if let Some((c, k)) = key_of(&obj) {
+                        relist
+                            .get_or_insert_with(BTreeMap::new)
+                            .entry(c)
+                            .or_default()
+                            .insert(k);
+                    }
+                }
+                Some(Ok(Event::InitDone)) => {
+                    let fresh = relist.take().unwrap_or_default();
+                    for gone in index.keys().filter(|c| !fresh.contains_key(*c)) {
+                        self.disengage(&sink, gone).await?;
+                    }
+                    for new in fresh.keys().filter(|c| !index.contains_key(*c)) {
+                        self.engage(&sink, new).await?;
+                    }
+                    index = fresh;
+                }
+                Some(Ok(Event::Apply(obj))) => {
+                    if let Some((c, k)) = key_of(&obj) {
+                        let first = !index.contains_key(&c);
+                        index.entry(c.clone()).or_default().insert(k);
+                        if first {
+                            self.engage(&sink, &c).await?;
+                        }
+                    }
+                }
+                Some(Ok(Event::Delete(obj))) => {
+                    if let Some((c, k)) = key_of(&obj) {
+                        let now_empty = index.get_mut(&c).is_some_and(|s| {
+                            s.remove(&k);
+                            s.is_empty()
+                        });
+                        if now_empty {
+                            index.remove(&c);
+                            self.disengage(&sink, &c).await?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<Cluster>> {
+        self.engaged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&ClusterName::from(name))
+            .cloned()
+    }
+}
+
+/// The broker's clusters on the kcp that `root` (a config at the server root, allowed to read
+/// and write every workspace) points at: consumers bound to the APIExport `export` of workspace
+/// `platform`, providers holding AcceptAPIs, and `platform` as the coordination cluster.
+pub fn options(
+    root: &kube::Config,
+    platform: &str,
+    export: &str,
+    kinds: Vec<super::generic::Brokered>,
+    workers: usize,
+) -> Result<super::wiring::BrokerOptions, String> {
+    let base = root
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
+    let mut home = root.clone();
+    home.cluster_url = format!("{base}{}", cluster_prefix(platform))
+        .parse()
+        .map_err(|e| format!("the address of workspace {platform}: {e}"))?;
+    let client =
+        kube::Client::try_from(root.clone()).map_err(|e| format!("a client for kcp: {e}"))?;
+    let consumers = crate::providers::kcp::ApiExportProvider::new(
+        home,
+        crate::providers::kcp::ApiExportOptions::for_slice(export),
+    );
+    Ok(super::wiring::BrokerOptions {
+        consumers: Arc::new(consumers),
+        providers: Arc::new(AcceptApiWorkspaces::new(client.clone())),
+        coordination: Some(Cluster::scoped(
+            "coordination",
+            client.clone(),
+            &cluster_prefix(platform),
+        )),
+        compute: None,
+        kinds,
+        workers,
+        related_via: Some(client),
+    })
+}
