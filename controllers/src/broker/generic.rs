@@ -208,42 +208,58 @@ impl Reconciler for GenericReconciler {
             remote,
             prefix,
         };
-        let current = copy::annotation(&item.obj, PROVIDER_CLUSTER).map(strip_provider);
-        let moving = copy::annotation(&item.obj, NEW_PROVIDER_CLUSTER).map(strip_provider);
-        if item.obj["metadata"]["deletionTimestamp"].is_string() {
-            return self.finalize(&item, [current, moving]).await;
-        }
-        let key = format!(
-            "{}/{}/{}",
-            item.consumer,
-            item.namespace.as_deref().unwrap_or(""),
-            item.name
-        );
-        let accepting: Vec<ClusterName> = self
-            .shared
-            .registry
-            .accepting(&self.brokered.gvr, &item.obj, &key)
-            .into_iter()
-            .filter(|p| self.shared.providers.engaged(p).is_some())
-            .collect();
-        let Some(current) = current else {
-            let Some(first) = accepting.first() else {
-                return Err(self.nobody_accepts(&item));
-            };
-            info!(provider = %first, "placing {}", item.name);
-            self.write_meta(&item, Some(first.as_str()), None).await?;
-            return self.serve(&item, first.as_str()).await;
-        };
-        if self.provider(&current).is_none() {
-            return Err(format!("provider cluster {current} is not connected"));
-        }
-        let still = accepting.iter().any(|p| p.as_str() == current);
-        let target = match &moving {
-            Some(m) if *m != current && accepting.iter().any(|p| p.as_str() == m) => {
-                Some(m.clone())
+        let mut item = item;
+        let mut live = false;
+        let (current, moving, target, still) = loop {
+            let current = copy::annotation(&item.obj, PROVIDER_CLUSTER).map(strip_provider);
+            let moving = copy::annotation(&item.obj, NEW_PROVIDER_CLUSTER).map(strip_provider);
+            if item.obj["metadata"]["deletionTimestamp"].is_string() {
+                return self.finalize(&item, [current, moving]).await;
             }
-            _ if still => None,
-            _ => accepting.first().map(|p| p.to_string()),
+            let key = format!(
+                "{}/{}/{}",
+                item.consumer,
+                item.namespace.as_deref().unwrap_or(""),
+                item.name
+            );
+            let accepting: Vec<ClusterName> = self
+                .shared
+                .registry
+                .accepting(&self.brokered.gvr, &item.obj, &key)
+                .into_iter()
+                .filter(|p| self.shared.providers.engaged(p).is_some())
+                .collect();
+            let Some(current) = current else {
+                let Some(first) = accepting.first() else {
+                    return Err(self.nobody_accepts(&item));
+                };
+                info!(provider = %first, "placing {}", item.name);
+                self.write_meta(&item, Some(first.as_str()), None).await?;
+                return self.serve(&item, first.as_str()).await;
+            };
+            if self.provider(&current).is_none() {
+                return Err(format!("provider cluster {current} is not connected"));
+            }
+            let still = accepting.iter().any(|p| p.as_str() == current);
+            let target = match &moving {
+                Some(m) if *m != current && accepting.iter().any(|p| p.as_str() == m) => {
+                    Some(m.clone())
+                }
+                _ if still => None,
+                _ => accepting.first().map(|p| p.to_string()),
+            };
+            if live || (target.is_none() && moving.is_none()) {
+                break (current, moving, target, still);
+            }
+            // Moves are decided on the object as stored, not as cached: a cache one step
+            // behind the broker's own writes would start again a move (and a Migration) that
+            // just finished.
+            live = true;
+            match item.api.get_opt(&item.name).await {
+                Ok(Some(o)) => item.obj = to_value(&o),
+                Ok(None) => return Ok(Action::await_change()),
+                Err(e) => return Err(format!("reading the consumer object: {e}")),
+            }
         };
         if let Some(abandoned) = moving.as_ref().filter(|m| Some(*m) != target.as_ref()) {
             // The move is off (the object fits its provider again, or the target stopped

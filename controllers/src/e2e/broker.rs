@@ -277,6 +277,18 @@ impl Env {
     }
 }
 
+/// Whether the consumer object `name` records `provider` as its provider.
+async fn provider_is(api: &Api<DynamicObject>, name: &str, provider: &str) -> bool {
+    api.get_opt(name).await.ok().flatten().is_some_and(|o| {
+        o.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(PROVIDER_CLUSTER)
+            .map(String::as_str)
+            == Some(provider)
+    })
+}
+
 async fn exists(api: &Api<DynamicObject>, name: &str) -> bool {
     api.get_opt(name).await.ok().flatten().is_some()
 }
@@ -415,16 +427,10 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
         async move { !exists(&internal, remote).await }
     })
     .await;
-    let moved = consumer.get("cert-from-consumer").await.expect("cert");
-    assert_eq!(
-        moved
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .get(PROVIDER_CLUSTER)
-            .map(String::as_str),
-        Some("provider#externalca")
-    );
+    eventually(WAIT, "the consumer object names externalca", || {
+        provider_is(&consumer, "cert-from-consumer", "provider#externalca")
+    })
+    .await;
 
     // Nobody accepts app.example.org until a provider says it does.
     let org: DynamicObject = serde_json::from_value(json!({
@@ -675,16 +681,11 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
         async move { !exists(&x86, &remote).await }
     })
     .await;
+    eventually(WAIT, "the consumer object names arm64", || {
+        provider_is(&consumer, "test-vm", "provider#arm64")
+    })
+    .await;
     let moved = consumer.get("test-vm").await.expect("vm");
-    assert_eq!(
-        moved
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .get(PROVIDER_CLUSTER)
-            .map(String::as_str),
-        Some("provider#arm64")
-    );
     assert_eq!(moved.data["status"]["status"], "Available");
     eventually(WAIT, "the finished Migration removed", || async {
         migration().await.is_none()
