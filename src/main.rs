@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod broker;
 mod delegation;
 mod operator;
 
@@ -25,6 +26,9 @@ struct Cli {
 enum Command {
     /// Run the HTTPS Kubernetes-API server.
     Serve(Box<ServeArgs>),
+    /// Run the resource broker: copy consumer objects to accepting providers and bring their
+    /// status and related resources back.
+    Broker(Box<broker::BrokerArgs>),
     /// Measure the server against a bare hyper+rustls server (prints a report).
     Bench {
         /// Seconds per load measurement.
@@ -284,6 +288,10 @@ fn main() -> anyhow::Result<()> {
                 overload_rss_ceiling_mib,
                 only,
             }))
+        }
+        Command::Broker(args) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(broker::run(*args, shutdown_signal()))
         }
         Command::BenchBareServer { listen, data_dir } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

@@ -8,9 +8,18 @@ use std::process::Command;
 
 use common::{kubectl_binary, Server};
 
-/// The shell commands of a README's ```sh blocks, without the ones that start the server or
-/// point KUBECONFIG at it (the test does both itself).
-fn commands(readme: &Path) -> Vec<String> {
+/// One step of a walkthrough.
+enum Step {
+    /// A shell command that must succeed.
+    Shell(String),
+    /// `cargo run --release -- <args> &`: the binary started in the background with `args`,
+    /// stopped when the walkthrough ends.
+    Background(Vec<String>),
+}
+
+/// The steps of a README's ```sh blocks, without the ones that start the server or point
+/// KUBECONFIG at it (the test does both itself).
+fn commands(readme: &Path) -> Vec<Step> {
     let text = std::fs::read_to_string(readme).expect("read README");
     let mut out = Vec::new();
     let mut in_block = false;
@@ -21,10 +30,19 @@ fn commands(readme: &Path) -> Vec<String> {
             continue;
         }
         if in_block && !t.is_empty() && !t.starts_with('#') {
+            if let Some(args) = t
+                .strip_prefix("cargo run --release -- ")
+                .and_then(|a| a.strip_suffix('&'))
+            {
+                out.push(Step::Background(
+                    args.split_whitespace().map(str::to_string).collect(),
+                ));
+                continue;
+            }
             if t.starts_with("cargo run") || t.starts_with("export KUBECONFIG=") {
                 continue;
             }
-            out.push(t.to_string());
+            out.push(Step::Shell(t.to_string()));
         }
     }
     out
@@ -54,7 +72,28 @@ fn run_walkthrough(example: &str, version: &str) {
         plugin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    for cmd in cmds {
+    let mut background = Background(Vec::new());
+    for step in cmds {
+        let cmd = match step {
+            Step::Shell(cmd) => cmd,
+            Step::Background(args) => {
+                let admin = server.kubeconfig.display().to_string();
+                let args: Vec<String> = args
+                    .into_iter()
+                    .map(|a| a.replace(".platform-mesh/admin.kubeconfig", &admin))
+                    .collect();
+                let child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+                    .args(&args)
+                    .current_dir(&root)
+                    .env("HOME", home.path())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .expect("start background command");
+                background.0.push(child);
+                continue;
+            }
+        };
         let out = Command::new("sh")
             .arg("-c")
             .arg(&cmd)
@@ -74,6 +113,18 @@ fn run_walkthrough(example: &str, version: &str) {
     }
 }
 
+/// Background processes of a walkthrough, killed when it ends (also when it fails).
+struct Background(Vec<std::process::Child>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 macro_rules! walkthrough {
     ($($name:ident => $example:literal, $version:literal;)*) => {
         $(
@@ -87,6 +138,8 @@ macro_rules! walkthrough {
 
 walkthrough! {
     accounts_kubectl_1_27 => "accounts", "1.27";
+    broker_certs_kubectl_1_27 => "broker-certs", "1.27";
+    broker_certs_kubectl_1_33 => "broker-certs", "1.33";
     accounts_kubectl_1_33 => "accounts", "1.33";
     providers_kubectl_1_27 => "providers", "1.27";
     managed_provider_kubectl_1_27 => "managed-provider", "1.27";
