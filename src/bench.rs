@@ -30,12 +30,18 @@ pub struct BenchOptions {
     pub overload_inflight: usize,
     /// RSS the overloaded server must stay under.
     pub overload_rss_ceiling_mib: u64,
+    /// Objects the broker section brokers.
+    pub broker_objects: usize,
+    /// Consumer workspaces they come from.
+    pub broker_consumers: usize,
+    /// Objects created per second.
+    pub broker_rate: u64,
     /// Sections to run (all when empty): see [`SECTIONS`].
     pub only: Vec<String>,
 }
 
 /// A child server process that is killed when dropped.
-struct ChildServer {
+pub(crate) struct ChildServer {
     child: Child,
     address: SocketAddr,
     data_dir: PathBuf,
@@ -49,7 +55,7 @@ impl Drop for ChildServer {
 }
 
 impl ChildServer {
-    fn start(args: &[&str], data_dir: &Path) -> anyhow::Result<ChildServer> {
+    pub(crate) fn start(args: &[&str], data_dir: &Path) -> anyhow::Result<ChildServer> {
         let exe = std::env::current_exe()?;
         let mut child = Command::new(exe)
             .args(args)
@@ -78,7 +84,7 @@ impl ChildServer {
         })
     }
 
-    fn client(&self) -> anyhow::Result<ClientConfig> {
+    pub(crate) fn client(&self) -> anyhow::Result<ClientConfig> {
         let pki = self.data_dir.join("pki");
         let read =
             |f: &str| std::fs::read_to_string(pki.join(f)).with_context(|| format!("reading {f}"));
@@ -109,7 +115,7 @@ impl Load {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -219,13 +225,13 @@ async fn load_objects(
     Ok(())
 }
 
-fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
 /// Runs every measurement and prints the report.
 /// The parts of the benchmark, selectable with `--only`.
-pub const SECTIONS: &[&str] = &["serving", "admission", "workspaces", "overload"];
+pub const SECTIONS: &[&str] = &["serving", "admission", "workspaces", "overload", "broker"];
 
 pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     let tmp = std::env::temp_dir().join(format!("platform-mesh-bench-{}", std::process::id()));
@@ -262,6 +268,9 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     }
     if wanted("overload") {
         rows.extend(overload(&opts, &tmp).await?);
+    }
+    if wanted("broker") {
+        rows.extend(crate::bench_broker::broker(&opts, &tmp).await?);
     }
     let _ = std::fs::remove_dir_all(&tmp);
     println!();
@@ -702,7 +711,7 @@ where
     })
 }
 
-fn rss_of(pid: u32) -> u64 {
+pub(crate) fn rss_of(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()

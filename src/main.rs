@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_broker;
 mod broker;
 mod delegation;
 mod operator;
@@ -58,7 +59,16 @@ enum Command {
         /// RSS ceiling (MiB) the overloaded server must stay under.
         #[arg(long, default_value_t = 256)]
         overload_rss_ceiling_mib: u64,
-        /// Run only these sections (comma-separated): serving, admission, workspaces, overload.
+        /// Objects the broker section creates in consumer workspaces.
+        #[arg(long, default_value_t = 10_000)]
+        broker_objects: usize,
+        /// Consumer workspaces of the broker section.
+        #[arg(long, default_value_t = 100)]
+        broker_consumers: usize,
+        /// Objects per second the broker section creates.
+        #[arg(long, default_value_t = 500)]
+        broker_rate: u64,
+        /// Run only these sections (comma-separated): serving, admission, workspaces, overload, broker.
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
         only: Vec<String>,
     },
@@ -273,6 +283,9 @@ fn main() -> anyhow::Result<()> {
             review_rates,
             overload_inflight,
             overload_rss_ceiling_mib,
+            broker_objects,
+            broker_consumers,
+            broker_rate,
             only,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -286,6 +299,9 @@ fn main() -> anyhow::Result<()> {
                 review_rates,
                 overload_inflight,
                 overload_rss_ceiling_mib,
+                broker_objects,
+                broker_consumers,
+                broker_rate,
                 only,
             }))
         }
