@@ -406,6 +406,32 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
         "cert-from-consumer"
     );
 
+    // A related resource the provider stops naming is deleted from the consumer.
+    internal
+        .patch_status(
+            remote,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"relatedResources": null}})),
+        )
+        .await
+        .expect("unlist the Secret");
+    eventually(
+        WAIT,
+        "the unlisted Secret deleted from the consumer",
+        || {
+            let secrets = secrets.clone();
+            async move {
+                secrets
+                    .get_opt("cert-from-consumer")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_none()
+            }
+        },
+    )
+    .await;
+
     // Patching to app.corp.com moves it to externalca; the internalca copy goes.
     consumer
         .patch(
