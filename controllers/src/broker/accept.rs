@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use super::set_finalizer;
 use crate::lifecycle;
 use crate::runtime::{Action, ClusterContext, ClusterName, Reconciler, Request};
 
@@ -373,25 +374,12 @@ impl Reconciler for AcceptApiReconciler {
             self.registry.remove(&cluster, &namespace, &req.name);
             return Ok(Action::await_change());
         };
-        let has_finalizer = obj.finalizers().iter().any(|f| f == ACCEPTAPI_FINALIZER);
         if obj.metadata.deletion_timestamp.is_some() {
             self.registry.remove(&cluster, &namespace, &req.name);
-            if has_finalizer {
-                let rest: Vec<_> = obj
-                    .finalizers()
-                    .iter()
-                    .filter(|f| *f != ACCEPTAPI_FINALIZER)
-                    .cloned()
-                    .collect();
-                patch_finalizers(&api, &obj, rest).await?;
-            }
+            set_finalizer(&api, &obj, ACCEPTAPI_FINALIZER, false).await?;
             return Ok(Action::await_change());
         }
-        if !has_finalizer {
-            let mut all = obj.finalizers().to_vec();
-            all.push(ACCEPTAPI_FINALIZER.to_string());
-            patch_finalizers(&api, &obj, all).await?;
-        }
+        set_finalizer(&api, &obj, ACCEPTAPI_FINALIZER, true).await?;
         let brokered = self.brokered.contains(&obj.spec.gvr);
         self.registry
             .set(&cluster, &namespace, &req.name, obj.spec.clone());
@@ -420,23 +408,6 @@ impl Reconciler for AcceptApiReconciler {
         set_condition(&api, &obj, "Registered", status, reason, &message).await?;
         Ok(Action::await_change())
     }
-}
-
-async fn patch_finalizers(
-    api: &Api<AcceptAPI>,
-    obj: &AcceptAPI,
-    finalizers: Vec<String>,
-) -> Result<(), String> {
-    let patch =
-        json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| format!("writing finalizers: {e}"))
 }
 
 /// Sets condition `type_` on an AcceptAPI's status unless it already says the same.

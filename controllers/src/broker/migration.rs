@@ -32,6 +32,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 
 use super::generic::Discovery;
+use super::set_finalizer;
 use crate::lifecycle;
 use crate::runtime::{Action, ClusterContext, Manager, Reconciler, Request};
 
@@ -163,35 +164,6 @@ impl Reconciler for ConfigurationReconciler {
         }
         Ok(Action::await_change())
     }
-}
-
-/// Adds or removes finalizer `f` of a typed object (no write when already so).
-async fn set_finalizer<K>(api: &Api<K>, obj: &K, f: &str, present: bool) -> Result<(), String>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let has = obj.finalizers().iter().any(|x| x == f);
-    if has == present {
-        return Ok(());
-    }
-    let mut all: Vec<String> = obj
-        .finalizers()
-        .iter()
-        .filter(|x| *x != f)
-        .cloned()
-        .collect();
-    if present {
-        all.push(f.to_string());
-    }
-    let patch = json!({"metadata": {"finalizers": all, "resourceVersion": obj.resource_version()}});
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| format!("writing finalizers: {e}"))
 }
 
 /// Runs Migrations: deploys stage objects, checks success conditions, advances stages.

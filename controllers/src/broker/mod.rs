@@ -25,6 +25,9 @@ pub mod migration;
 pub mod wiring;
 
 use api::common::GroupVersionKind;
+use kube::api::{Api, Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// Finalizer on consumer objects and their provider copies.
@@ -88,6 +91,40 @@ pub fn parse_kind(text: &str) -> Result<GroupVersionKind, String> {
             "{text:?} is not Kind.version.group (for example Certificate.v1alpha1.example.platform-mesh.io, or ConfigMap.v1.core for the core group)"
         )),
     }
+}
+
+/// Adds or removes finalizer `f` of a typed object (no write when already so).
+pub(crate) async fn set_finalizer<K>(
+    api: &Api<K>,
+    obj: &K,
+    f: &str,
+    present: bool,
+) -> Result<(), String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let has = obj.finalizers().iter().any(|x| x == f);
+    if has == present {
+        return Ok(());
+    }
+    let mut all: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|x| *x != f)
+        .cloned()
+        .collect();
+    if present {
+        all.push(f.to_string());
+    }
+    let patch = json!({"metadata": {"finalizers": all, "resourceVersion": obj.resource_version()}});
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("writing finalizers: {e}"))
 }
 
 #[cfg(test)]

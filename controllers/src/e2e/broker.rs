@@ -277,6 +277,29 @@ impl Env {
     }
 }
 
+/// A check that the consumer's Secret `cert-from-consumer` is for `cn` and from `issuer`.
+fn issued_by(
+    secrets: &Api<Secret>,
+    cn: &'static str,
+    issuer: &'static str,
+) -> impl FnMut() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
+    let secrets = secrets.clone();
+    move || {
+        let secrets = secrets.clone();
+        Box::pin(async move {
+            secrets
+                .get_opt("cert-from-consumer")
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|s| {
+                    subject_cn(&s).as_deref() == Some(cn)
+                        && data_text(&s, "issuer").as_deref() == Some(issuer)
+                })
+        })
+    }
+}
+
 /// Whether the consumer object `name` records `provider` as its provider.
 async fn provider_is(api: &Api<DynamicObject>, name: &str, provider: &str) -> bool {
     api.get_opt(name).await.ok().flatten().is_some_and(|o| {
@@ -369,23 +392,7 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
         .unwrap_or_default()
         .contains(&GENERIC_FINALIZER.to_string()));
     let secrets: Api<Secret> = Api::namespaced(env.consumer.clone(), "default");
-    let issued_by = |want_cn: &'static str, want_issuer: &'static str| {
-        let secrets = secrets.clone();
-        move || {
-            let secrets = secrets.clone();
-            async move {
-                secrets
-                    .get_opt("cert-from-consumer")
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some_and(|s| {
-                        subject_cn(&s).as_deref() == Some(want_cn)
-                            && data_text(&s, "issuer").as_deref() == Some(want_issuer)
-                    })
-            }
-        }
-    };
+    let issued_by = |cn: &'static str, issuer: &'static str| issued_by(&secrets, cn, issuer);
     eventually(
         WAIT,
         "the consumer's Secret from internalca",
@@ -846,23 +853,7 @@ async fn certs_are_brokered_between_kcp_workspaces_of_one_server() {
     })
     .await;
     let secrets: Api<Secret> = Api::namespaced(consumer_client.clone(), "default");
-    let issued_by = |want_cn: &'static str, want_issuer: &'static str| {
-        let secrets = secrets.clone();
-        move || {
-            let secrets = secrets.clone();
-            async move {
-                secrets
-                    .get_opt("cert-from-consumer")
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some_and(|s| {
-                        subject_cn(&s).as_deref() == Some(want_cn)
-                            && data_text(&s, "issuer").as_deref() == Some(want_issuer)
-                    })
-            }
-        }
-    };
+    let issued_by = |cn: &'static str, issuer: &'static str| issued_by(&secrets, cn, issuer);
     eventually(
         WAIT,
         "the consumer's Secret from internalca",
