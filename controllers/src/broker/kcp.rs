@@ -27,6 +27,10 @@ use crate::runtime::{
 
 /// Engages every workspace that holds at least one AcceptAPI, through `/clusters/<name>` of
 /// the server `root` points at (which must be allowed to watch AcceptAPIs across workspaces).
+///
+/// Not [`ApiExportProvider`](crate::providers::kcp::ApiExportProvider) watching AcceptAPIs: its
+/// clusters share wildcard caches, and a wildcard watch of the brokered kind (a CRD of each
+/// provider workspace) is not served; these clusters watch through their own prefix.
 pub struct AcceptApiWorkspaces {
     root: kube::Client,
     engaged: Mutex<BTreeMap<ClusterName, Arc<Cluster>>>,

@@ -238,35 +238,20 @@ impl Reconciler for MigrationReconciler {
                 poll: None,
             },
             Some(_) if stages.is_empty() => done("the configuration has no stages"),
-            Some(_) => {
-                let index = match (status.stage.as_deref(), stage_index) {
-                    (Some(name), None) => {
-                        return self
-                            .write(
-                                &api,
-                                &m,
-                                &id,
-                                failed(
-                                    state_stage(name),
-                                    "UnknownStage",
-                                    format!("the configuration has no stage {name:?} any more"),
-                                ),
-                            )
-                            .await;
-                    }
-                    (_, Some(i)) => i,
-                    (None, None) => 0,
-                };
-                self.run_stage(&compute, &m, &id, &current, &stages, index)
-                    .await?
-            }
+            Some(_) => match (status.stage.as_deref(), stage_index) {
+                (Some(name), None) => failed(
+                    Some(name.to_string()),
+                    "UnknownStage",
+                    format!("the configuration has no stage {name:?} any more"),
+                ),
+                (_, index) => {
+                    self.run_stage(&compute, &m, &id, &current, &stages, index.unwrap_or(0))
+                        .await?
+                }
+            },
         };
         self.write(&api, &m, &id, outcome).await
     }
-}
-
-fn state_stage(name: &str) -> Option<String> {
-    Some(name.to_string())
 }
 
 fn done(message: &str) -> Outcome {

@@ -138,6 +138,7 @@ impl Broker {
             let kinds = options.kinds.clone();
             registry.on_change(move |gvr| {
                 for b in kinds.iter().filter(|b| &b.gvr == gvr) {
+                    let controller = b.controller();
                     let caches = consumers.caches();
                     for name in consumers.engaged_clusters() {
                         let Some(cluster) = consumers.engaged(&name) else {
@@ -146,7 +147,7 @@ impl Broker {
                         let cache = caches.get_or_start(&cluster, &b.kind);
                         for obj in cache.list(&name, None) {
                             if let Some(req) = crate::runtime::mapping::request_for(&name, &obj) {
-                                consumers.enqueue(&b.controller(), req);
+                                consumers.enqueue(&controller, req);
                             }
                         }
                     }

@@ -196,6 +196,28 @@ pub(crate) fn accept_api(name: &str, resource: &str, filter: Value) -> DynamicOb
     .expect("acceptapi")
 }
 
+/// Creates AcceptAPI `default/<name>` for `resource` of example.platform-mesh.io with one filter.
+pub(crate) async fn create_accept_api(
+    client: &kube::Client,
+    name: &str,
+    resource: &str,
+    filter: Value,
+) {
+    Api::<DynamicObject>::namespaced_with(client.clone(), "default", &acceptapis())
+        .create(&PostParams::default(), &accept_api(name, resource, filter))
+        .await
+        .expect("acceptapi");
+}
+
+/// A consumer Certificate `default/<name>` for `fqdn`.
+fn certificate(name: &str, fqdn: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "example.platform-mesh.io/v1alpha1", "kind": "Certificate",
+        "metadata": {"name": name, "namespace": "default"}, "spec": {"fqdn": fqdn}
+    }))
+    .expect("certificate")
+}
+
 pub(crate) fn acceptapis() -> ApiResource {
     ApiResource {
         group: "broker.platform-mesh.io".into(),
@@ -333,17 +355,13 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
     }
     for (name, suffix) in [("internalca", "internal.corp"), ("externalca", "corp.com")] {
         let client = env.provider(name);
-        Api::<DynamicObject>::namespaced_with(client.clone(), "default", &acceptapis())
-            .create(
-                &PostParams::default(),
-                &accept_api(
-                    "certificates.example.platform-mesh.io",
-                    "certificates",
-                    json!({"key": "fqdn", "suffix": suffix}),
-                ),
-            )
-            .await
-            .expect("acceptapi");
+        create_accept_api(
+            &client,
+            "certificates.example.platform-mesh.io",
+            "certificates",
+            json!({"key": "fqdn", "suffix": suffix}),
+        )
+        .await;
         test_issuer(client, name, env.stop.clone());
     }
     // The AcceptAPIs say they are registered.
@@ -366,12 +384,7 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
 
     let consumer: Api<DynamicObject> =
         Api::namespaced_with(env.consumer.clone(), "default", &certs);
-    let cert: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "example.platform-mesh.io/v1alpha1", "kind": "Certificate",
-        "metadata": {"name": "cert-from-consumer", "namespace": "default"},
-        "spec": {"fqdn": "app.internal.corp"}
-    }))
-    .expect("cert");
+    let cert = certificate("cert-from-consumer", "app.internal.corp");
     consumer
         .create(&PostParams::default(), &cert)
         .await
@@ -466,11 +479,7 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
     .await;
 
     // Nobody accepts app.example.org until a provider says it does.
-    let org: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "example.platform-mesh.io/v1alpha1", "kind": "Certificate",
-        "metadata": {"name": "org", "namespace": "default"}, "spec": {"fqdn": "app.example.org"}
-    }))
-    .expect("cert");
+    let org = certificate("org", "app.example.org");
     consumer
         .create(&PostParams::default(), &org)
         .await
@@ -481,17 +490,13 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
         crate::broker::cluster_hash(&format!("consumer#{CONSUMER}"))
     );
     assert!(!exists(&internal, &org_remote).await && !exists(&external, &org_remote).await);
-    Api::<DynamicObject>::namespaced_with(env.provider("externalca"), "default", &acceptapis())
-        .create(
-            &PostParams::default(),
-            &accept_api(
-                "orgs",
-                "certificates",
-                json!({"key": "fqdn", "suffix": ".org"}),
-            ),
-        )
-        .await
-        .expect("acceptapi");
+    create_accept_api(
+        &env.provider("externalca"),
+        "orgs",
+        "certificates",
+        json!({"key": "fqdn", "suffix": ".org"}),
+    )
+    .await;
     eventually(WAIT, "the .org certificate placed once accepted", || {
         exists(&external, &org_remote)
     })
@@ -531,17 +536,13 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
         install_crd(&c, vm_crd(), &vm_api).await;
     }
     for (name, arch) in [("x86", "x86_64"), ("arm64", "arm64")] {
-        Api::<DynamicObject>::namespaced_with(env.provider(name), "default", &acceptapis())
-            .create(
-                &PostParams::default(),
-                &accept_api(
-                    &format!("accept-{name}"),
-                    "vms",
-                    json!({"key": "arch", "valueIn": [arch]}),
-                ),
-            )
-            .await
-            .expect("acceptapi");
+        create_accept_api(
+            &env.provider(name),
+            &format!("accept-{name}"),
+            "vms",
+            json!({"key": "arch", "valueIn": [arch]}),
+        )
+        .await;
     }
     let config: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "broker.platform-mesh.io/v1alpha1", "kind": "MigrationConfiguration",
@@ -800,17 +801,13 @@ async fn certs_are_brokered_between_kcp_workspaces_of_one_server() {
         ts.workspace(name).await;
         let client = ts.client(&format!("root:{name}")).await;
         install_crd(&client, certificate_crd(), &certs).await;
-        Api::<DynamicObject>::namespaced_with(client.clone(), "default", &acceptapis())
-            .create(
-                &PostParams::default(),
-                &accept_api(
-                    "certificates.example.platform-mesh.io",
-                    "certificates",
-                    json!({"key": "fqdn", "suffix": suffix}),
-                ),
-            )
-            .await
-            .expect("acceptapi");
+        create_accept_api(
+            &client,
+            "certificates.example.platform-mesh.io",
+            "certificates",
+            json!({"key": "fqdn", "suffix": suffix}),
+        )
+        .await;
         test_issuer(client.clone(), name, stop.clone());
         providers.push(client);
     }
@@ -832,12 +829,7 @@ async fn certs_are_brokered_between_kcp_workspaces_of_one_server() {
 
     let consumer: Api<DynamicObject> =
         Api::namespaced_with(consumer_client.clone(), "default", &certs);
-    let cert: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "example.platform-mesh.io/v1alpha1", "kind": "Certificate",
-        "metadata": {"name": "cert-from-consumer", "namespace": "default"},
-        "spec": {"fqdn": "app.internal.corp"}
-    }))
-    .expect("cert");
+    let cert = certificate("cert-from-consumer", "app.internal.corp");
     consumer
         .create(&PostParams::default(), &cert)
         .await
