@@ -138,8 +138,16 @@ struct ServeArgs {
     #[arg(long)]
     client_ca_file: Option<PathBuf>,
     /// Keep everything in memory (nothing survives a restart).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "etcd_servers")]
     in_memory: bool,
+    /// Store objects in etcd instead of <data-dir>/store.redb: comma-separated client URLs
+    /// (needs a binary built with `--features etcd`). Replicas on the same etcd and prefix serve
+    /// the same objects.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// Key prefix in etcd; servers with different prefixes share an etcd without seeing each other.
+    #[arg(long, default_value = "/platform-mesh")]
+    etcd_prefix: String,
     /// Short (non-watch) requests served at once; beyond it clients get 429 and Retry-After.
     #[arg(long, default_value_t = apiserver::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
     max_requests_inflight: usize,
@@ -194,7 +202,9 @@ struct ServeArgs {
 
 impl ServeArgs {
     /// The server's options and the controllers' flags.
-    fn into_options(self) -> (apiserver::server::ServeOptions, operator::ControllerArgs) {
+    fn into_options(
+        self,
+    ) -> anyhow::Result<(apiserver::server::ServeOptions, operator::ControllerArgs)> {
         let mut opts = apiserver::server::ServeOptions::new(self.listen, self.data_dir);
         opts.tls_cert_file = self.tls_cert_file;
         opts.tls_private_key_file = self.tls_private_key_file;
@@ -215,8 +225,38 @@ impl ServeArgs {
         if self.in_memory {
             opts.store = apiserver::server::StoreKind::Memory;
         }
-        (opts, self.controllers)
+        if !self.etcd_servers.is_empty() {
+            opts.store = etcd_store(self.etcd_servers, self.etcd_prefix)?;
+        }
+        Ok((opts, self.controllers))
     }
+}
+
+#[cfg(feature = "etcd")]
+fn etcd_store(
+    endpoints: Vec<String>,
+    prefix: String,
+) -> anyhow::Result<apiserver::server::StoreKind> {
+    if let Some(bad) = endpoints
+        .iter()
+        .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
+    {
+        anyhow::bail!("--etcd-servers: {bad:?} is not a URL (want e.g. http://127.0.0.1:2379)");
+    }
+    Ok(apiserver::server::StoreKind::Etcd(
+        apiserver::storage::EtcdOptions {
+            endpoints,
+            prefix,
+            ..Default::default()
+        },
+    ))
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd_store(_: Vec<String>, _: String) -> anyhow::Result<apiserver::server::StoreKind> {
+    anyhow::bail!(
+        "--etcd-servers: this binary was built without etcd support; build it with `cargo build --release --features etcd` (needs protoc: apt-get install protobuf-compiler libprotobuf-dev)"
+    )
 }
 
 #[derive(Subcommand)]
@@ -254,7 +294,7 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(async move {
                 let host = args.authentication_kubeconfig.clone();
                 let in_cluster = args.authentication_in_cluster;
-                let (mut opts, controller_args) = args.into_options();
+                let (mut opts, controller_args) = args.into_options()?;
                 if host.is_some() || in_cluster {
                     let config = delegation::host_config(host.as_deref()).await?;
                     delegation::apply(delegation::fetch(config).await?, &mut opts)?;

@@ -129,12 +129,15 @@ pub async fn serve(
 }
 
 /// Which storage backend to run on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum StoreKind {
     /// Durable, embedded: `<data-dir>/store.redb`.
     Redb,
     /// In memory only (tests, benchmarks).
     Memory,
+    /// An etcd cluster, shared by every replica.
+    #[cfg(feature = "etcd")]
+    Etcd(crate::storage::EtcdOptions),
 }
 
 /// Options of `platform-mesh serve`.
@@ -311,6 +314,8 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
             &opts.data_dir.join("store.redb"),
         )?),
         StoreKind::Memory => Arc::new(crate::storage::memory::MemoryStore::new()),
+        #[cfg(feature = "etcd")]
+        StoreKind::Etcd(etcd) => Arc::new(crate::storage::EtcdStore::connect(etcd.clone()).await?),
     };
     crate::storage::spawn_compactor(store.clone(), 10_000, Duration::from_secs(60));
     let host = if address.ip().is_unspecified() {

@@ -221,7 +221,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
                 return;
             }
         }
-        let mut events = match store.watch(&prefix, from) {
+        let mut events = match store.watch(&prefix, from).await {
             Ok(s) => s,
             Err(e) => {
                 let err = match e {

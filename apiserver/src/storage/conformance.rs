@@ -7,43 +7,64 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use futures::stream::{BoxStream, StreamExt};
-use tempfile::TempDir;
 
 use super::{
     Encoder, Event, EventType, KeyValue, ListOptions, ListPage, MemoryStore, RedbOptions,
     RedbStore, Result, Revision, StorageError, Store,
 };
 
-/// A store under test, plus whatever must outlive it (the redb temp dir).
+/// A store under test, plus whatever must outlive it (the redb temp dir, the etcd process).
 pub(super) struct Fixture {
     pub store: Arc<dyn Store>,
-    pub _dir: Option<TempDir>,
+    pub _guard: Option<Box<dyn std::any::Any + Send>>,
 }
 
-/// Opens a fresh, empty store whose event broadcast has the given capacity.
-pub(super) type Factory = fn(usize) -> Fixture;
+/// Opens a fresh store with no keys whose event broadcast (if it has one) has the given
+/// capacity. Its revision need not start at 0 (etcd starts at 1): tests count from
+/// `current_revision()`.
+pub(super) type Factory = fn(usize) -> BoxFuture<'static, Fixture>;
 
 pub(super) const CAPACITY: usize = 4096;
 
-pub(super) fn memory_store(capacity: usize) -> Fixture {
-    Fixture {
-        store: Arc::new(MemoryStore::with_event_capacity(capacity)),
-        _dir: None,
-    }
+pub(super) fn memory_store(capacity: usize) -> BoxFuture<'static, Fixture> {
+    Box::pin(async move {
+        Fixture {
+            store: Arc::new(MemoryStore::with_event_capacity(capacity)),
+            _guard: None,
+        }
+    })
 }
 
-pub(super) fn redb_store(capacity: usize) -> Fixture {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let options = RedbOptions {
-        event_capacity: capacity,
-        ..RedbOptions::default()
-    };
-    let store = RedbStore::open_with(&dir.path().join("store.redb"), options).expect("open");
-    Fixture {
-        store: Arc::new(store),
-        _dir: Some(dir),
-    }
+pub(super) fn redb_store(capacity: usize) -> BoxFuture<'static, Fixture> {
+    Box::pin(async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = RedbOptions {
+            event_capacity: capacity,
+            ..RedbOptions::default()
+        };
+        let store = RedbStore::open_with(&dir.path().join("store.redb"), options).expect("open");
+        Fixture {
+            store: Arc::new(store),
+            _guard: Some(Box::new(dir)),
+        }
+    })
+}
+
+/// A fresh etcd process per test, so revisions are the test's own; keys under a prefix.
+#[cfg(feature = "etcd")]
+pub(super) fn etcd_store(_capacity: usize) -> BoxFuture<'static, Fixture> {
+    Box::pin(async move {
+        let etcd = super::etcd::testing::EtcdProcess::start()
+            .await
+            .expect("start etcd");
+        let store = etcd.store("/conformance").await.expect("connect to etcd");
+        Fixture {
+            store: Arc::new(store),
+            _guard: Some(Box::new(etcd)),
+        }
+    })
 }
 
 macro_rules! conformance {
@@ -64,6 +85,7 @@ macro_rules! all_tests {
             create_existing_fails,
             update_cas,
             delete_cas_and_event,
+            delete_with_changed_final_state,
             revisions_increase_by_one,
             encoder_gets_commit_revision,
             list_prefix_isolation,
@@ -77,24 +99,38 @@ macro_rules! all_tests {
             watch_prefix_filter,
             watch_live_under_concurrent_writes,
             watch_lagging_catches_up,
-            watch_lagging_into_compacted_range,
             concurrent_creates,
         );
     };
 }
 
+/// Tests of the live-broadcast fallback of the embedded backends (etcd streams every event to
+/// every watch, so a watch there cannot lag behind a compaction).
+macro_rules! broadcast_tests {
+    ($factory:path) => {
+        conformance!($factory; watch_lagging_into_compacted_range);
+    };
+}
+
 mod memory {
     all_tests!(super::memory_store);
+    broadcast_tests!(super::memory_store);
 }
 
 mod redb {
     all_tests!(super::redb_store);
+    broadcast_tests!(super::redb_store);
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    all_tests!(super::etcd_store);
 }
 
 /// An encoder producing fixed bytes.
 pub(super) fn bytes(s: &str) -> Encoder {
     let s = s.to_string();
-    Box::new(move |_| s.into_bytes())
+    Box::new(move |_| s.clone().into_bytes())
 }
 
 /// An encoder embedding the commit revision: `<tag>@<rev>`.
@@ -137,30 +173,30 @@ pub(super) async fn assert_quiet(stream: &mut BoxStream<'static, Result<Event>>)
 }
 
 async fn create_get(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
-    assert_eq!(s.current_revision(), 0);
+    let base = s.current_revision();
     assert_eq!(s.get("/a").await, Ok(None));
     let kv = s.create("/a", bytes("one")).await.unwrap();
     assert_eq!(&*kv.key, "/a");
     assert_eq!(kv.value, "one");
-    assert_eq!((kv.create_revision, kv.mod_revision), (1, 1));
+    assert_eq!((kv.create_revision, kv.mod_revision), (base + 1, base + 1));
     assert_eq!(s.get("/a").await, Ok(Some(kv)));
-    assert_eq!(s.current_revision(), 1);
+    assert_eq!(s.current_revision(), base + 1);
 }
 
 async fn create_existing_fails(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
-    s.create("/a", bytes("one")).await.unwrap();
+    let created = s.create("/a", bytes("one")).await.unwrap();
     let err = s.create("/a", bytes("two")).await.unwrap_err();
     assert_eq!(err, StorageError::AlreadyExists("/a".into()));
     assert_eq!(s.get("/a").await.unwrap().unwrap().value, "one");
-    assert_eq!(s.current_revision(), 1);
+    assert_eq!(s.current_revision(), created.mod_revision);
 }
 
 async fn update_cas(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
     let created = s.create("/a", bytes("one")).await.unwrap();
     let err = s.update("/a", 99, bytes("x")).await.unwrap_err();
@@ -190,21 +226,22 @@ async fn update_cas(f: Factory) {
 }
 
 async fn delete_cas_and_event(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
-    let kv = s.create("/a", bytes("one")).await.unwrap();
+    let kv = s.create("/a", tagged("one")).await.unwrap();
     let err = s.delete("/a", kv.mod_revision + 5, bytes("gone")).await;
     assert!(matches!(err, Err(StorageError::Conflict { actual, .. }) if actual == kv.mod_revision));
+    // The final state is the stored state at the delete's revision.
     let event = s
-        .delete("/a", kv.mod_revision, tagged("final"))
+        .delete("/a", kv.mod_revision, tagged("one"))
         .await
         .unwrap();
     let rev = kv.mod_revision + 1;
     assert_eq!(event.kind, EventType::Delete);
     assert_eq!(&*event.key, "/a");
     assert_eq!(event.revision, rev);
-    assert_eq!(event.value, format!("final@{rev}"));
-    assert_eq!(event.prev_value.as_deref(), Some(&b"one"[..]));
+    assert_eq!(event.value, format!("one@{rev}"));
+    assert_eq!(event.prev_value, Some(kv.value.clone()));
     assert_eq!(s.get("/a").await, Ok(None));
     let err = s.delete("/a", rev, bytes("x")).await.unwrap_err();
     assert_eq!(err, StorageError::NotFound("/a".into()));
@@ -212,15 +249,42 @@ async fn delete_cas_and_event(f: Factory) {
     let again = s.create("/a", bytes("two")).await.unwrap();
     assert_eq!(again.create_revision, rev + 1);
     // The watch sees the same delete event.
-    let mut w = s.watch("/a", 0).unwrap();
+    let mut w = s.watch("/a", 0).await.unwrap();
     let events = take(&mut w, 3).await;
     assert_eq!(events[1], event);
     assert_eq!(events[2].kind, EventType::Create);
     assert_eq!(events[2].prev_value, None);
 }
 
+/// A delete whose final state differs from the stored one (the last finalizer removed): the
+/// returned event and every watcher carry that final state. A backend may commit it as an update
+/// followed by the delete.
+async fn delete_with_changed_final_state(f: Factory) {
+    let fx = f(CAPACITY).await;
+    let s = &fx.store;
+    let kv = s.create("/a", tagged("one")).await.unwrap();
+    let mut w = s.watch("/a", kv.mod_revision).await.unwrap();
+    let event = s
+        .delete("/a", kv.mod_revision, tagged("final"))
+        .await
+        .unwrap();
+    assert_eq!(event.kind, EventType::Delete);
+    assert_eq!(event.revision, s.current_revision());
+    assert!(event.revision > kv.mod_revision);
+    assert_eq!(event.value, format!("final@{}", event.revision));
+    assert_eq!(s.get("/a").await, Ok(None));
+    let mut seen = next(&mut w).await.unwrap();
+    if seen.kind == EventType::Update {
+        assert_eq!(seen.value, format!("final@{}", seen.revision));
+        seen = next(&mut w).await.unwrap();
+    }
+    assert_eq!(seen.kind, EventType::Delete);
+    assert_eq!((seen.revision, &seen.value), (event.revision, &event.value));
+    assert_quiet(&mut w).await;
+}
+
 async fn revisions_increase_by_one(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
     let mut last = s.current_revision();
     let mut expect_next = |rev: Revision| {
@@ -229,20 +293,20 @@ async fn revisions_increase_by_one(f: Factory) {
     };
     let a = s.create("/a", bytes("1")).await.unwrap();
     expect_next(a.mod_revision);
-    let b = s.create("/b", bytes("1")).await.unwrap();
+    let b = s.create("/b", bytes("b")).await.unwrap();
     expect_next(b.mod_revision);
     assert!(s.create("/a", bytes("1")).await.is_err());
     assert!(s.update("/a", 0, bytes("1")).await.is_err());
     let a = s.update("/a", a.mod_revision, bytes("2")).await.unwrap();
     expect_next(a.mod_revision);
-    let d = s.delete("/b", b.mod_revision, bytes("x")).await.unwrap();
+    let d = s.delete("/b", b.mod_revision, bytes("b")).await.unwrap();
     expect_next(d.revision);
     assert_eq!(s.current_revision(), d.revision);
     assert_eq!(s.list(opts("/")).await.unwrap().revision, d.revision);
 }
 
 async fn encoder_gets_commit_revision(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
     s.create("/other", bytes("x")).await.unwrap();
     let kv = s.create("/a", tagged("v")).await.unwrap();
@@ -253,7 +317,7 @@ async fn encoder_gets_commit_revision(f: Factory) {
 }
 
 async fn list_prefix_isolation(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
     for key in [
         "/g/r/c10/x",
@@ -283,7 +347,7 @@ async fn list_prefix_isolation(f: Factory) {
 }
 
 async fn list_pagination(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
     let mut expected = Vec::new();
     for i in 0..25 {
@@ -341,7 +405,7 @@ async fn list_pagination(f: Factory) {
 }
 
 async fn list_past_revision(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
     let a = s.create("/l/a", bytes("a1")).await.unwrap();
     let b = s.create("/l/b", bytes("b1")).await.unwrap();
@@ -349,9 +413,7 @@ async fn list_past_revision(f: Factory) {
     let at = s.current_revision();
     let before: Vec<KeyValue> = s.list(opts("/l/")).await.unwrap().items;
     s.update("/l/a", a.mod_revision, bytes("a2")).await.unwrap();
-    s.delete("/l/b", b.mod_revision, bytes("b-gone"))
-        .await
-        .unwrap();
+    s.delete("/l/b", b.mod_revision, bytes("b1")).await.unwrap();
     s.create("/l/d", bytes("d1")).await.unwrap();
     s.create("/l/0", bytes("01")).await.unwrap();
 
@@ -394,17 +456,18 @@ async fn list_past_revision(f: Factory) {
 }
 
 async fn list_revision_bounds(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
+    let b = s.current_revision();
     let empty = s.list(opts("/")).await.unwrap();
     assert!(empty.items.is_empty());
-    assert_eq!(empty.revision, 0);
+    assert_eq!(empty.revision, b);
     for i in 0..5 {
         s.create(&format!("/k/{i}"), bytes("v")).await.unwrap();
     }
     let err = s
         .list(ListOptions {
-            revision: Some(6),
+            revision: Some(b + 6),
             ..opts("/")
         })
         .await
@@ -412,14 +475,14 @@ async fn list_revision_bounds(f: Factory) {
     assert_eq!(
         err,
         StorageError::FutureRevision {
-            requested: 6,
-            current: 5
+            requested: b + 6,
+            current: b + 5
         }
     );
-    s.compact(3).await.unwrap();
+    s.compact(b + 3).await.unwrap();
     let err = s
         .list(ListOptions {
-            revision: Some(2),
+            revision: Some(b + 2),
             ..opts("/")
         })
         .await
@@ -427,13 +490,13 @@ async fn list_revision_bounds(f: Factory) {
     assert_eq!(
         err,
         StorageError::Compacted {
-            requested: 2,
-            compacted: 3
+            requested: b + 2,
+            compacted: b + 3
         }
     );
     let at_compacted = s
         .list(ListOptions {
-            revision: Some(3),
+            revision: Some(b + 3),
             ..opts("/")
         })
         .await
@@ -442,71 +505,78 @@ async fn list_revision_bounds(f: Factory) {
 }
 
 async fn compaction(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
-    let a = s.create("/c/a", bytes("a1")).await.unwrap(); // 1
-    let b = s.create("/c/b", bytes("b1")).await.unwrap(); // 2
-    s.update("/c/a", a.mod_revision, bytes("a2")).await.unwrap(); // 3
-    s.delete("/c/b", b.mod_revision, bytes("b-final"))
-        .await
-        .unwrap(); // 4
-    s.create("/c/c", bytes("c1")).await.unwrap(); // 5
+    let r = s.current_revision();
+    let a = s.create("/c/a", bytes("a1")).await.unwrap(); // r+1
+    let b = s.create("/c/b", bytes("b1")).await.unwrap(); // r+2
+    s.update("/c/a", a.mod_revision, bytes("a2")).await.unwrap(); // r+3
+    s.delete("/c/b", b.mod_revision, bytes("b1")).await.unwrap(); // r+4
+    s.create("/c/c", bytes("c1")).await.unwrap(); // r+5
     let latest = s.list(opts("/c/")).await.unwrap().items;
 
-    s.compact(3).await.unwrap();
-    assert_eq!(s.compacted_revision(), 3);
-    s.compact(1).await.unwrap();
-    assert_eq!(s.compacted_revision(), 3, "compacting backwards is a no-op");
-    let err = s.compact(100).await.unwrap_err();
+    s.compact(r + 3).await.unwrap();
+    assert_eq!(s.compacted_revision(), r + 3);
+    s.compact(r + 1).await.unwrap();
+    assert_eq!(
+        s.compacted_revision(),
+        r + 3,
+        "compacting backwards is a no-op"
+    );
+    let err = s.compact(r + 100).await.unwrap_err();
     assert_eq!(
         err,
         StorageError::FutureRevision {
-            requested: 100,
-            current: 5
+            requested: r + 100,
+            current: r + 5
         }
     );
 
     assert_eq!(s.list(opts("/c/")).await.unwrap().items, latest);
-    let at = |r| ListOptions {
-        revision: Some(r),
+    let at = |rev| ListOptions {
+        revision: Some(rev),
         ..opts("/c/")
     };
-    let page = s.list(at(3)).await.unwrap();
+    let page = s.list(at(r + 3)).await.unwrap();
     assert_eq!(keys(&page), ["/c/a", "/c/b"]);
     assert_eq!(
         (page.items[0].value.clone(), page.items[1].value.clone()),
         ("a2".into(), "b1".into())
     );
-    assert_eq!(keys(&s.list(at(4)).await.unwrap()), ["/c/a"]);
+    assert_eq!(keys(&s.list(at(r + 4)).await.unwrap()), ["/c/a"]);
 
-    let mut w = s.watch("/c/", 3).unwrap();
+    let mut w = s.watch("/c/", r + 3).await.unwrap();
     let events = take(&mut w, 2).await;
     assert_eq!(events[0].kind, EventType::Delete);
     assert_eq!(events[0].prev_value.as_deref(), Some(&b"b1"[..]));
-    assert_eq!(events[0].value, "b-final");
-    assert_eq!((events[1].revision, events[1].kind), (5, EventType::Create));
+    assert_eq!(events[0].value, "b1");
+    assert_eq!(
+        (events[1].revision, events[1].kind),
+        (r + 5, EventType::Create)
+    );
     drop(w);
 
     // Compacting everything keeps the latest state, which can still be updated and watched.
-    s.compact(5).await.unwrap();
+    s.compact(r + 5).await.unwrap();
     assert_eq!(s.list(opts("/c/")).await.unwrap().items, latest);
-    assert_eq!(keys(&s.list(at(5)).await.unwrap()), ["/c/a", "/c/c"]);
-    let mut w = s.watch("/c/", 5).unwrap();
+    assert_eq!(keys(&s.list(at(r + 5)).await.unwrap()), ["/c/a", "/c/c"]);
+    let mut w = s.watch("/c/", r + 5).await.unwrap();
     let a = s.get("/c/a").await.unwrap().unwrap();
     s.update("/c/a", a.mod_revision, bytes("a3")).await.unwrap();
     let event = next(&mut w).await.unwrap();
-    assert_eq!((event.revision, event.kind), (6, EventType::Update));
+    assert_eq!((event.revision, event.kind), (r + 6, EventType::Update));
     assert_eq!(event.prev_value.as_deref(), Some(&b"a2"[..]));
 }
 
 async fn watch_replays_from_zero(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
+    let r = s.current_revision();
     let a = s.create("/w/a", bytes("a1")).await.unwrap();
     s.create("/x/a", bytes("x")).await.unwrap();
     s.create("/w/b", bytes("b1")).await.unwrap();
     s.update("/w/a", a.mod_revision, bytes("a2")).await.unwrap();
-    let mut w = s.watch("/w/", 0).unwrap();
+    let mut w = s.watch("/w/", 0).await.unwrap();
     let events = take(&mut w, 3).await;
     let summary: Vec<_> = events
         .iter()
@@ -523,62 +593,70 @@ async fn watch_replays_from_zero(f: Factory) {
     assert_eq!(
         summary,
         [
-            (EventType::Create, "/w/a", 1, "a1".into(), None),
-            (EventType::Create, "/w/b", 3, "b1".into(), None),
-            (EventType::Update, "/w/a", 4, "a2".into(), Some("a1".into())),
+            (EventType::Create, "/w/a", r + 1, "a1".into(), None),
+            (EventType::Create, "/w/b", r + 3, "b1".into(), None),
+            (
+                EventType::Update,
+                "/w/a",
+                r + 4,
+                "a2".into(),
+                Some("a1".into())
+            ),
         ]
     );
     assert_quiet(&mut w).await;
     // Then live events.
     s.create("/w/c", bytes("c1")).await.unwrap();
-    assert_eq!(next(&mut w).await.unwrap().revision, 5);
+    assert_eq!(next(&mut w).await.unwrap().revision, r + 5);
 }
 
 async fn watch_from_revision(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
+    let r = s.current_revision();
     for i in 0..5 {
         s.create(&format!("/w/{i}"), bytes("v")).await.unwrap();
     }
-    let mut w = s.watch("/w/", 3).unwrap();
+    let mut w = s.watch("/w/", r + 3).await.unwrap();
     let revs: Vec<_> = take(&mut w, 2).await.iter().map(|e| e.revision).collect();
-    assert_eq!(revs, [4, 5]);
+    assert_eq!(revs, [r + 4, r + 5]);
     assert_quiet(&mut w).await;
     // Watching from the current revision yields only later events.
-    let mut w = s.watch("/w/", 5).unwrap();
+    let mut w = s.watch("/w/", r + 5).await.unwrap();
     assert_quiet(&mut w).await;
     s.create("/w/9", bytes("v")).await.unwrap();
-    assert_eq!(next(&mut w).await.unwrap().revision, 6);
+    assert_eq!(next(&mut w).await.unwrap().revision, r + 6);
 }
 
 async fn watch_compacted_fails(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
+    let r = s.current_revision();
     for i in 0..5 {
         s.create(&format!("/w/{i}"), bytes("v")).await.unwrap();
     }
-    s.compact(4).await.unwrap();
-    for after in [0, 3] {
-        match s.watch("/w/", after) {
+    s.compact(r + 4).await.unwrap();
+    for after in [0, r + 3] {
+        match s.watch("/w/", after).await {
             Err(err) => assert_eq!(
                 err,
                 StorageError::Compacted {
                     requested: after,
-                    compacted: 4
+                    compacted: r + 4
                 }
             ),
             Ok(_) => panic!("watch from compacted revision {after} succeeded"),
         }
     }
-    let mut w = s.watch("/w/", 4).unwrap();
-    assert_eq!(next(&mut w).await.unwrap().revision, 5);
+    let mut w = s.watch("/w/", r + 4).await.unwrap();
+    assert_eq!(next(&mut w).await.unwrap().revision, r + 5);
 }
 
 async fn watch_prefix_filter(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = &fx.store;
-    let mut w = s.watch("/g/r/c1/", 0).unwrap();
-    let mut all = s.watch("", 0).unwrap();
+    let mut w = s.watch("/g/r/c1/", 0).await.unwrap();
+    let mut all = s.watch("", 0).await.unwrap();
     for key in [
         "/g/r/c10/a",
         "/g/r/c1/a",
@@ -599,11 +677,11 @@ async fn watch_prefix_filter(f: Factory) {
 async fn watch_live_under_concurrent_writes(f: Factory) {
     const WRITERS: usize = 8;
     const PER_WRITER: usize = 40;
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = fx.store.clone();
     s.create("/w/seed", bytes("v")).await.unwrap();
     let start = s.current_revision();
-    let mut before = s.watch("/w/", start).unwrap();
+    let mut before = s.watch("/w/", start).await.unwrap();
     let mut tasks = Vec::new();
     for t in 0..WRITERS {
         let s = s.clone();
@@ -626,7 +704,7 @@ async fn watch_live_under_concurrent_writes(f: Factory) {
         }));
     }
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let mut during = s.watch("/w/", start).unwrap();
+    let mut during = s.watch("/w/", start).await.unwrap();
     let mut acked = BTreeMap::new();
     for task in tasks {
         acked.extend(task.await.unwrap());
@@ -645,11 +723,12 @@ async fn watch_live_under_concurrent_writes(f: Factory) {
 }
 
 async fn watch_lagging_catches_up(f: Factory) {
-    let fx = f(4);
+    let fx = f(4).await;
     let s = &fx.store;
-    let mut w = s.watch("/w/", 0).unwrap();
+    let r = s.current_revision();
+    let mut w = s.watch("/w/", 0).await.unwrap();
     s.create("/w/first", bytes("v")).await.unwrap();
-    assert_eq!(next(&mut w).await.unwrap().revision, 1);
+    assert_eq!(next(&mut w).await.unwrap().revision, r + 1);
     // Far more events than the broadcast holds, while the watcher is not polled.
     for i in 0..200 {
         s.create(&format!("/w/{i:03}"), tagged("v")).await.unwrap();
@@ -671,18 +750,19 @@ async fn watch_lagging_catches_up(f: Factory) {
 }
 
 async fn watch_lagging_into_compacted_range(f: Factory) {
-    let fx = f(4);
+    let fx = f(4).await;
     let s = &fx.store;
-    let mut w = s.watch("/w/", 0).unwrap();
+    let r = s.current_revision();
+    let mut w = s.watch("/w/", 0).await.unwrap();
     s.create("/w/first", bytes("v")).await.unwrap();
-    assert_eq!(next(&mut w).await.unwrap().revision, 1);
+    assert_eq!(next(&mut w).await.unwrap().revision, r + 1);
     for i in 0..50 {
         s.create(&format!("/w/{i}"), bytes("v")).await.unwrap();
     }
     s.compact(s.current_revision()).await.unwrap();
     let err = next(&mut w).await.unwrap_err();
     assert!(
-        matches!(err, StorageError::Compacted { requested: 1, .. }),
+        matches!(err, StorageError::Compacted { requested, .. } if requested == r + 1),
         "{err:?}"
     );
     let end = tokio::time::timeout(Duration::from_secs(5), w.next())
@@ -692,7 +772,7 @@ async fn watch_lagging_into_compacted_range(f: Factory) {
 }
 
 async fn concurrent_creates(f: Factory) {
-    let fx = f(CAPACITY);
+    let fx = f(CAPACITY).await;
     let s = fx.store.clone();
     s.create("/seed", bytes("v")).await.unwrap();
     let start = s.current_revision();

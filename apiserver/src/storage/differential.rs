@@ -12,7 +12,7 @@ use super::{KeyValue, ListOptions, Result, Revision, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compactor_keeps_the_last_revisions() {
-    let fx = redb_store(CAPACITY);
+    let fx = redb_store(CAPACITY).await;
     let s = fx.store.clone();
     for i in 0..10 {
         s.create(&format!("/k/{i}"), bytes("v")).await.unwrap();
@@ -73,8 +73,8 @@ async fn list_all(
 /// every past list (paginated or not) and every watch replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_memory_vs_redb() {
-    let memory = memory_store(CAPACITY);
-    let redb = redb_store(CAPACITY);
+    let memory = memory_store(CAPACITY).await;
+    let redb = redb_store(CAPACITY).await;
     let stores = [&memory.store, &redb.store];
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let prefixes = ["/d/a/", "/d/ab/", "/d/b/", "/d/", ""];
@@ -136,15 +136,15 @@ async fn differential_memory_vs_redb() {
         for after in [low, low + (high - low) / 2, high] {
             // Count the replayed events of one backend, then compare both replays in full.
             let mut n = 0;
-            let mut probe = stores[0].watch(prefix, after).unwrap();
+            let mut probe = stores[0].watch(prefix, after).await.unwrap();
             while let Ok(Some(event)) =
                 tokio::time::timeout(Duration::from_millis(50), probe.next()).await
             {
                 event.unwrap();
                 n += 1;
             }
-            let mut a = stores[0].watch(prefix, after).unwrap();
-            let mut b = stores[1].watch(prefix, after).unwrap();
+            let mut a = stores[0].watch(prefix, after).await.unwrap();
+            let mut b = stores[1].watch(prefix, after).await.unwrap();
             assert_eq!(
                 take(&mut a, n).await,
                 take(&mut b, n).await,

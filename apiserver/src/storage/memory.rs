@@ -90,7 +90,7 @@ impl MemoryStore {
         key: &str,
         kind: EventType,
         check: impl FnOnce(Option<&KeyValue>) -> Result<()>,
-        encode: Encoder,
+        mut encode: Encoder,
     ) -> Result<Event> {
         let mut st = self.shared.lock();
         let existing = st.current.get(key);
@@ -308,7 +308,11 @@ impl Store for MemoryStore {
         self.write(key, EventType::Delete, check, encode)
     }
 
-    fn watch(&self, prefix: &str, after: Revision) -> Result<BoxStream<'static, Result<Event>>> {
+    async fn watch(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<BoxStream<'static, Result<Event>>> {
         // Subscribe first, then check: every event committed after the check is in `rx`.
         let rx = self.shared.events.subscribe();
         let compacted = self.shared.lock().compacted;

@@ -18,6 +18,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod memory;
 pub mod redb_store;
 mod watch;
@@ -27,6 +29,8 @@ mod conformance;
 #[cfg(test)]
 mod differential;
 
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdOptions, EtcdStore};
 pub use memory::MemoryStore;
 pub use redb_store::{RedbOptions, RedbStore};
 
@@ -35,7 +39,12 @@ pub type Revision = u64;
 
 /// Builds the stored bytes of an object once the store knows the revision it will commit at,
 /// so the object can carry its own `resourceVersion` without a second encode on every read.
-pub type Encoder = Box<dyn FnOnce(Revision) -> Vec<u8> + Send>;
+///
+/// An encoder must be deterministic: called twice with the same revision it returns the same
+/// bytes, and the revision may only appear in its output as its decimal text. Backends that learn
+/// the commit revision only after the write (etcd) call it with two sentinel revisions to find
+/// where the revision goes, and splice the real one in on every read.
+pub type Encoder = Box<dyn FnMut(Revision) -> Vec<u8> + Send>;
 
 /// One stored object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,7 +164,11 @@ pub trait Store: Send + Sync + 'static {
     async fn delete(&self, key: &str, expected: Revision, encode: Encoder) -> Result<Event>;
     /// Events under `prefix` with revision > `after`, then live events, in revision order.
     /// Fails with `Compacted` if `after` is older than the compacted revision.
-    fn watch(&self, prefix: &str, after: Revision) -> Result<BoxStream<'static, Result<Event>>>;
+    async fn watch(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<BoxStream<'static, Result<Event>>>;
     /// Forgets history at and below `revision` (the latest state of every key is kept, and so is
     /// the snapshot at `revision` itself). Afterwards lists at and watches after revisions below
     /// `revision` fail with `Compacted`. A revision at or below the compacted one is a no-op; one

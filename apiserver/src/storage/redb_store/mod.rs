@@ -247,7 +247,11 @@ impl Store for RedbStore {
         self.submit(op, rx).await
     }
 
-    fn watch(&self, prefix: &str, after: Revision) -> Result<BoxStream<'static, Result<Event>>> {
+    async fn watch(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<BoxStream<'static, Result<Event>>> {
         // Subscribe first: every event committed after the log reads is then in `rx`.
         let rx = self.events.subscribe();
         let compacted = self.compacted.load(Ordering::Acquire);

@@ -67,7 +67,7 @@ async fn reopen_keeps_data_and_revision() {
         .unwrap();
     assert_eq!(past.items.len(), 2);
     // The history survives: replay after the compacted revision.
-    let mut w = store.watch("/r/", 2).unwrap();
+    let mut w = store.watch("/r/", 2).await.unwrap();
     let kinds: Vec<_> = [next(&mut w).await, next(&mut w).await, next(&mut w).await]
         .into_iter()
         .map(|e| e.map(|e| (e.revision, e.kind)))
@@ -178,7 +178,7 @@ async fn corrupt_data_is_an_error_not_a_panic() {
         ..Default::default()
     });
     assert!(matches!(past.await, Err(StorageError::Backend(_))));
-    let mut w = store.watch("/c/", 0).unwrap();
+    let mut w = store.watch("/c/", 0).await.unwrap();
     assert!(matches!(next(&mut w).await, Err(StorageError::Backend(_))));
     assert!(w.next().await.is_none());
     // Writes to the corrupt key fail alone; others proceed.
@@ -300,7 +300,7 @@ async fn kill_9_keeps_acknowledged_writes() {
         .unwrap();
     assert_eq!(all.items.len() as u64, current);
     assert!(all.items.iter().all(|kv| kv.value == kib(kv.mod_revision)));
-    let mut w = store.watch("/crash/", 0).unwrap();
+    let mut w = store.watch("/crash/", 0).await.unwrap();
     for rev in 1..=current {
         assert_eq!(next(&mut w).await.unwrap().revision, rev);
     }

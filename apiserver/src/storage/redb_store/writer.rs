@@ -296,7 +296,7 @@ fn write_one(
     kind: EventType,
     key: &str,
     expected: Revision,
-    encode: Encoder,
+    mut encode: Encoder,
 ) -> Result<Result<(Event, Revision)>> {
     let existing = match t.current.get(key).map_err(backend)? {
         Some(guard) => match decode_current(guard.value()) {

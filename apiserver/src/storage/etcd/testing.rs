@@ -1,0 +1,153 @@
+//! A real etcd for tests and benchmarks: one `etcd` process on loopback ports with its own data
+//! directory, which can be killed (SIGKILL) and restarted on the same data and ports.
+//!
+//! The binary is `$ETCD_BIN`, else `etcd` on the `PATH` (Debian's `etcd-server`).
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::{EtcdOptions, EtcdStore};
+
+/// A running (or killed) etcd.
+pub struct EtcdProcess {
+    dir: TempDir,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl EtcdProcess {
+    /// Starts a fresh, empty etcd and waits until it serves requests.
+    pub async fn start() -> anyhow::Result<Self> {
+        let mut etcd = EtcdProcess {
+            dir: tempfile::tempdir()?,
+            client_port: free_port()?,
+            peer_port: free_port()?,
+            child: None,
+        };
+        etcd.restart().await?;
+        Ok(etcd)
+    }
+
+    /// The client URL.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Store options for this etcd with the given key prefix.
+    pub fn options(&self, prefix: &str) -> EtcdOptions {
+        EtcdOptions {
+            endpoints: vec![self.endpoint()],
+            prefix: prefix.to_string(),
+            request_timeout: Duration::from_secs(5),
+            ..EtcdOptions::default()
+        }
+    }
+
+    /// Connects a store under `prefix`.
+    pub async fn store(&self, prefix: &str) -> anyhow::Result<EtcdStore> {
+        Ok(EtcdStore::connect(self.options(prefix)).await?)
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("etcd.log")
+    }
+
+    /// Kills etcd with SIGKILL (no clean shutdown) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts etcd (again) on the same data directory and ports, and waits until it answers.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let bin = std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let client = self.endpoint();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(&bin)
+            .arg("--name=test")
+            .arg(format!("--data-dir={}", self.data_dir().display()))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=test={peer}"))
+            .arg("--log-level=error")
+            .arg("--logger=zap")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot run {bin:?} ({e}): install etcd (Debian: apt-get install etcd-server) or set ETCD_BIN"
+                )
+            })?;
+        self.child = Some(child);
+        self.wait_ready().await
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addr = format!("127.0.0.1:{}", self.client_port);
+        let mut last_error = String::from("not listening");
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    anyhow::bail!(
+                        "etcd exited with {status} during start-up; its log:\n{}",
+                        read_log(&self.log_path())
+                    );
+                }
+            }
+            if TcpStream::connect(&addr).is_ok() {
+                // Listening; now wait until it has a leader and answers reads.
+                use crate::storage::Store;
+                match EtcdStore::connect(self.options("")).await {
+                    Ok(store) => match store.get("/ready-probe").await {
+                        Ok(_) => return Ok(()),
+                        Err(e) => last_error = e.to_string(),
+                    },
+                    Err(e) => last_error = e.to_string(),
+                }
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!(
+                    "etcd did not become ready within 30s ({last_error}); its log:\n{}",
+                    read_log(&self.log_path())
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
