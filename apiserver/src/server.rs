@@ -149,6 +149,8 @@ pub struct ServeOptions {
     pub tls_private_key_file: Option<std::path::PathBuf>,
     pub client_ca_file: Option<std::path::PathBuf>,
     pub store: StoreKind,
+    /// The watch cache in front of the store (`None`: every read goes to the store).
+    pub watch_cache: Option<crate::storage::CacheOptions>,
     /// Short requests served at once before the server answers 429.
     pub max_requests_in_flight: usize,
     /// A kube-apiserver style token file (`token,user,uid,"group1,group2"`).
@@ -183,6 +185,7 @@ impl ServeOptions {
             tls_private_key_file: None,
             client_ca_file: None,
             store: StoreKind::Redb,
+            watch_cache: Some(crate::storage::CacheOptions::default()),
             max_requests_in_flight: crate::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT,
             token_auth_file: None,
             service_account_key_file: None,
@@ -318,6 +321,10 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
         StoreKind::Etcd(etcd) => Arc::new(crate::storage::EtcdStore::connect(etcd.clone()).await?),
     };
     crate::storage::spawn_compactor(store.clone(), 10_000, Duration::from_secs(60));
+    let store: Arc<dyn crate::storage::Store> = match &opts.watch_cache {
+        Some(cache) => Arc::new(crate::storage::CachedStore::new(store, cache.clone())),
+        None => store,
+    };
     let host = if address.ip().is_unspecified() {
         "127.0.0.1".to_string()
     } else if address.is_ipv6() {

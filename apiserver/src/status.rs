@@ -191,6 +191,15 @@ impl ApiError {
         })
     }
 
+    /// A watch cut off because its client read too slowly: 429, so clients (client-go's
+    /// reflector, kube-rs' watcher) back off and watch again from their last resourceVersion.
+    pub fn slow_watcher(message: impl Into<String>) -> Self {
+        ApiError::new(429, "TooManyRequests", message).with_details(Details {
+            retry_after_seconds: Some(1),
+            ..Details::default()
+        })
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         ApiError::new(500, "InternalError", message)
     }

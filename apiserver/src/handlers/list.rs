@@ -197,7 +197,7 @@ pub(crate) async fn wait_for_revision(
     rev: Revision,
 ) -> Result<(), StorageError> {
     for _ in 0..30 {
-        let current = store.current_revision();
+        let current = store.latest_revision().await?;
         if current >= rev {
             return Ok(());
         }

@@ -152,6 +152,7 @@ impl Ctx {
                 retry_after_seconds: Some(1),
                 ..Default::default()
             }),
+            e @ StorageError::TooSlow { .. } => ApiError::slow_watcher(e.to_string()),
             StorageError::Backend(m) => ApiError::internal(format!("storage error: {m}")),
         }
     }

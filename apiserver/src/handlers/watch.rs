@@ -16,7 +16,7 @@ use crate::negotiation::Output;
 use crate::objects;
 use crate::registry::Resource;
 use crate::status::{ApiError, Cause};
-use crate::storage::{EventType, Revision, StorageError};
+use crate::storage::{Event, EventType, Revision, StorageError};
 use crate::table::{self, IncludeObject};
 
 /// How often an idle watch with bookmarks enabled gets one.
@@ -63,6 +63,22 @@ impl EventEncoder {
         }
         out.put_slice(b"}\n");
         Ok(out.freeze())
+    }
+
+    /// The frame of a stored event. Plain object frames are the same for every watcher, so the
+    /// first one to need a frame encodes it into the event's memo and the others share it.
+    fn event_frame(&mut self, kind: &'static str, event: &Event) -> Result<Bytes, ApiError> {
+        let shareable = matches!(self.output, Output::Object) && self.resource.conversion.is_none();
+        let slot = match kind {
+            "ADDED" => 0,
+            "MODIFIED" => 1,
+            _ => 2,
+        };
+        if shareable {
+            event.memo.frame(slot, || self.frame(kind, &event.value))
+        } else {
+            self.frame(kind, &event.value)
+        }
     }
 
     fn bookmark(&self, rev: Revision, initial_end: bool) -> Bytes {
@@ -269,10 +285,10 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
                     if !filter.matches_key(type_prefix_len, &event.key) {
                         continue;
                     }
-                    let Some(kind) = classify(&filter, event.kind, &event.value, event.prev_value.as_ref()) else {
+                    let Some(kind) = classify(&filter, &event) else {
                         continue;
                     };
-                    let Ok(frame) = encoder.frame(kind, &event.value) else { continue };
+                    let Ok(frame) = encoder.event_frame(kind, &event) else { continue };
                     if !send(&tx, frame).await {
                         return;
                     }
@@ -294,30 +310,28 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
 }
 
 /// The watch event type of a change for a filtered watcher: an object that stops matching is
-/// DELETED, one that starts matching is ADDED.
-fn classify(
-    filter: &ListFilter,
-    kind: EventType,
-    value: &Bytes,
-    prev: Option<&Bytes>,
-) -> Option<&'static str> {
+/// DELETED, one that starts matching is ADDED. The objects are decoded once per event (in its
+/// memo), not once per watcher.
+fn classify(filter: &ListFilter, event: &Event) -> Option<&'static str> {
     if !filter.needs_object() {
-        return Some(match kind {
+        return Some(match event.kind {
             EventType::Create => "ADDED",
             EventType::Update => "MODIFIED",
             EventType::Delete => "DELETED",
         });
     }
-    let matches = |b: &Bytes| -> bool {
-        serde_json::from_slice::<Value>(b)
-            .map(|v| filter.matches_object(&v))
-            .unwrap_or(false)
+    let matches = |v: Option<std::sync::Arc<Value>>| v.is_some_and(|v| filter.matches_object(&v));
+    let now = matches(event.memo.value(&event.value));
+    let before = || {
+        event
+            .prev_value
+            .as_ref()
+            .is_some_and(|p| matches(event.memo.prev(p)))
     };
-    let now = matches(value);
-    match kind {
+    match event.kind {
         EventType::Create => now.then_some("ADDED"),
-        EventType::Delete => (now || prev.is_some_and(matches)).then_some("DELETED"),
-        EventType::Update => match (prev.is_some_and(matches), now) {
+        EventType::Delete => (now || before()).then_some("DELETED"),
+        EventType::Update => match (before(), now) {
             (true, true) => Some("MODIFIED"),
             (false, true) => Some("ADDED"),
             (true, false) => Some("DELETED"),

@@ -126,6 +126,7 @@ impl MemoryStore {
             value,
             prev_value: prev.map(|kv| kv.value),
             revision,
+            memo: Default::default(),
         };
         st.log.push_back(event.clone());
         st.revision = revision;

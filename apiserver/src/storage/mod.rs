@@ -4,20 +4,22 @@
 //! Keys are `/<group>/<resource>/<logical-cluster>/<namespace>/<name>` (namespace omitted for
 //! cluster-scoped resources), so a wildcard list or watch over all clusters is a prefix scan.
 //!
-//! Revisions: one global counter. An empty store has current revision 0; the first committed
-//! write gets revision 1 and every committed write increments it by exactly 1. Revisions are
-//! never reused, also across restarts of a durable backend.
+//! Revisions: one global counter; every committed write gets a higher one. The embedded backends
+//! start at 0 and step by exactly 1; etcd starts at 1 and steps by 1 only while nothing else
+//! writes to it. Revisions are never reused, also across restarts of a durable backend.
 //!
-//! Backends: [`MemoryStore`] (tests) and [`RedbStore`] (durable, the default). Both pass the
-//! same conformance suite (`conformance.rs`).
+//! Backends: [`MemoryStore`] (tests), [`RedbStore`] (durable, embedded, the default) and, with
+//! the `etcd` feature, `EtcdStore`. All pass the same conformance suite (`conformance.rs`).
+//! [`CachedStore`] puts a watch cache in front of any of them.
 
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
+pub mod cache;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;
@@ -29,6 +31,7 @@ mod conformance;
 #[cfg(test)]
 mod differential;
 
+pub use cache::{CacheOptions, CachedStore};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdOptions, EtcdStore};
 pub use memory::MemoryStore;
@@ -84,6 +87,73 @@ pub struct Event {
     pub prev_value: Option<Bytes>,
     /// The revision the change was committed at.
     pub revision: Revision,
+    /// Work derived from this event once and shared by every watcher that receives it.
+    pub memo: Memo,
+}
+
+/// What the serving layer derives from an event (its encoded watch frames, the decoded
+/// objects), computed by the first watcher that needs it and shared by every clone of the event.
+/// Ignored by equality: two events are equal when the changes they describe are.
+#[derive(Clone, Default)]
+pub struct Memo(Arc<MemoSlots>);
+
+/// How many encoded frames an event can remember.
+pub const MEMO_FRAMES: usize = 4;
+
+#[derive(Default)]
+struct MemoSlots {
+    frames: [OnceLock<Bytes>; MEMO_FRAMES],
+    value: OnceLock<Option<Arc<serde_json::Value>>>,
+    prev: OnceLock<Option<Arc<serde_json::Value>>>,
+}
+
+impl Memo {
+    /// The frame in `slot`, made by `make` the first time. Slots past [`MEMO_FRAMES`] are not
+    /// remembered.
+    pub fn frame<E>(
+        &self,
+        slot: usize,
+        make: impl FnOnce() -> Result<Bytes, E>,
+    ) -> Result<Bytes, E> {
+        let Some(cell) = self.0.frames.get(slot) else {
+            return make();
+        };
+        if let Some(done) = cell.get() {
+            return Ok(done.clone());
+        }
+        let made = make()?;
+        Ok(cell.get_or_init(|| made).clone())
+    }
+
+    /// The event's value decoded as JSON (`None` if it is not JSON).
+    pub fn value(&self, bytes: &Bytes) -> Option<Arc<serde_json::Value>> {
+        self.0
+            .value
+            .get_or_init(|| serde_json::from_slice(bytes).ok().map(Arc::new))
+            .clone()
+    }
+
+    /// The event's previous value decoded as JSON.
+    pub fn prev(&self, bytes: &Bytes) -> Option<Arc<serde_json::Value>> {
+        self.0
+            .prev
+            .get_or_init(|| serde_json::from_slice(bytes).ok().map(Arc::new))
+            .clone()
+    }
+}
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Memo) -> bool {
+        true
+    }
+}
+
+impl Eq for Memo {}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Memo")
+    }
 }
 
 /// A page of a list.
@@ -140,6 +210,9 @@ pub enum StorageError {
         requested: Revision,
         current: Revision,
     },
+    /// A watcher fell too far behind the events it was sent and was cut off.
+    #[error("watch cut off: the client fell more than {behind} events behind; watch again from resourceVersion {last}")]
+    TooSlow { behind: usize, last: Revision },
     /// An I/O failure, corrupt data, or a closed store.
     #[error("storage backend failure: {0}")]
     Backend(String),
@@ -174,8 +247,13 @@ pub trait Store: Send + Sync + 'static {
     /// `revision` fail with `Compacted`. A revision at or below the compacted one is a no-op; one
     /// above the current revision fails with `FutureRevision`.
     async fn compact(&self, revision: Revision) -> Result<()>;
-    /// The latest committed revision.
+    /// The latest committed revision this store knows of (on etcd: the latest it has seen).
     fn current_revision(&self) -> Revision;
+    /// The latest committed revision, asked of the backend itself (on etcd: a read), so that it
+    /// includes every write any replica acknowledged before the call.
+    async fn latest_revision(&self) -> Result<Revision> {
+        Ok(self.current_revision())
+    }
     /// The oldest revision a watch or a past list may still start from.
     fn compacted_revision(&self) -> Revision;
 }

@@ -355,6 +355,7 @@ impl EtcdStore {
                 value: env.at(revision),
                 prev_value: Some(env.at(expected)),
                 revision,
+                memo: Default::default(),
             }));
         }
         let found = match ops.first() {
@@ -522,6 +523,10 @@ impl Store for EtcdStore {
     fn compacted_revision(&self) -> Revision {
         self.inner.compacted.load(Ordering::Acquire)
     }
+
+    async fn latest_revision(&self) -> Result<Revision> {
+        self.refresh_current().await
+    }
 }
 
 /// One watch: an etcd watch stream, re-opened from the last delivered revision when it breaks.
@@ -619,6 +624,7 @@ impl WatchState {
                 value: restore(kv.value(), revision),
                 prev_value,
                 revision,
+                memo: Default::default(),
             },
             EtcdEventType::Delete => Event {
                 kind: EventType::Delete,
@@ -626,6 +632,7 @@ impl WatchState {
                 value: prev.map_or_else(Bytes::new, |p| restore(p.value(), revision)),
                 prev_value,
                 revision,
+                memo: Default::default(),
             },
         };
         Ok(Some(event))

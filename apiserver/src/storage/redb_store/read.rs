@@ -301,6 +301,7 @@ fn read_log(db: &Database, prefix: &str, after: Revision, limit: usize) -> Resul
             value,
             prev_value,
             revision,
+            memo: Default::default(),
         });
     }
     Ok(chunk)

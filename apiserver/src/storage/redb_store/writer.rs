@@ -357,6 +357,7 @@ fn write_one(
         value,
         prev_value: existing.map(|(_, _, value)| value),
         revision,
+        memo: Default::default(),
     };
     Ok(Ok((event, create_revision)))
 }

@@ -1,0 +1,928 @@
+//! The watch cache: a [`Store`] in front of another that serves watches and latest lists from
+//! memory, as kube-apiserver's cacher does.
+//!
+//! - One watch on the whole backing store feeds every cache, in revision order. `seen` is the
+//!   revision it has processed through; every cache holds every change up to it.
+//! - One cache per resource type (key prefix `/<group>/<resource>/`), built on first use from a
+//!   list at `seen`: the current objects, a window of the latest events, and its watchers indexed
+//!   by logical cluster, so an event only reaches the watchers that can want it.
+//! - An event is stored once and shared by every watcher that receives it, together with its
+//!   [`Memo`], where the serving layer keeps the encoded frame and the decoded object.
+//! - A watch from a revision the window still covers is served from memory; an older one is
+//!   passed to the backing store, which serves it from its history. Below the store's compacted
+//!   revision both answer `Compacted`, as the store alone would.
+//! - A latest list asks the backing store for its current revision (one cheap read on etcd),
+//!   waits until `seen` reaches it, and then answers from memory; so a list on one replica sees
+//!   every write acknowledged by any replica before it started. If the cache does not catch up
+//!   in time the list goes to the backing store.
+//! - Each watcher has a bounded queue; one that falls more than `watcher_buffer` events behind
+//!   is cut off with [`StorageError::TooSlow`] instead of holding ever more events for it.
+//! - Gets, past-revision lists, lists across types and all writes go to the backing store.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::stream::{self, BoxStream, StreamExt};
+use tokio::sync::{mpsc, watch};
+
+use super::{
+    start_bound, Encoder, Event, EventType, KeyValue, ListOptions, ListPage, Result, Revision,
+    StorageError, Store,
+};
+
+/// Tuning of the watch cache.
+#[derive(Clone, Debug)]
+pub struct CacheOptions {
+    /// Events kept per resource type for watches that start in the past.
+    pub window: usize,
+    /// How many events a watcher may fall behind before it is cut off.
+    pub watcher_buffer: usize,
+    /// How long a latest list waits for the cache to catch up before it reads the store.
+    pub consistent_wait: Duration,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions {
+            window: 10_000,
+            watcher_buffer: 1024,
+            consistent_wait: Duration::from_secs(3),
+        }
+    }
+}
+
+/// A store whose watches and latest lists are served from memory.
+#[derive(Clone)]
+pub struct CachedStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: Arc<dyn Store>,
+    options: CacheOptions,
+    /// Resource type prefix → its cache. Locked by the feeder around each event, so a cache
+    /// created between two events gets every event after the revision it is loaded at.
+    types: Mutex<HashMap<Arc<str>, Arc<TypeCache>>>,
+    /// The revision the feeder has processed through.
+    seen: watch::Sender<Revision>,
+}
+
+struct TypeCache {
+    state: Mutex<TypeState>,
+    /// False while loading; true once loaded. Dropped (closed) if loading failed.
+    ready: watch::Sender<Option<bool>>,
+}
+
+struct TypeState {
+    /// Events that arrived while the initial list was read.
+    pending: Option<Vec<Event>>,
+    /// Set when the cache was dropped by a reset: it no longer receives events.
+    dead: bool,
+    objects: BTreeMap<Arc<str>, KeyValue>,
+    window: VecDeque<Event>,
+    /// Every event of this type after this revision is in `window`.
+    window_start: Revision,
+    /// Watchers of every cluster.
+    all: Vec<Watcher>,
+    /// Watchers of one logical cluster (the key segment after the type prefix).
+    clusters: HashMap<Arc<str>, Vec<Watcher>>,
+}
+
+/// The cache's end of one watch.
+struct Watcher {
+    tx: mpsc::Sender<Event>,
+    prefix: Arc<str>,
+    /// Set when the watcher was cut off for falling behind.
+    cut: Arc<AtomicBool>,
+}
+
+impl Watcher {
+    /// Queues `event` if the watcher wants it; false once the watcher is gone or cut off.
+    fn offer(&self, event: &Event) -> bool {
+        if !event.key.starts_with(&*self.prefix) {
+            return !self.tx.is_closed();
+        }
+        match self.tx.try_send(event.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.cut.store(true, Ordering::Release);
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the state consistent before anything can panic.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `/<group>/<resource>/` of a key or prefix, if it has one.
+fn type_prefix(key: &str) -> Option<&str> {
+    let mut slashes = key.match_indices('/').map(|(i, _)| i);
+    let first = slashes.next()?;
+    if first != 0 {
+        return None;
+    }
+    slashes.nth(1).map(|third| &key[..=third])
+}
+
+/// The logical-cluster segment of a key or prefix, if it is complete (followed by `/`).
+fn cluster_of<'a>(key: &'a str, type_prefix: &str) -> Option<&'a str> {
+    let rest = key.get(type_prefix.len()..)?;
+    rest.find('/').map(|end| &rest[..end])
+}
+
+impl TypeState {
+    fn apply(&mut self, event: Event, window: usize) {
+        match event.kind {
+            EventType::Delete => {
+                self.objects.remove(&event.key);
+            }
+            EventType::Create | EventType::Update => {
+                let create_revision = match (event.kind, self.objects.get(&event.key)) {
+                    (EventType::Update, Some(old)) => old.create_revision,
+                    _ => event.revision,
+                };
+                self.objects.insert(
+                    event.key.clone(),
+                    KeyValue {
+                        key: event.key.clone(),
+                        value: event.value.clone(),
+                        create_revision,
+                        mod_revision: event.revision,
+                    },
+                );
+            }
+        }
+        self.all.retain(|w| w.offer(&event));
+        let prefix_len = type_prefix(&event.key).map_or(0, str::len);
+        if let Some(cluster) = cluster_of(&event.key, &event.key[..prefix_len]) {
+            if let Some(watchers) = self.clusters.get_mut(cluster) {
+                watchers.retain(|w| w.offer(&event));
+                if watchers.is_empty() {
+                    self.clusters.remove(cluster);
+                }
+            }
+        }
+        self.window.push_back(event);
+        while self.window.len() > window {
+            if let Some(old) = self.window.pop_front() {
+                self.window_start = old.revision;
+            }
+        }
+    }
+}
+
+impl CachedStore {
+    /// Puts a watch cache in front of `store` and starts feeding it.
+    pub fn new(store: Arc<dyn Store>, options: CacheOptions) -> Self {
+        let (seen, _) = watch::channel(store.current_revision());
+        let shared = Arc::new(Shared {
+            store,
+            options,
+            types: Mutex::new(HashMap::new()),
+            seen,
+        });
+        tokio::spawn(feed(Arc::downgrade(&shared)));
+        CachedStore { shared }
+    }
+
+    /// The revision the cache has processed through.
+    pub fn seen(&self) -> Revision {
+        *self.shared.seen.borrow()
+    }
+
+    /// The loaded cache of a resource type; `None` if it cannot be loaded (the caller then
+    /// reads the backing store).
+    async fn type_cache(&self, prefix: &str) -> Option<Arc<TypeCache>> {
+        let (cache, load_at) = {
+            let mut types = lock(&self.shared.types);
+            if let Some(cache) = types.get(prefix) {
+                (cache.clone(), None)
+            } else {
+                let cache = Arc::new(TypeCache {
+                    state: Mutex::new(TypeState {
+                        pending: Some(Vec::new()),
+                        dead: false,
+                        objects: BTreeMap::new(),
+                        window: VecDeque::new(),
+                        window_start: 0,
+                        all: Vec::new(),
+                        clusters: HashMap::new(),
+                    }),
+                    ready: watch::channel(Some(false)).0,
+                });
+                types.insert(Arc::from(prefix), cache.clone());
+                (cache, Some(*self.shared.seen.borrow()))
+            }
+        };
+        if let Some(at) = load_at {
+            self.load(prefix, &cache, at).await;
+        }
+        let mut ready = cache.ready.subscribe();
+        let loaded = matches!(
+            ready.wait_for(|r| *r != Some(false)).await.as_deref(),
+            Ok(Some(true))
+        );
+        loaded.then_some(cache)
+    }
+
+    /// Reads a type's objects at `at` and applies what arrived meanwhile.
+    async fn load(&self, prefix: &str, cache: &TypeCache, at: Revision) {
+        let mut objects = BTreeMap::new();
+        let mut start: Option<String> = None;
+        let loaded = loop {
+            let page = self
+                .shared
+                .store
+                .list(ListOptions {
+                    prefix,
+                    start_after: start.as_deref(),
+                    limit: 1000,
+                    revision: Some(at),
+                })
+                .await;
+            match page {
+                Ok(page) => {
+                    start = page.items.last().map(|kv| kv.key.to_string());
+                    objects.extend(page.items.into_iter().map(|kv| (kv.key.clone(), kv)));
+                    if !page.more || start.is_none() {
+                        break true;
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(prefix, error = %err, "watch cache: loading failed");
+                    break false;
+                }
+            }
+        };
+        if !loaded {
+            lock(&self.shared.types).remove(prefix);
+            cache.ready.send_replace(None);
+            return;
+        }
+        let window = self.shared.options.window;
+        let mut st = lock(&cache.state);
+        st.objects = objects;
+        st.window_start = at;
+        for event in st.pending.take().unwrap_or_default() {
+            if event.revision > at {
+                st.apply(event, window);
+            }
+        }
+        drop(st);
+        cache.ready.send_replace(Some(true));
+    }
+
+    /// Waits until the cache has every change the store had committed when this was called.
+    async fn catch_up(&self) -> Result<bool> {
+        let want = self.shared.store.latest_revision().await?;
+        let mut seen = self.shared.seen.subscribe();
+        let caught = tokio::time::timeout(
+            self.shared.options.consistent_wait,
+            seen.wait_for(|s| *s >= want),
+        )
+        .await;
+        Ok(matches!(caught, Ok(Ok(_))))
+    }
+}
+
+/// Follows the backing store from the cache's revision on, forever; on a broken stream the
+/// caches are dropped (their watchers end) and rebuilt on demand.
+async fn feed(shared: std::sync::Weak<Shared>) {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let (store, after) = match shared.upgrade() {
+            Some(s) => (s.store.clone(), *s.seen.borrow()),
+            None => return,
+        };
+        let mut events = match store.watch("", after).await {
+            Ok(events) => events,
+            Err(err) => {
+                tracing::warn!(error = %err, "watch cache: cannot follow the store");
+                if let Some(s) = shared.upgrade() {
+                    reset(&s).await;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        pause = Duration::from_millis(100);
+        while let Some(item) = events.next().await {
+            let Some(s) = shared.upgrade() else { return };
+            match item {
+                Ok(event) => dispatch(&s, event),
+                Err(err) => {
+                    tracing::warn!(error = %err, "watch cache: the store's watch broke");
+                    reset(&s).await;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Applies one event to its type's cache (if any) and advances `seen`.
+fn dispatch(shared: &Shared, event: Event) {
+    let revision = event.revision;
+    let types = lock(&shared.types);
+    let cache = type_prefix(&event.key).and_then(|p| types.get(p));
+    match cache {
+        Some(cache) => {
+            let mut st = lock(&cache.state);
+            match st.pending.as_mut() {
+                Some(pending) => pending.push(event),
+                None => st.apply(event, shared.options.window),
+            }
+            // Under the type's lock: a reader never sees `seen` behind the objects it reads.
+            shared.seen.send_replace(revision);
+        }
+        None => {
+            shared.seen.send_replace(revision);
+        }
+    }
+}
+
+/// Forgets every cache (ending their watchers) and restarts from the store's current revision.
+async fn reset(shared: &Shared) {
+    let dropped: Vec<_> = lock(&shared.types).drain().map(|(_, c)| c).collect();
+    for cache in dropped {
+        let mut st = lock(&cache.state);
+        // Dropping the senders ends every watcher.
+        st.dead = true;
+        st.all.clear();
+        st.clusters.clear();
+    }
+    let current = shared
+        .store
+        .latest_revision()
+        .await
+        .unwrap_or_else(|_| shared.store.current_revision());
+    shared.seen.send_replace(current);
+}
+
+/// One cached watch: replayed window events, then live ones.
+struct CachedWatch {
+    replay: std::vec::IntoIter<Event>,
+    rx: mpsc::Receiver<Event>,
+    cut: Arc<AtomicBool>,
+    last: Revision,
+    done: bool,
+    buffer: usize,
+}
+
+impl CachedWatch {
+    async fn next(mut self) -> Option<(Result<Event>, Self)> {
+        if self.done {
+            return None;
+        }
+        if let Some(event) = self.replay.next() {
+            self.last = event.revision;
+            return Some((Ok(event), self));
+        }
+        loop {
+            match self.rx.recv().await {
+                Some(event) if event.revision <= self.last => {}
+                Some(event) => {
+                    self.last = event.revision;
+                    return Some((Ok(event), self));
+                }
+                None => {
+                    self.done = true;
+                    let err = if self.cut.load(Ordering::Acquire) {
+                        StorageError::TooSlow {
+                            behind: self.buffer,
+                            last: self.last,
+                        }
+                    } else {
+                        StorageError::Backend(format!(
+                            "the watch cache restarted; watch again from revision {}",
+                            self.last
+                        ))
+                    };
+                    return Some((Err(err), self));
+                }
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for CachedStore {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.shared.store.get(key).await
+    }
+
+    async fn list(&self, opts: ListOptions<'_>) -> Result<ListPage> {
+        let Some(tp) = type_prefix(opts.prefix).filter(|_| opts.revision.is_none()) else {
+            return self.shared.store.list(opts).await;
+        };
+        if !self.catch_up().await? {
+            return self.shared.store.list(opts).await;
+        }
+        let Some(cache) = self.type_cache(tp).await else {
+            return self.shared.store.list(opts).await;
+        };
+        let page = {
+            let st = lock(&cache.state);
+            (!st.dead).then(|| {
+                let revision = *self.shared.seen.borrow();
+                let from = match start_bound(opts.prefix, opts.start_after) {
+                    Bound::Included(k) => Bound::Included(k),
+                    Bound::Excluded(k) => Bound::Excluded(k),
+                    Bound::Unbounded => Bound::Unbounded,
+                };
+                let mut matching = st
+                    .objects
+                    .range::<str, _>((from, Bound::Unbounded))
+                    .take_while(|(k, _)| k.starts_with(opts.prefix))
+                    .map(|(_, kv)| kv);
+                let limit = if opts.limit == 0 {
+                    usize::MAX
+                } else {
+                    opts.limit
+                };
+                let items: Vec<KeyValue> = matching.by_ref().take(limit).cloned().collect();
+                let more = matching.next().is_some();
+                ListPage {
+                    items,
+                    revision,
+                    more,
+                }
+            })
+        };
+        match page {
+            Some(page) => Ok(page),
+            None => self.shared.store.list(opts).await,
+        }
+    }
+
+    async fn create(&self, key: &str, encode: Encoder) -> Result<KeyValue> {
+        self.shared.store.create(key, encode).await
+    }
+
+    async fn update(&self, key: &str, expected: Revision, encode: Encoder) -> Result<KeyValue> {
+        self.shared.store.update(key, expected, encode).await
+    }
+
+    async fn delete(&self, key: &str, expected: Revision, encode: Encoder) -> Result<Event> {
+        self.shared.store.delete(key, expected, encode).await
+    }
+
+    async fn watch(
+        &self,
+        prefix: &str,
+        after: Revision,
+    ) -> Result<BoxStream<'static, Result<Event>>> {
+        let Some(tp) = type_prefix(prefix) else {
+            return self.shared.store.watch(prefix, after).await;
+        };
+        // History is gone below the store's compaction, also where the window still has it: a
+        // watch answers the same with and without the cache.
+        let compacted = self.shared.store.compacted_revision();
+        if after < compacted {
+            return Err(StorageError::Compacted {
+                requested: after,
+                compacted,
+            });
+        }
+        let Some(cache) = self.type_cache(tp).await else {
+            return self.shared.store.watch(prefix, after).await;
+        };
+        let buffer = self.shared.options.watcher_buffer;
+        let (tx, rx) = mpsc::channel(buffer);
+        let cut = Arc::new(AtomicBool::new(false));
+        let watcher = Watcher {
+            tx,
+            prefix: Arc::from(prefix),
+            cut: cut.clone(),
+        };
+        let replay = {
+            let mut st = lock(&cache.state);
+            (!st.dead && after >= st.window_start).then(|| {
+                match cluster_of(prefix, tp) {
+                    Some(cluster) => st
+                        .clusters
+                        .entry(Arc::from(cluster))
+                        .or_default()
+                        .push(watcher),
+                    None => st.all.push(watcher),
+                }
+                st.window
+                    .iter()
+                    .filter(|e| e.revision > after && e.key.starts_with(prefix))
+                    .cloned()
+                    .collect::<Vec<Event>>()
+            })
+        };
+        let Some(replay) = replay else {
+            return self.shared.store.watch(prefix, after).await;
+        };
+        let watch = CachedWatch {
+            replay: replay.into_iter(),
+            rx,
+            cut,
+            last: after,
+            done: false,
+            buffer,
+        };
+        Ok(stream::unfold(watch, CachedWatch::next).boxed())
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.shared.store.compact(revision).await
+    }
+
+    fn current_revision(&self) -> Revision {
+        self.shared.store.current_revision().max(self.seen())
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        self.shared.store.compacted_revision()
+    }
+
+    async fn latest_revision(&self) -> Result<Revision> {
+        self.shared.store.latest_revision().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::MemoryStore;
+    use std::sync::atomic::AtomicUsize;
+
+    fn tagged(tag: &str) -> Encoder {
+        let tag = tag.to_string();
+        Box::new(move |rev| format!("{tag}@{rev}").into_bytes())
+    }
+
+    fn options(window: usize, watcher_buffer: usize) -> CacheOptions {
+        CacheOptions {
+            window,
+            watcher_buffer,
+            consistent_wait: Duration::from_secs(3),
+        }
+    }
+
+    fn cached(opts: CacheOptions) -> (Arc<dyn Store>, CachedStore) {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = CachedStore::new(store.clone(), opts);
+        (store, cache)
+    }
+
+    async fn next(w: &mut BoxStream<'static, Result<Event>>) -> Result<Event> {
+        tokio::time::timeout(Duration::from_secs(10), w.next())
+            .await
+            .expect("watch event timed out")
+            .expect("watch ended")
+    }
+
+    async fn take(w: &mut BoxStream<'static, Result<Event>>, n: usize) -> Vec<Event> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(next(w).await.expect("watch error"));
+        }
+        out
+    }
+
+    const KEYS: [&str; 7] = [
+        "/g/r/c1/ns1/a",
+        "/g/r/c1/ns1/b",
+        "/g/r/c1/ns2/a",
+        "/g/r/c2/ns1/a",
+        "/g/r/c10/ns1/a",
+        "/g/s/c1/ns1/a",
+        "/h/r/c1/ns1/a",
+    ];
+
+    const PREFIXES: [&str; 6] = [
+        "/g/r/",
+        "/g/r/c1/",
+        "/g/r/c1/ns1/",
+        "/g/r/c2/",
+        "/g/s/",
+        "/g/r/nothing/",
+    ];
+
+    async fn assert_lists_agree(store: &Arc<dyn Store>, cache: &CachedStore) {
+        for prefix in PREFIXES {
+            for limit in [0, 1, 2] {
+                for start_after in [None, Some("/g/r/c1/ns1/a")] {
+                    let opts = ListOptions {
+                        prefix,
+                        start_after,
+                        limit,
+                        revision: None,
+                    };
+                    let want = store.list(opts.clone()).await.unwrap();
+                    let got = cache.list(opts).await.unwrap();
+                    assert_eq!(got.items, want.items, "{prefix} {limit} {start_after:?}");
+                    assert_eq!(got.more, want.more, "{prefix} {limit} {start_after:?}");
+                    assert!(got.revision >= want.revision);
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn latest_lists_agree_with_the_store_and_see_every_acknowledged_write() {
+        let (store, cache) = cached(CacheOptions::default());
+        for key in &KEYS[..4] {
+            cache.create(key, tagged(key)).await.unwrap();
+        }
+        assert_lists_agree(&store, &cache).await;
+        // Writes right before a list are in it (no waiting for the feeder by the caller).
+        for key in &KEYS[4..] {
+            let kv = cache.create(key, tagged("v")).await.unwrap();
+            let page = cache
+                .list(ListOptions {
+                    prefix: key,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            assert_eq!(page.items, [kv]);
+        }
+        let a = cache.get(KEYS[0]).await.unwrap().unwrap();
+        cache
+            .update(KEYS[0], a.mod_revision, tagged("a2"))
+            .await
+            .unwrap();
+        let b = cache.get(KEYS[1]).await.unwrap().unwrap();
+        cache
+            .delete(KEYS[1], b.mod_revision, tagged(KEYS[1]))
+            .await
+            .unwrap();
+        assert_lists_agree(&store, &cache).await;
+        // Past revisions and cross-type prefixes go to the store.
+        let past = ListOptions {
+            prefix: "/g/r/",
+            revision: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(
+            cache.list(past.clone()).await.unwrap().items,
+            store.list(past).await.unwrap().items
+        );
+        assert_eq!(
+            cache
+                .list(ListOptions::default())
+                .await
+                .unwrap()
+                .items
+                .len(),
+            6
+        );
+    }
+
+    /// Every watch through the cache sees exactly what the same watch on the store sees.
+    #[tokio::test]
+    async fn watches_agree_with_the_store() {
+        let (store, cache) = cached(options(1000, 1000));
+        cache.create(KEYS[0], tagged("seed")).await.unwrap();
+        // Load the caches, then watch from the start (in the window) and from now.
+        cache
+            .list(ListOptions {
+                prefix: "/g/r/",
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        cache
+            .list(ListOptions {
+                prefix: "/g/s/",
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let start = cache.current_revision();
+        let mut watches = Vec::new();
+        for prefix in PREFIXES {
+            watches.push((
+                prefix,
+                cache.watch(prefix, start).await.unwrap(),
+                store.watch(prefix, start).await.unwrap(),
+            ));
+        }
+        let mut expected = BTreeMap::new();
+        for round in 0..5 {
+            for key in KEYS {
+                match cache.get(key).await.unwrap() {
+                    None => {
+                        cache
+                            .create(key, tagged(&format!("{round}")))
+                            .await
+                            .unwrap();
+                    }
+                    Some(kv) if round % 2 == 0 => {
+                        cache
+                            .update(key, kv.mod_revision, tagged(&format!("{round}")))
+                            .await
+                            .unwrap();
+                    }
+                    Some(kv) => {
+                        let value = String::from_utf8_lossy(&kv.value)
+                            .split('@')
+                            .next()
+                            .unwrap_or("")
+                            .to_string();
+                        cache
+                            .delete(key, kv.mod_revision, tagged(&value))
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+        }
+        for (prefix, _, _) in &watches {
+            let n = store.list(ListOptions::default()).await.unwrap().revision;
+            expected.insert(*prefix, n);
+        }
+        let late = cache.watch("/g/r/c1/", start).await.unwrap();
+        watches.push((
+            "/g/r/c1/",
+            late,
+            store.watch("/g/r/c1/", start).await.unwrap(),
+        ));
+        for (prefix, via_cache, via_store) in &mut watches {
+            let n = KEYS.iter().filter(|k| k.starts_with(*prefix)).count() * 5;
+            let want = take(via_store, n).await;
+            let got = take(via_cache, n).await;
+            assert_eq!(got, want, "{prefix}");
+        }
+    }
+
+    #[tokio::test]
+    async fn watches_older_than_the_window_are_served_by_the_store() {
+        let (_, cache) = cached(options(3, 100));
+        cache
+            .list(ListOptions {
+                prefix: "/g/r/",
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let start = cache.current_revision();
+        for i in 0..10 {
+            cache
+                .create(&format!("/g/r/c1/ns/{i}"), tagged("v"))
+                .await
+                .unwrap();
+        }
+        let mut w = cache.watch("/g/r/", start).await.unwrap();
+        let revs: Vec<_> = take(&mut w, 10).await.iter().map(|e| e.revision).collect();
+        assert_eq!(revs, (start + 1..=start + 10).collect::<Vec<_>>());
+        // Below the store's compaction the answer is 410, window or not.
+        cache.compact(start + 9).await.unwrap();
+        let err = cache.watch("/g/r/", start + 8).await.err();
+        assert!(
+            matches!(err, Some(StorageError::Compacted { .. })),
+            "{err:?}"
+        );
+        let mut w = cache.watch("/g/r/", start + 9).await.unwrap();
+        assert_eq!(next(&mut w).await.unwrap().revision, start + 10);
+    }
+
+    #[tokio::test]
+    async fn a_slow_watcher_is_cut_off_and_the_others_go_on() {
+        let (_, cache) = cached(options(1000, 8));
+        cache
+            .list(ListOptions {
+                prefix: "/g/r/",
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let start = cache.current_revision();
+        let mut slow = cache.watch("/g/r/c1/", start).await.unwrap();
+        let mut fast = cache.watch("/g/r/c1/", start).await.unwrap();
+        let reader = tokio::spawn(async move { take(&mut fast, 50).await.len() });
+        for i in 0..50 {
+            cache
+                .create(&format!("/g/r/c1/ns/{i}"), tagged("v"))
+                .await
+                .unwrap();
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(reader.await.unwrap(), 50);
+        let mut delivered = 0;
+        let err = loop {
+            match next(&mut slow).await {
+                Ok(_) => delivered += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(delivered <= 8, "{delivered}");
+        assert!(
+            matches!(err, StorageError::TooSlow { behind: 8, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("watch again from resourceVersion"));
+        assert!(tokio::time::timeout(Duration::from_secs(5), slow.next())
+            .await
+            .unwrap()
+            .is_none());
+        // The cache let go of both: the cut one at once, the finished one at the next event.
+        cache.create("/g/r/c1/ns/last", tagged("v")).await.unwrap();
+        assert!(cache.catch_up().await.unwrap());
+        let cache_of = cache.type_cache("/g/r/").await.unwrap();
+        let watchers: usize = lock(&cache_of.state).clusters.values().map(Vec::len).sum();
+        assert_eq!(watchers, 0);
+    }
+
+    #[tokio::test]
+    async fn watchers_share_one_encoding_per_event() {
+        let (_, cache) = cached(CacheOptions::default());
+        cache
+            .list(ListOptions {
+                prefix: "/g/r/",
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let start = cache.current_revision();
+        let mut a = cache.watch("/g/r/", start).await.unwrap();
+        let mut b = cache.watch("/g/r/c1/", start).await.unwrap();
+        cache.create("/g/r/c1/ns/x", tagged("v")).await.unwrap();
+        let (ea, eb) = (next(&mut a).await.unwrap(), next(&mut b).await.unwrap());
+        let encodings = AtomicUsize::new(0);
+        let encode = || {
+            encodings.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ()>(bytes::Bytes::from_static(b"frame"))
+        };
+        assert_eq!(
+            ea.memo.frame(0, encode),
+            Ok(bytes::Bytes::from_static(b"frame"))
+        );
+        assert_eq!(
+            eb.memo.frame(0, encode),
+            Ok(bytes::Bytes::from_static(b"frame"))
+        );
+        assert_eq!(encodings.load(Ordering::SeqCst), 1);
+    }
+
+    /// Two replicas, each with its own cache, on one etcd: a list on one sees every write the
+    /// other acknowledged, and watches on one see the other's writes in order.
+    #[cfg(feature = "etcd")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn replicas_on_one_etcd_read_each_others_writes() {
+        let etcd = crate::storage::etcd::testing::EtcdProcess::start()
+            .await
+            .unwrap();
+        let a = CachedStore::new(
+            Arc::new(etcd.store("/pm").await.unwrap()),
+            CacheOptions::default(),
+        );
+        let b = CachedStore::new(
+            Arc::new(etcd.store("/pm").await.unwrap()),
+            CacheOptions::default(),
+        );
+        let listing = |prefix: &'static str| ListOptions {
+            prefix,
+            ..Default::default()
+        };
+        b.list(listing("/g/r/")).await.unwrap();
+        let start = b.current_revision();
+        let mut watch_b = b.watch("/g/r/c1/", start).await.unwrap();
+        let mut written = Vec::new();
+        for i in 0..20 {
+            let key = format!("/g/r/c1/ns/{i:02}");
+            let kv = a.create(&key, tagged("v")).await.unwrap();
+            // Read-your-writes across replicas: B's list right after A's acknowledgement.
+            let page = b.list(listing("/g/r/c1/")).await.unwrap();
+            assert_eq!(
+                page.items.last(),
+                Some(&kv),
+                "write {i} missing on the other replica"
+            );
+            written.push(kv.mod_revision);
+        }
+        let seen: Vec<_> = take(&mut watch_b, 20)
+            .await
+            .iter()
+            .map(|e| e.revision)
+            .collect();
+        assert_eq!(seen, written);
+    }
+
+    #[test]
+    fn key_parts() {
+        assert_eq!(type_prefix("/g/r/c/ns/n"), Some("/g/r/"));
+        assert_eq!(type_prefix("//configmaps/root/"), Some("//configmaps/"));
+        assert_eq!(type_prefix("/g/r/"), Some("/g/r/"));
+        assert_eq!(type_prefix("/g/r"), None);
+        assert_eq!(type_prefix(""), None);
+        assert_eq!(type_prefix("g/r/c/"), None);
+        assert_eq!(cluster_of("/g/r/c1/ns/n", "/g/r/"), Some("c1"));
+        assert_eq!(cluster_of("/g/r/c1/", "/g/r/"), Some("c1"));
+        assert_eq!(cluster_of("/g/r/c1", "/g/r/"), None);
+        assert_eq!(cluster_of("/g/r/", "/g/r/"), None);
+    }
+}
