@@ -433,11 +433,7 @@ impl Store for CachedStore {
             let st = lock(&cache.state);
             (!st.dead).then(|| {
                 let revision = *self.shared.seen.borrow();
-                let from = match start_bound(opts.prefix, opts.start_after) {
-                    Bound::Included(k) => Bound::Included(k),
-                    Bound::Excluded(k) => Bound::Excluded(k),
-                    Bound::Unbounded => Bound::Unbounded,
-                };
+                let from = start_bound(opts.prefix, opts.start_after);
                 let mut matching = st
                     .objects
                     .range::<str, _>((from, Bound::Unbounded))
