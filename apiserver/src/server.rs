@@ -312,7 +312,7 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
         client_ca_pem,
         requestheader_ca_pem,
     })?;
-    let store: Arc<dyn crate::storage::Store> = match opts.store {
+    let store: Arc<dyn crate::storage::Store> = match &opts.store {
         StoreKind::Redb => Arc::new(crate::storage::redb_store::RedbStore::open(
             &opts.data_dir.join("store.redb"),
         )?),
@@ -369,8 +369,16 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
         .ensure_cluster(crate::request_info::ROOT_CLUSTER)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bootstrapped_at = state.store.latest_revision().await?;
     state.tenancy.bootstrap().await?;
     state.namespaces.resume().await?;
+    #[cfg(feature = "etcd")]
+    if matches!(opts.store, StoreKind::Etcd(_)) {
+        // Other replicas may write to the same etcd: follow their tenancy changes.
+        crate::tenancy::follow(&state, bootstrapped_at);
+    }
+    #[cfg(not(feature = "etcd"))]
+    let _ = bootstrapped_at;
     let kubeconfig = opts.data_dir.join("admin.kubeconfig");
     certs::write_kubeconfig(
         &kubeconfig,

@@ -38,6 +38,31 @@ impl Server {
         s
     }
 
+    /// Starts another replica of `of` (same flags `extra`, e.g. the same etcd): a fresh data
+    /// directory holding a copy of `of`'s certificates and keys, as replicas share their secrets.
+    pub fn start_replica(of: &Server, extra: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let pki = dir.join("pki");
+        std::fs::create_dir_all(&pki).expect("pki dir");
+        for entry in std::fs::read_dir(of.data_dir.join("pki")).expect("read pki") {
+            let entry = entry.expect("pki entry");
+            std::fs::copy(entry.path(), pki.join(entry.file_name())).expect("copy pki file");
+        }
+        let mut s = Server::spawn(&dir, "127.0.0.1:0", extra);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// A kube client with the admin kubeconfig.
+    pub async fn kube(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("kube config");
+        kube::Client::try_from(config).expect("kube client")
+    }
+
     /// Starts a server on an existing (or new) data directory.
     pub fn start_in(data_dir: &Path, listen: &str) -> Server {
         Server::spawn(data_dir, listen, &[])

@@ -8,10 +8,12 @@ use std::sync::{Arc, RwLock, Weak};
 use serde_json::{json, Value};
 
 mod apis;
+mod follow;
 mod lifecycle;
 
 pub use apis::{bound_clusters, export_view, reload_cluster_types};
 use apis::{export_identity, exported_schemas, prepare_crd};
+pub use follow::follow;
 pub use lifecycle::delete_cluster;
 use lifecycle::{
     cluster_name_for, ensure_logical_cluster, finish_workspace_deletion, initialize_workspace,
@@ -101,14 +103,14 @@ impl Tenancy {
         }
     }
 
-    fn register(&self, path: &str, name: &str) {
+    pub(crate) fn register(&self, path: &str, name: &str) {
         if let Ok(mut p) = self.paths.write() {
             p.0.insert(path.to_string(), name.to_string());
             p.1.insert(name.to_string(), path.to_string());
         }
     }
 
-    fn forget(&self, name: &str) {
+    pub(crate) fn forget(&self, name: &str) {
         if let Ok(mut p) = self.paths.write() {
             if let Some(path) = p.1.remove(name) {
                 p.0.remove(&path);
@@ -664,7 +666,51 @@ impl Tenancy {
         let Some(state) = self.state() else {
             return Ok(());
         };
-        // Index every logical cluster by path.
+        self.index_paths(&state).await?;
+        ensure_logical_cluster(
+            &state,
+            ROOT_CLUSTER,
+            ROOT_CLUSTER,
+            &TypeRef::new("root", ""),
+        )
+        .await?;
+        self.ensure_root_content(&state).await?;
+        self.reload_types(&state).await?;
+        // Resume deletions.
+        for kv in list_keys(state.store.as_ref(), "/tenancy.kcp.io/workspaces/")
+            .await?
+            .0
+        {
+            let Ok(ws) = objects::decode_stored(&kv.value) else {
+                continue;
+            };
+            if objects::is_deleting(&ws) {
+                let cluster = ws["metadata"]["annotations"][objects::CLUSTER_ANNOTATION]
+                    .as_str()
+                    .unwrap_or(ROOT_CLUSTER)
+                    .to_string();
+                let child = ws["spec"]["cluster"].as_str().unwrap_or("").to_string();
+                let name = objects::name(&ws).to_string();
+                let weak = self.state.clone();
+                tokio::spawn(async move {
+                    if let Some(state) = weak.upgrade() {
+                        finish_workspace_deletion(&state, &cluster, &name, &child).await;
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-reads the workspace tree and every cluster's types from the store (after a replica
+    /// lost track of the store's changes).
+    pub(crate) async fn reindex(&self, state: &AppState) -> Result<(), StorageError> {
+        self.index_paths(state).await?;
+        self.reload_types(state).await
+    }
+
+    /// Indexes every logical cluster by path.
+    async fn index_paths(&self, state: &AppState) -> Result<(), StorageError> {
         let (clusters, _) =
             list_keys(state.store.as_ref(), "/core.kcp.io/logicalclusters/").await?;
         for kv in clusters {
@@ -681,13 +727,11 @@ impl Tenancy {
                 self.register(path, name);
             }
         }
-        ensure_logical_cluster(
-            &state,
-            ROOT_CLUSTER,
-            ROOT_CLUSTER,
-            &TypeRef::new("root", ""),
-        )
-        .await?;
+        Ok(())
+    }
+
+    /// The workspace types and initial workspaces of the root cluster.
+    async fn ensure_root_content(&self, state: &AppState) -> Result<(), StorageError> {
         for (t, parents, children) in WORKSPACE_TYPES {
             let key = format!("/tenancy.kcp.io/workspacetypes/{ROOT_CLUSTER}/{t}");
             if state.store.get(&key).await?.is_none() {
@@ -738,16 +782,25 @@ impl Tenancy {
                 {
                     continue;
                 }
-                let kv = state.store.create(&key, objects::encoder(obj)).await?;
+                // Another replica on the same store may have created it meanwhile.
+                let kv = match state.store.create(&key, objects::encoder(obj)).await {
+                    Ok(kv) => kv,
+                    Err(StorageError::AlreadyExists(_)) => continue,
+                    Err(e) => return Err(e),
+                };
                 if let Ok(v) = objects::decode_stored(&kv.value) {
                     let child = v["spec"]["cluster"].as_str().unwrap_or("").to_string();
                     let path = format!("{ROOT_CLUSTER}:{ws}");
                     self.register(&path, &child);
-                    initialize_workspace(&state, ROOT_CLUSTER, ws, &child, &path).await?;
+                    initialize_workspace(state, ROOT_CLUSTER, ws, &child, &path).await?;
                 }
             }
         }
-        // Types of clusters with CRDs or bindings; resume deletions.
+        Ok(())
+    }
+
+    /// Loads the types of every cluster with CRDs or bindings.
+    async fn reload_types(&self, state: &AppState) -> Result<(), StorageError> {
         let mut with_types = std::collections::BTreeSet::new();
         for prefix in [
             "/apiextensions.k8s.io/customresourcedefinitions/",
@@ -764,29 +817,7 @@ impl Tenancy {
             }
         }
         for c in with_types {
-            reload_cluster_types(&state, &c).await;
-        }
-        for kv in list_keys(state.store.as_ref(), "/tenancy.kcp.io/workspaces/")
-            .await?
-            .0
-        {
-            let Ok(ws) = objects::decode_stored(&kv.value) else {
-                continue;
-            };
-            if objects::is_deleting(&ws) {
-                let cluster = ws["metadata"]["annotations"][objects::CLUSTER_ANNOTATION]
-                    .as_str()
-                    .unwrap_or(ROOT_CLUSTER)
-                    .to_string();
-                let child = ws["spec"]["cluster"].as_str().unwrap_or("").to_string();
-                let name = objects::name(&ws).to_string();
-                let weak = self.state.clone();
-                tokio::spawn(async move {
-                    if let Some(state) = weak.upgrade() {
-                        finish_workspace_deletion(&state, &cluster, &name, &child).await;
-                    }
-                });
-            }
+            reload_cluster_types(state, &c).await;
         }
         Ok(())
     }

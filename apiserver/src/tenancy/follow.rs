@@ -1,0 +1,102 @@
+//! Keeping a replica's view of the tenancy in step with writes made through other replicas.
+//!
+//! Each replica keeps derived state in memory: the workspace tree (paths of logical clusters)
+//! and the types each logical cluster serves (from its CRDs and APIBindings). The replica that
+//! handles a write updates its own view at once; [`follow`] updates every replica's view from
+//! the store's watch, so that on a shared etcd any replica serves what another one created.
+//! Applying an event twice is harmless: every update re-reads the current state.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+
+use super::{reload_cluster_types, PATH_ANNOTATION};
+use crate::dispatch::AppState;
+use crate::objects;
+use crate::storage::{Event, EventType, Revision};
+
+const LOGICAL_CLUSTERS: &str = "/core.kcp.io/logicalclusters/";
+const CRDS: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
+const BINDINGS: &str = "/apis.kcp.io/apibindings/";
+
+/// Follows the store from `after` on, for as long as the state lives.
+pub fn follow(state: &Arc<AppState>, after: Revision) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run(Arc::downgrade(state), after))
+}
+
+async fn run(state: Weak<AppState>, mut after: Revision) {
+    loop {
+        let Some(s) = state.upgrade() else { return };
+        let mut watches = Vec::new();
+        for prefix in [LOGICAL_CLUSTERS, CRDS, BINDINGS] {
+            match s.store.watch(prefix, after).await {
+                Ok(w) => watches.push(w),
+                Err(e) => {
+                    tracing::warn!(prefix, error = %e, "tenancy follower: cannot watch");
+                    break;
+                }
+            }
+        }
+        drop(s);
+        if watches.len() == 3 {
+            let mut events = stream::select_all(watches);
+            while let Some(item) = events.next().await {
+                let Some(s) = state.upgrade() else { return };
+                match item {
+                    Ok(event) => apply(&s, &event).await,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "tenancy follower: watch ended; re-reading");
+                        break;
+                    }
+                }
+            }
+        }
+        // Lost the thread: re-read everything from a fresh revision, then follow from there.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let Some(s) = state.upgrade() else { return };
+        match s.store.latest_revision().await {
+            Ok(rev) => {
+                after = rev;
+                if let Err(e) = s.tenancy.reindex(&s).await {
+                    tracing::warn!(error = %e, "tenancy follower: re-reading failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "tenancy follower: store unavailable"),
+        }
+    }
+}
+
+/// The logical cluster segment of a key under `prefix`.
+fn cluster_of<'a>(key: &'a str, prefix: &str) -> Option<&'a str> {
+    key.strip_prefix(prefix)?.split('/').next()
+}
+
+async fn apply(state: &AppState, event: &Event) {
+    if event.key.starts_with(LOGICAL_CLUSTERS) {
+        let Ok(lc) = objects::decode_stored(&event.value) else {
+            return;
+        };
+        let annotations = &lc["metadata"]["annotations"];
+        let name = annotations[objects::CLUSTER_ANNOTATION]
+            .as_str()
+            .unwrap_or("");
+        let path = annotations[PATH_ANNOTATION].as_str().unwrap_or("");
+        if name.is_empty() {
+            return;
+        }
+        if event.kind == EventType::Delete {
+            state.tenancy.forget(name);
+            state.namespaces.forget_cluster(name);
+        } else if !path.is_empty() {
+            state.tenancy.register(path, name);
+        }
+        return;
+    }
+    for prefix in [CRDS, BINDINGS] {
+        if let Some(cluster) = cluster_of(&event.key, prefix) {
+            reload_cluster_types(state, cluster).await;
+            return;
+        }
+    }
+}
