@@ -15,6 +15,8 @@
 //!   at start and from the errors etcd returns.
 
 mod envelope;
+#[cfg(test)]
+mod faults;
 pub mod testing;
 
 use std::collections::VecDeque;
