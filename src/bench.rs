@@ -36,6 +36,12 @@ pub struct BenchOptions {
     pub broker_consumers: usize,
     /// Objects created per second.
     pub broker_rate: u64,
+    /// Watches of the etcd section's fan-out measurement.
+    pub watchers: usize,
+    /// Workspaces they are spread over.
+    pub watch_workspaces: usize,
+    /// Writes per second during the fan-out measurement.
+    pub watch_rate: u64,
     /// Sections to run (all when empty): see [`SECTIONS`].
     pub only: Vec<String>,
 }
@@ -98,19 +104,23 @@ impl ChildServer {
     fn rss_bytes(&self) -> u64 {
         rss_of(self.child.id())
     }
+
+    pub(crate) fn child_id(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 /// Throughput and latency of a closed-loop load.
-struct Load {
+pub(crate) struct Load {
     requests: usize,
-    errors: usize,
+    pub(crate) errors: usize,
     seconds: f64,
-    p50: Duration,
-    p99: Duration,
+    pub(crate) p50: Duration,
+    pub(crate) p99: Duration,
 }
 
 impl Load {
-    fn per_second(&self) -> f64 {
+    pub(crate) fn per_second(&self) -> f64 {
         self.requests as f64 / self.seconds
     }
 }
@@ -124,7 +134,7 @@ pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 /// Runs `connections` loops sending the request built by `make(i)` for `seconds`.
-async fn closed_loop<F>(
+pub(crate) async fn closed_loop<F>(
     client: &ClientConfig,
     connections: usize,
     seconds: u64,
@@ -182,7 +192,7 @@ where
 }
 
 /// A ConfigMap whose JSON is about 1 KiB.
-fn object_1k(name: &str) -> serde_json::Value {
+pub(crate) fn object_1k(name: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}, "data": {"payload": "x".repeat(914)}})
 }
 
@@ -231,7 +241,14 @@ pub(crate) fn ms(d: Duration) -> String {
 
 /// Runs every measurement and prints the report.
 /// The parts of the benchmark, selectable with `--only`.
-pub const SECTIONS: &[&str] = &["serving", "admission", "workspaces", "overload", "broker"];
+pub const SECTIONS: &[&str] = &[
+    "serving",
+    "admission",
+    "workspaces",
+    "overload",
+    "broker",
+    "etcd",
+];
 
 pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     let tmp = std::env::temp_dir().join(format!("platform-mesh-bench-{}", std::process::id()));
@@ -271,6 +288,16 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     }
     if wanted("broker") {
         rows.extend(crate::bench_broker::broker(&opts, &tmp).await?);
+    }
+    if wanted("etcd") {
+        #[cfg(feature = "etcd")]
+        rows.extend(crate::bench_scale::scale(&opts, &tmp).await?);
+        #[cfg(not(feature = "etcd"))]
+        if opts.only.iter().any(|o| o == "etcd") {
+            anyhow::bail!("the etcd section needs a binary built with --features etcd");
+        } else {
+            println!("(etcd section skipped: built without --features etcd)");
+        }
     }
     let _ = std::fs::remove_dir_all(&tmp);
     println!();

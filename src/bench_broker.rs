@@ -99,7 +99,7 @@ fn watch(
     }))
 }
 
-async fn post(
+pub(crate) async fn post(
     conn: &mut apiserver::client::Connection,
     path: &str,
     body: serde_json::Value,
@@ -115,7 +115,7 @@ async fn post(
     Ok(())
 }
 
-async fn wait_ready(
+pub(crate) async fn wait_ready(
     conn: &mut apiserver::client::Connection,
     path: &str,
     ready: impl Fn(&serde_json::Value) -> bool,

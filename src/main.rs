@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_broker;
+#[cfg(feature = "etcd")]
+mod bench_scale;
 mod broker;
 mod delegation;
 mod operator;
@@ -68,7 +70,17 @@ enum Command {
         /// Objects per second the broker section creates.
         #[arg(long, default_value_t = 500)]
         broker_rate: u64,
-        /// Run only these sections (comma-separated): serving, admission, workspaces, overload, broker.
+        /// Watches of the etcd section's fan-out measurement.
+        #[arg(long, default_value_t = 10_000)]
+        watchers: usize,
+        /// Workspaces the watchers are spread over (each write reaches watchers / workspaces).
+        #[arg(long, default_value_t = 100)]
+        watch_workspaces: usize,
+        /// Writes per second during the fan-out measurement.
+        #[arg(long, default_value_t = 1_000)]
+        watch_rate: u64,
+        /// Run only these sections (comma-separated): serving, admission, workspaces, overload,
+        /// broker, etcd (needs `--features etcd`).
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
         only: Vec<String>,
     },
@@ -326,6 +338,9 @@ fn main() -> anyhow::Result<()> {
             broker_objects,
             broker_consumers,
             broker_rate,
+            watchers,
+            watch_workspaces,
+            watch_rate,
             only,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -342,6 +357,9 @@ fn main() -> anyhow::Result<()> {
                 broker_objects,
                 broker_consumers,
                 broker_rate,
+                watchers,
+                watch_workspaces,
+                watch_rate,
                 only,
             }))
         }

@@ -57,6 +57,27 @@ impl ClientConfig {
         self.connect_to("localhost").await
     }
 
+    /// Opens one HTTP/2 connection (ALPN `h2`), on which many requests can run at once.
+    pub async fn connect_h2(
+        &self,
+    ) -> anyhow::Result<hyper::client::conn::http2::SendRequest<Full<Bytes>>> {
+        let mut tls = (*self.tls).clone();
+        tls.alpn_protocols = vec![b"h2".to_vec()];
+        let tcp = TcpStream::connect(self.address).await?;
+        tcp.set_nodelay(true)?;
+        let name = ServerName::try_from("localhost".to_string())?;
+        let tls = TlsConnector::from(Arc::new(tls)).connect(name, tcp).await?;
+        let (sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(tls),
+        )
+        .await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
     /// Opens one connection, verifying the server's certificate for `server_name` (as
     /// kube-apiserver does for `<service>.<namespace>.svc`).
     pub async fn connect_to(&self, server_name: &str) -> anyhow::Result<Connection> {

@@ -1,0 +1,318 @@
+//! The scale-out benchmark (`bench --only etcd`), on a real etcd started for the run:
+//!
+//! 1. Creates/s through `serve --etcd-servers` beside raw etcd puts/s of the same 1 KiB payload
+//!    with the same concurrency, straight from this process (the ceiling the server can reach).
+//! 2. Watch fan-out: `watchers` watches of ConfigMaps spread over `workspaces` workspaces (so
+//!    each write reaches `watchers / workspaces` of them), over HTTP/2, while `rate` writes/s go
+//!    round-robin to the workspaces; each write carries its send time, and every watcher records
+//!    the delay until the event reached it. Beside it, the same writes seen by one raw etcd watch.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, Context};
+use apiserver::storage::etcd::testing::EtcdProcess;
+use bytes::Bytes;
+use http::Method;
+use http_body_util::{BodyExt, Full};
+use serde_json::json;
+
+use crate::bench::{closed_loop, ms, object_1k, rss_of, BenchOptions, ChildServer};
+use crate::bench_broker::{post, wait_ready};
+
+/// Microseconds since the epoch, as written into each object.
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Raw etcd puts of `payload` bytes for `seconds` with `concurrency` clients; puts/s.
+async fn raw_puts(endpoint: &str, concurrency: usize, seconds: u64) -> anyhow::Result<f64> {
+    let client = etcd_client::Client::connect([endpoint], None).await?;
+    let payload = serde_json::to_vec(&object_1k("raw"))?;
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..concurrency {
+        let mut kv = client.kv_client();
+        let payload = payload.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0usize;
+            while Instant::now() < deadline {
+                kv.put(format!("/raw/{c}/{n}"), payload.clone(), None)
+                    .await?;
+                n += 1;
+            }
+            anyhow::Ok(n)
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Reads one watch response line by line, recording the delay of every event carrying `sent`.
+async fn follow_watch(
+    mut sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    path: String,
+    until: Instant,
+) -> anyhow::Result<Vec<u32>> {
+    sender.ready().await?;
+    let req = http::Request::builder()
+        .method(Method::GET)
+        .uri(format!("https://localhost{path}"))
+        .body(Full::new(Bytes::new()))?;
+    let resp = sender.send_request(req).await?;
+    if !resp.status().is_success() {
+        return Err(anyhow!("watch {path}: {}", resp.status()));
+    }
+    let mut body = resp.into_body();
+    let mut delays = Vec::new();
+    let mut pending = Vec::new();
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let frame = match tokio::time::timeout(left, body.frame()).await {
+            Err(_) | Ok(None) => return Ok(delays),
+            Ok(Some(frame)) => frame?,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let now = now_micros();
+        pending.extend_from_slice(&data);
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            if let Some(sent) = sent_of(&line) {
+                delays.push(now.saturating_sub(sent).min(u32::MAX as u64) as u32);
+            }
+        }
+    }
+}
+
+/// The `"sent":"<micros>"` a benchmark object carries.
+fn sent_of(line: &[u8]) -> Option<u64> {
+    const KEY: &[u8] = b"\"sent\":\"";
+    let at = line.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let digits = line[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&line[at..at + digits])
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Delays (µs) of the writes as one raw etcd watch on the server's prefix sees them.
+async fn raw_watch(endpoint: String, until: Instant) -> anyhow::Result<Vec<u32>> {
+    let mut client = etcd_client::Client::connect([endpoint], None).await?;
+    let mut stream = client
+        .watch(
+            "/platform-mesh/",
+            Some(etcd_client::WatchOptions::new().with_prefix()),
+        )
+        .await?;
+    let mut delays = Vec::new();
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let msg = match tokio::time::timeout(left, stream.message()).await {
+            Err(_) | Ok(Ok(None)) => return Ok(delays),
+            Ok(msg) => msg?,
+        };
+        let Some(resp) = msg else { return Ok(delays) };
+        let now = now_micros();
+        for ev in resp.events() {
+            if let Some(sent) = ev.kv().and_then(|kv| sent_of(kv.value())) {
+                delays.push(now.saturating_sub(sent).min(u32::MAX as u64) as u32);
+            }
+        }
+    }
+}
+
+fn micros_ms(sorted: &[u32], p: f64) -> String {
+    if sorted.is_empty() {
+        return "n/a".into();
+    }
+    let i = (((sorted.len() - 1) as f64) * p).round() as usize;
+    ms(Duration::from_micros(
+        sorted[i.min(sorted.len() - 1)] as u64,
+    ))
+}
+
+/// Runs the scale-out measurements; returns report rows.
+pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let mut rows = Vec::new();
+    let concurrency = opts.connections;
+
+    // 1. Creates through the server vs raw puts, each on a fresh etcd.
+    let etcd = EtcdProcess::start().await?;
+    let raw = raw_puts(&etcd.endpoint(), concurrency, opts.seconds).await?;
+    drop(etcd);
+    let etcd = EtcdProcess::start().await?;
+    let endpoint = etcd.endpoint();
+    let server = ChildServer::start(
+        &["serve", "--no-controllers", "--etcd-servers", &endpoint],
+        &tmp.join("etcd-creates"),
+    )?;
+    let creates = closed_loop(&server.client()?, concurrency, opts.seconds, 201, |c, i| {
+        (
+            Method::POST,
+            "/api/v1/namespaces/default/configmaps".into(),
+            Some(object_1k(&format!("c{c}-{i}"))),
+        )
+    })
+    .await?;
+    rows.push(format!(
+        "| creates of 1 KiB ConfigMaps on etcd, {concurrency} clients | {:.0}/s (p50 {}, p99 {}; {} errors) = {:.0}% of raw puts | raw etcd puts, same payload and concurrency: {raw:.0}/s; target ≥ 70% |",
+        creates.per_second(),
+        ms(creates.p50),
+        ms(creates.p99),
+        creates.errors,
+        100.0 * creates.per_second() / raw.max(1.0),
+    ));
+    drop(server);
+    drop(etcd);
+
+    // 2. Watch fan-out.
+    let (watchers, spaces, rate) = (opts.watchers, opts.watch_workspaces.max(1), opts.watch_rate);
+    let etcd = EtcdProcess::start().await?;
+    let endpoint = etcd.endpoint();
+    let dir = tmp.join("etcd-fanout");
+    let server = ChildServer::start(
+        &["serve", "--no-controllers", "--etcd-servers", &endpoint],
+        &dir,
+    )?;
+    let client = server.client()?;
+    let mut conn = client.connect().await?;
+    let workspaces = "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces";
+    let names: Vec<String> = (0..spaces).map(|i| format!("fan-{i:03}")).collect();
+    for name in &names {
+        post(
+            &mut conn,
+            workspaces,
+            json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": name}}),
+        )
+        .await?;
+    }
+    for name in &names {
+        wait_ready(&mut conn, &format!("{workspaces}/{name}"), |w| {
+            w["status"]["phase"] == "Ready"
+        })
+        .await?;
+    }
+    let rss_idle = rss_of(server.child_id());
+    let per_connection = 100;
+    let connections = watchers.div_ceil(per_connection);
+    let mut senders = Vec::new();
+    for _ in 0..connections {
+        senders.push(client.connect_h2().await.context("HTTP/2 connection")?);
+    }
+    let seconds = opts.seconds.max(10);
+    let until = Instant::now() + Duration::from_secs(seconds + 20);
+    let mut tasks = Vec::new();
+    for w in 0..watchers {
+        let ws = &names[w % spaces];
+        let path = format!(
+            "/clusters/root:{ws}/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true"
+        );
+        tasks.push(tokio::spawn(follow_watch(
+            senders[w / per_connection].clone(),
+            path,
+            until,
+        )));
+    }
+    let raw_task = tokio::spawn(raw_watch(endpoint.clone(), until));
+    // Let every watch get established (a list of each workspace answers only after them).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_watching = rss_of(server.child_id());
+
+    // Open loop: `rate` creates per second from 16 connections.
+    let writers = 16;
+    let total = rate as usize * seconds as usize;
+    let started = Instant::now();
+    let mut writes = Vec::new();
+    let names = Arc::new(names);
+    for wr in 0..writers {
+        let client = client.clone();
+        let names = names.clone();
+        writes.push(tokio::spawn(async move {
+            let mut conn = client.connect().await?;
+            let mut late = 0usize;
+            let mut i = wr;
+            while i < total {
+                let due = started + Duration::from_secs_f64(i as f64 / rate as f64);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    tokio::time::sleep(wait).await;
+                } else if Instant::now() - due > Duration::from_millis(100) {
+                    late += 1;
+                }
+                let ws = &names[i % names.len()];
+                let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("m-{i:07}")},
+                    "data": {"sent": now_micros().to_string(), "payload": "x".repeat(800)}});
+                let r = conn
+                    .post_json(
+                        &format!("/clusters/root:{ws}/api/v1/namespaces/default/configmaps"),
+                        &body,
+                    )
+                    .await?;
+                if r.status.as_u16() != 201 {
+                    return Err(anyhow!(
+                        "create: {} {}",
+                        r.status,
+                        String::from_utf8_lossy(&r.body)
+                    ));
+                }
+                i += writers;
+            }
+            anyhow::Ok(late)
+        }));
+    }
+    let mut rss_peak = rss_watching;
+    let sampler = {
+        let pid = server.child_id();
+        tokio::spawn(async move {
+            let mut peak = 0;
+            while Instant::now() < started + Duration::from_secs(seconds + 2) {
+                peak = peak.max(rss_of(pid));
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            peak
+        })
+    };
+    let mut late = 0;
+    for w in writes {
+        late += w.await??;
+    }
+    let write_seconds = started.elapsed().as_secs_f64();
+    rss_peak = rss_peak.max(sampler.await?);
+    let mut delays: Vec<u32> = Vec::new();
+    let mut failed = 0;
+    for t in tasks {
+        match t.await? {
+            Ok(d) => delays.extend(d),
+            Err(_) => failed += 1,
+        }
+    }
+    delays.sort_unstable();
+    let mut raw_delays = raw_task.await??;
+    raw_delays.sort_unstable();
+    let per_write = watchers / spaces;
+    let expected = total * per_write;
+    rows.push(format!(
+        "| watch fan-out on etcd: {watchers} watchers over {spaces} workspaces (each write reaches {per_write}), {rate} writes/s for {seconds} s | delivered {} of {expected} events ({:.0}/s); delay p50 {}, p99 {}, max {}; server RSS {:.0} MiB idle, {:.0} MiB watching, peak {:.0} MiB; {failed} watches failed, {late} writes late | one raw etcd watch of the same writes: p50 {}, p99 {}; target p99 < 100 ms, RSS < 1 GiB |",
+        delays.len(),
+        delays.len() as f64 / write_seconds,
+        micros_ms(&delays, 0.50),
+        micros_ms(&delays, 0.99),
+        micros_ms(&delays, 1.0),
+        rss_idle as f64 / 1048576.0,
+        rss_watching as f64 / 1048576.0,
+        rss_peak as f64 / 1048576.0,
+        micros_ms(&raw_delays, 0.50),
+        micros_ms(&raw_delays, 0.99),
+    ));
+    drop(server);
+    drop(etcd);
+    Ok(rows)
+}
