@@ -573,6 +573,15 @@ mod tests {
         (store, cache)
     }
 
+    /// Loads the cache of a resource type (a latest list does).
+    async fn load(cache: &CachedStore, type_prefix: &str) {
+        let opts = ListOptions {
+            prefix: type_prefix,
+            ..Default::default()
+        };
+        cache.list(opts).await.expect("latest list");
+    }
+
     async fn next(w: &mut BoxStream<'static, Result<Event>>) -> Result<Event> {
         tokio::time::timeout(Duration::from_secs(10), w.next())
             .await
@@ -684,20 +693,8 @@ mod tests {
         let (store, cache) = cached(options(1000, 1000));
         cache.create(KEYS[0], tagged("seed")).await.unwrap();
         // Load the caches, then watch from the start (in the window) and from now.
-        cache
-            .list(ListOptions {
-                prefix: "/g/r/",
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        cache
-            .list(ListOptions {
-                prefix: "/g/s/",
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        load(&cache, "/g/r/").await;
+        load(&cache, "/g/s/").await;
         let start = cache.current_revision();
         let mut watches = Vec::new();
         for prefix in PREFIXES {
@@ -758,13 +755,7 @@ mod tests {
     #[tokio::test]
     async fn watches_older_than_the_window_are_served_by_the_store() {
         let (_, cache) = cached(options(3, 100));
-        cache
-            .list(ListOptions {
-                prefix: "/g/r/",
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        load(&cache, "/g/r/").await;
         let start = cache.current_revision();
         for i in 0..10 {
             cache
@@ -789,13 +780,7 @@ mod tests {
     #[tokio::test]
     async fn a_slow_watcher_is_cut_off_and_the_others_go_on() {
         let (_, cache) = cached(options(1000, 8));
-        cache
-            .list(ListOptions {
-                prefix: "/g/r/",
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        load(&cache, "/g/r/").await;
         let start = cache.current_revision();
         let mut slow = cache.watch("/g/r/c1/", start).await.unwrap();
         let mut fast = cache.watch("/g/r/c1/", start).await.unwrap();
@@ -836,13 +821,7 @@ mod tests {
     #[tokio::test]
     async fn watchers_share_one_encoding_per_event() {
         let (_, cache) = cached(CacheOptions::default());
-        cache
-            .list(ListOptions {
-                prefix: "/g/r/",
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        load(&cache, "/g/r/").await;
         let start = cache.current_revision();
         let mut a = cache.watch("/g/r/", start).await.unwrap();
         let mut b = cache.watch("/g/r/c1/", start).await.unwrap();

@@ -265,6 +265,18 @@ impl EtcdStore {
         StorageError::FutureRevision { requested, current }
     }
 
+    /// Runs a transaction; the revision it was answered at.
+    async fn txn(&self, txn: Txn) -> Result<(Revision, etcd_client::TxnResponse)> {
+        let resp = self
+            .inner
+            .client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(failure)?;
+        Ok((self.saw(resp.header()), resp))
+    }
+
     /// Compare-and-swap put: `expected` of `None` means "must not exist".
     async fn put(&self, key: &str, expected: Option<Revision>, env: &Envelope) -> Result<KeyValue> {
         let k = self.full(key);
@@ -283,14 +295,7 @@ impl EtcdStore {
                 Some(PutOptions::new().with_prev_key()),
             )])
             .or_else(vec![TxnOp::get(k, None)]);
-        let resp = self
-            .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(failure)?;
-        let revision = self.saw(resp.header());
+        let (revision, resp) = self.txn(txn).await?;
         let ops = resp.op_responses();
         if resp.succeeded() {
             let create_revision = match ops.first() {
@@ -341,14 +346,7 @@ impl EtcdStore {
                 Some(etcd_client::DeleteOptions::new().with_prev_key()),
             )])
             .or_else(vec![TxnOp::get(k, None)]);
-        let resp = self
-            .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(failure)?;
-        let revision = self.saw(resp.header());
+        let (revision, resp) = self.txn(txn).await?;
         let ops = resp.op_responses();
         if resp.succeeded() {
             return Ok(Some(Event {
