@@ -3,35 +3,24 @@
 
 #![cfg(feature = "etcd")]
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn the_etcd_benchmark_delivers_every_event() {
-    let out = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
-        .args([
-            "bench",
-            "--only",
-            "etcd",
-            "--seconds",
-            "1",
-            "--connections",
-            "4",
-            "--watchers",
-            "40",
-            "--watch-workspaces",
-            "4",
-            "--watch-rate",
-            "40",
-        ])
-        .env("RUST_LOG", "error")
-        .output()
-        .expect("run bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = common::bench(&[
+        "--only",
+        "etcd",
+        "--seconds",
+        "1",
+        "--connections",
+        "4",
+        "--watchers",
+        "40",
+        "--watch-workspaces",
+        "4",
+        "--watch-rate",
+        "40",
+    ]);
     assert!(stdout.contains("% of raw puts"), "{stdout}");
     // 40 writes/s for 10 s, each reaching 10 watchers.
     assert!(stdout.contains("delivered 4000 of 4000 events"), "{stdout}");

@@ -131,6 +131,23 @@ impl Drop for Server {
     }
 }
 
+/// Runs `platform-mesh bench <args>` and returns its report, failing the test if it fails.
+pub fn bench(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+        .arg("bench")
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run bench");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Every versioned kubectl of the machine image: `kubectl.1.NN` beside the binary `kubectl` resolves to.
 pub fn kubectl_binary(version: &str) -> Option<PathBuf> {
     let which = Command::new("sh")
