@@ -140,6 +140,17 @@ pub enum StoreKind {
     Etcd(crate::storage::EtcdOptions),
 }
 
+impl StoreKind {
+    /// Whether other servers may write to the same store (replicas on one etcd).
+    pub fn is_shared(&self) -> bool {
+        match self {
+            StoreKind::Redb | StoreKind::Memory => false,
+            #[cfg(feature = "etcd")]
+            StoreKind::Etcd(_) => true,
+        }
+    }
+}
+
 /// Options of `platform-mesh serve`.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -369,16 +380,16 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
         .ensure_cluster(crate::request_info::ROOT_CLUSTER)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let bootstrapped_at = state.store.latest_revision().await?;
+    // Other replicas may write to a shared store: follow their tenancy changes from here on.
+    let follow_from = match opts.store.is_shared() {
+        true => Some(state.store.latest_revision().await?),
+        false => None,
+    };
     state.tenancy.bootstrap().await?;
     state.namespaces.resume().await?;
-    #[cfg(feature = "etcd")]
-    if matches!(opts.store, StoreKind::Etcd(_)) {
-        // Other replicas may write to the same etcd: follow their tenancy changes.
-        crate::tenancy::follow(&state, bootstrapped_at);
+    if let Some(revision) = follow_from {
+        crate::tenancy::follow(&state, revision);
     }
-    #[cfg(not(feature = "etcd"))]
-    let _ = bootstrapped_at;
     let kubeconfig = opts.data_dir.join("admin.kubeconfig");
     certs::write_kubeconfig(
         &kubeconfig,

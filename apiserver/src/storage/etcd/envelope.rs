@@ -75,33 +75,9 @@ impl Envelope {
     }
 
     /// Parses stored bytes. Bytes that are not an envelope are a body without revision texts.
-    pub(crate) fn parse(stored: Bytes) -> Self {
-        let plain = |stored: Bytes| Envelope {
-            stored,
-            body_at: 0,
-            offsets: Vec::new(),
-        };
-        if !stored.starts_with(MAGIC) || stored.len() < MAGIC.len() + 2 {
-            return plain(stored);
-        }
-        let count = u16::from_le_bytes([stored[4], stored[5]]) as usize;
-        let body_at = MAGIC.len() + 2 + 4 * count;
-        if stored.len() < body_at {
-            return plain(stored);
-        }
-        let body_len = stored.len() - body_at;
-        let mut offsets: Vec<usize> = Vec::with_capacity(count);
-        for i in 0..count {
-            let at = 6 + 4 * i;
-            let off =
-                u32::from_le_bytes([stored[at], stored[at + 1], stored[at + 2], stored[at + 3]])
-                    as usize;
-            let previous_end = offsets.last().map_or(0, |p: &usize| *p + WIDTH);
-            if off < previous_end || off + WIDTH > body_len {
-                return plain(stored);
-            }
-            offsets.push(off);
-        }
+    #[cfg(test)]
+    fn parse(stored: Bytes) -> Self {
+        let (body_at, offsets) = layout(&stored);
         Envelope {
             stored,
             body_at,
@@ -116,26 +92,62 @@ impl Envelope {
 
     /// The object as the encoder would have produced it at `revision`.
     pub(crate) fn at(&self, revision: Revision) -> Bytes {
-        let body = self.stored.slice(self.body_at..);
         if self.offsets.is_empty() {
-            return body;
+            return self.stored.slice(self.body_at..);
         }
-        let text = revision.to_string();
-        let mut out = Vec::with_capacity(body.len() + self.offsets.len() * text.len());
-        let mut from = 0;
-        for at in &self.offsets {
-            out.extend_from_slice(&body[from..*at]);
-            out.extend_from_slice(text.as_bytes());
-            from = at + WIDTH;
-        }
-        out.extend_from_slice(&body[from..]);
-        out.into()
+        splice(&self.stored[self.body_at..], &self.offsets, revision).into()
     }
 }
 
-/// Restores an object read from etcd at its revision.
+/// Where the body of stored bytes starts and where its revision texts are; `(0, [])` for bytes
+/// that are not an envelope (or a truncated or inconsistent one).
+fn layout(stored: &[u8]) -> (usize, Vec<usize>) {
+    let plain = (0, Vec::new());
+    if !stored.starts_with(MAGIC) || stored.len() < MAGIC.len() + 2 {
+        return plain;
+    }
+    let count = u16::from_le_bytes([stored[4], stored[5]]) as usize;
+    let body_at = MAGIC.len() + 2 + 4 * count;
+    if stored.len() < body_at {
+        return plain;
+    }
+    let body_len = stored.len() - body_at;
+    let mut offsets: Vec<usize> = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = 6 + 4 * i;
+        let off = u32::from_le_bytes([stored[at], stored[at + 1], stored[at + 2], stored[at + 3]])
+            as usize;
+        let previous_end = offsets.last().map_or(0, |p: &usize| *p + WIDTH);
+        if off < previous_end || off + WIDTH > body_len {
+            return plain;
+        }
+        offsets.push(off);
+    }
+    (body_at, offsets)
+}
+
+/// `body` with the revision text at each offset replaced by `revision`.
+fn splice(body: &[u8], offsets: &[usize], revision: Revision) -> Vec<u8> {
+    let text = revision.to_string();
+    let mut out = Vec::with_capacity(body.len() + offsets.len() * text.len());
+    let mut from = 0;
+    for at in offsets {
+        out.extend_from_slice(&body[from..*at]);
+        out.extend_from_slice(text.as_bytes());
+        from = at + WIDTH;
+    }
+    out.extend_from_slice(&body[from..]);
+    out
+}
+
+/// Restores an object read from etcd at its revision, in one copy.
 pub(crate) fn restore(stored: &[u8], revision: Revision) -> Bytes {
-    Envelope::parse(Bytes::copy_from_slice(stored)).at(revision)
+    let (body_at, offsets) = layout(stored);
+    let body = &stored[body_at..];
+    if offsets.is_empty() {
+        return Bytes::copy_from_slice(body);
+    }
+    splice(body, &offsets, revision).into()
 }
 
 #[cfg(test)]

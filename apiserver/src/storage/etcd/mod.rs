@@ -195,7 +195,8 @@ impl EtcdStore {
             .get(self.probe_key(), None)
             .await
             .map_err(failure)?;
-        Ok(self.saw(resp.header()).max(self.current_revision()))
+        self.saw(resp.header());
+        Ok(self.current_revision())
     }
 
     /// Learns the compacted revision: reading at revision 1 succeeds unless etcd was compacted,
