@@ -104,12 +104,11 @@ impl NamespaceLifecycle {
         };
         let kv = state
             .store
-            .get(&namespace_key(cluster, namespace))
+            .get_cached(&namespace_key(cluster, namespace))
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?
             .ok_or_else(|| ApiError::not_found(&namespaces_gr(), namespace))?;
-        let obj = objects::decode_stored(&kv.value)?;
-        if objects::is_deleting(&obj) {
+        if objects::stored_is_deleting(&kv.value)? {
             return Err(ApiError::forbidden(format!(
                 "unable to create new content in namespace {namespace} because it is being terminated"
             )));

@@ -67,6 +67,23 @@ pub fn is_deleting(obj: &Value) -> bool {
         .is_some_and(|v| !v.is_null())
 }
 
+/// Whether a stored object is marked for deletion, without building its JSON tree (for checks
+/// on every write, like the namespace of each create).
+pub fn stored_is_deleting(stored: &[u8]) -> Result<bool, ApiError> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "deletionTimestamp")]
+        deletion_timestamp: Option<serde::de::IgnoredAny>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Object {
+        metadata: Option<Meta>,
+    }
+    let obj: Object = serde_json::from_slice(stored)
+        .map_err(|e| ApiError::internal(format!("stored object is not valid JSON: {e}")))?;
+    Ok(obj.metadata.is_some_and(|m| m.deletion_timestamp.is_some()))
+}
+
 /// Checks `apiVersion`/`kind` of a request body against the resource, filling them when absent.
 pub fn check_type_meta(obj: &mut Value, r: &Resource) -> Result<(), ApiError> {
     let Some(map) = obj.as_object_mut() else {
@@ -340,6 +357,21 @@ mod tests {
             .find(|r| r.ty.plural == plural)
             .cloned()
             .expect("resource")
+    }
+
+    #[test]
+    fn stored_deletion_mark_read_without_the_tree() {
+        let deleting = br#"{"metadata":{"name":"a","deletionTimestamp":"2026-01-01T00:00:00Z"}}"#;
+        assert!(stored_is_deleting(deleting).unwrap());
+        for live in [
+            &br#"{"metadata":{"name":"a"},"spec":{"finalizers":["kubernetes"]}}"#[..],
+            br#"{"metadata":{"name":"a","deletionTimestamp":null}}"#,
+            br#"{"kind":"Namespace"}"#,
+        ] {
+            assert!(!stored_is_deleting(live).unwrap());
+        }
+        let err = stored_is_deleting(b"{not json").unwrap_err();
+        assert_eq!(err.code, 500);
     }
 
     #[test]

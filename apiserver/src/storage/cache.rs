@@ -419,6 +419,18 @@ impl Store for CachedStore {
         self.shared.store.get(key).await
     }
 
+    async fn get_cached(&self, key: &str) -> Result<Option<KeyValue>> {
+        if let Some(tp) = type_prefix(key) {
+            if let Some(cache) = self.type_cache(tp).await {
+                let st = lock(&cache.state);
+                if let Some(kv) = st.objects.get(key).filter(|_| !st.dead) {
+                    return Ok(Some(kv.clone()));
+                }
+            }
+        }
+        self.shared.store.get(key).await
+    }
+
     async fn list(&self, opts: ListOptions<'_>) -> Result<ListPage> {
         let Some(tp) = type_prefix(opts.prefix).filter(|_| opts.revision.is_none()) else {
             return self.shared.store.list(opts).await;

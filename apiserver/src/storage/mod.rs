@@ -226,6 +226,12 @@ pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 pub trait Store: Send + Sync + 'static {
     /// The latest state of one key.
     async fn get(&self, key: &str) -> Result<Option<KeyValue>>;
+    /// The state of one key as a cache in front of the store last saw it: possibly a little
+    /// behind, like an informer's lister (kube-apiserver's admission reads namespaces so). For
+    /// checks that tolerate staleness; a key the cache does not hold is read from the store.
+    async fn get_cached(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.get(key).await
+    }
     /// A consistent page of keys under a prefix, in key order.
     async fn list(&self, opts: ListOptions<'_>) -> Result<ListPage>;
     /// Creates a key; fails with `AlreadyExists` if it is present.

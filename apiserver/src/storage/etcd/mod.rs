@@ -288,13 +288,11 @@ impl EtcdStore {
                 Compare::mod_revision(k.clone(), CompareOp::Equal, e as i64),
             ],
         };
+        // An update reads the create revision back from the previous value; a create has none.
+        let put = expected.map(|_| PutOptions::new().with_prev_key());
         let txn = Txn::new()
             .when(when)
-            .and_then(vec![TxnOp::put(
-                k.clone(),
-                env.stored().to_vec(),
-                Some(PutOptions::new().with_prev_key()),
-            )])
+            .and_then(vec![TxnOp::put(k.clone(), env.stored().to_vec(), put)])
             .or_else(vec![TxnOp::get(k, None)]);
         let (revision, resp) = self.txn(txn).await?;
         let ops = resp.op_responses();
