@@ -14,6 +14,11 @@ mod broker;
 mod delegation;
 mod operator;
 
+/// mimalloc instead of glibc's malloc: the server allocates many small short-lived values per
+/// request (JSON trees, headers, frames), where glibc spent a fifth of the create path's CPU.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "platform-mesh",
