@@ -5,8 +5,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use futures::stream::BoxStream;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use tokio::sync::mpsc;
 
 /// A response body.
 pub struct Body {
@@ -18,7 +18,7 @@ pub struct Body {
 
 enum Content {
     Full(Option<Bytes>),
-    Stream(mpsc::Receiver<Bytes>),
+    Stream(BoxStream<'static, Bytes>),
 }
 
 impl Body {
@@ -30,10 +30,11 @@ impl Body {
         Body::new(Content::Full(Some(b.into())))
     }
 
-    /// A streaming body and the sender that feeds it; the body ends when the sender is dropped.
-    pub fn channel(capacity: usize) -> (mpsc::Sender<Bytes>, Self) {
-        let (tx, rx) = mpsc::channel(capacity);
-        (tx, Body::new(Content::Stream(rx)))
+    /// A streaming body: each chunk is produced when the connection polls for it (so the
+    /// peer's flow control paces the producer) and sent as it comes; the body ends with the
+    /// stream. Dropping the body (the peer went away) drops the stream.
+    pub fn stream(chunks: BoxStream<'static, Bytes>) -> Self {
+        Body::new(Content::Stream(chunks))
     }
 
     fn new(content: Content) -> Self {
@@ -60,7 +61,10 @@ impl HttpBody for Body {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match &mut self.get_mut().content {
             Content::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Content::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+            Content::Stream(s) => s
+                .as_mut()
+                .poll_next(cx)
+                .map(|o| o.map(|b| Ok(Frame::data(b)))),
         }
     }
 

@@ -4,10 +4,14 @@
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::StreamExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
 use super::list::{wait_for_revision, ListFilter};
 use super::{partial_metadata, Ctx};
@@ -109,6 +113,21 @@ fn error_frame(e: &ApiError) -> Bytes {
     ))
 }
 
+/// How a watch that cannot start or cannot go on ends (as an ERROR event): 410 once its
+/// revision was compacted (the client lists again), 429 when it fell too far behind.
+fn watch_error(e: StorageError) -> ApiError {
+    match e {
+        StorageError::Compacted {
+            requested,
+            compacted,
+        } => ApiError::gone(format!(
+            "too old resource version: {requested} ({compacted})"
+        )),
+        e @ StorageError::TooSlow { .. } => ApiError::slow_watcher(e.to_string()),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
 fn options_error(message: &str, field: &str) -> ApiError {
     ApiError::invalid(
         "ListOptions",
@@ -186,7 +205,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             .map_err(ApiError::bad_request)?,
         _ => IncludeObject::Metadata,
     };
-    let mut encoder = EventEncoder {
+    let encoder = EventEncoder {
         output: ctx.negotiated.output.clone(),
         resource: ctx.resource.clone(),
         include,
@@ -208,94 +227,36 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         }
         Start::After(rev) => (None, rev),
     };
-    let (tx, body) = Body::channel(64);
-    tokio::spawn(async move {
-        let send = |tx: &mpsc::Sender<Bytes>, b: Bytes| {
-            let tx = tx.clone();
-            async move { tx.send(b).await.is_ok() }
-        };
-        let mut last_rev = from;
-        if let Some((items, end_bookmark)) = initial {
-            for kv in items {
-                if !filter.matches_key(type_prefix_len, &kv.key) {
-                    continue;
-                }
-                if filter.needs_object() {
-                    match objects::decode_stored(&kv.value) {
-                        Ok(v) if filter.matches_object(&v) => {}
-                        _ => continue,
-                    }
-                }
-                let Ok(frame) = encoder.frame("ADDED", &kv.value) else {
-                    continue;
-                };
-                if !send(&tx, frame).await {
-                    return;
-                }
-            }
-            if end_bookmark && !send(&tx, encoder.bookmark(from, true)).await {
-                return;
-            }
-        }
-        let mut events = match store.watch(&prefix, from).await {
-            Ok(s) => s,
-            Err(e) => {
-                let err = match e {
-                    StorageError::Compacted {
-                        requested,
-                        compacted,
-                    } => ApiError::gone(format!(
-                        "too old resource version: {requested} ({compacted})"
-                    )),
-                    other => ApiError::internal(other.to_string()),
-                };
-                let _ = send(&tx, error_frame(&err)).await;
-                return;
-            }
-        };
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
-        ticker.tick().await;
-        loop {
-            tokio::select! {
-                _ = &mut deadline => return,
-                _ = tx.closed() => return,
-                _ = ticker.tick(), if bookmarks => {
-                    if !send(&tx, encoder.bookmark(last_rev, false)).await {
-                        return;
-                    }
-                }
-                next = events.next() => {
-                    let event = match next {
-                        None => return,
-                        Some(Ok(e)) => e,
-                        Some(Err(e)) => {
-                            let err = match e {
-                                StorageError::Compacted { requested, compacted } => {
-                                    ApiError::gone(format!("too old resource version: {requested} ({compacted})"))
-                                }
-                                other => ApiError::internal(other.to_string()),
-                            };
-                            let _ = send(&tx, error_frame(&err)).await;
-                            return;
-                        }
-                    };
-                    last_rev = event.revision;
-                    if !filter.matches_key(type_prefix_len, &event.key) {
-                        continue;
-                    }
-                    let Some(kind) = classify(&filter, &event) else {
-                        continue;
-                    };
-                    let Ok(frame) = encoder.event_frame(kind, &event) else { continue };
-                    if !send(&tx, frame).await {
-                        return;
-                    }
-                }
-            }
-        }
+    // The watch is registered before the answer starts, after the initial list was read, so
+    // that no event between the two is missed.
+    let (events, failed) = match store.watch(&prefix, from).await {
+        Ok(events) => (Some(events), None),
+        Err(e) => (None, Some(watch_error(e))),
+    };
+    let (initial, end_bookmark) = match initial {
+        Some((items, end_bookmark)) => (items, end_bookmark.then_some(from)),
+        None => (Vec::new(), None),
+    };
+    let bookmarks = bookmarks.then(|| {
+        let mut ticker = tokio::time::interval_at(
+            tokio::time::Instant::now() + BOOKMARK_INTERVAL,
+            BOOKMARK_INTERVAL,
+        );
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker
     });
+    let body = Body::stream(Box::pin(WatchFrames {
+        initial: initial.into_iter(),
+        end_bookmark,
+        events,
+        failed,
+        deadline: Box::pin(tokio::time::sleep(timeout)),
+        bookmarks,
+        filter,
+        type_prefix_len,
+        encoder,
+        last_rev: from,
+    }));
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut().insert(
@@ -307,6 +268,99 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         HeaderValue::from_static("no-cache, private"),
     );
     Ok(resp)
+}
+
+/// A watch answer as frames: the initial objects (if asked for), then each event that passes
+/// the filter, bookmarks while nothing happens, and the end at the timeout or with an ERROR
+/// frame. Polled by the connection itself: frames are made as the peer takes them, and an event
+/// goes from the watch cache to the peer without another task in between.
+struct WatchFrames {
+    initial: std::vec::IntoIter<crate::storage::KeyValue>,
+    /// The revision of the bookmark that closes the initial objects, if one was asked for.
+    end_bookmark: Option<Revision>,
+    /// The events; `None` once the watch ended.
+    events: Option<BoxStream<'static, Result<Event, StorageError>>>,
+    /// Why the watch could not start, sent after the initial objects.
+    failed: Option<ApiError>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    bookmarks: Option<tokio::time::Interval>,
+    filter: ListFilter,
+    type_prefix_len: usize,
+    encoder: EventEncoder,
+    last_rev: Revision,
+}
+
+impl WatchFrames {
+    fn next_initial(&mut self) -> Option<Bytes> {
+        for kv in self.initial.by_ref() {
+            if !self.filter.matches_key(self.type_prefix_len, &kv.key) {
+                continue;
+            }
+            if self.filter.needs_object() {
+                match objects::decode_stored(&kv.value) {
+                    Ok(v) if self.filter.matches_object(&v) => {}
+                    _ => continue,
+                }
+            }
+            if let Ok(frame) = self.encoder.frame("ADDED", &kv.value) {
+                return Some(frame);
+            }
+        }
+        self.end_bookmark
+            .take()
+            .map(|rev| self.encoder.bookmark(rev, true))
+    }
+}
+
+impl Stream for WatchFrames {
+    type Item = Bytes;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let this = self.get_mut();
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            this.events = None;
+            return Poll::Ready(None);
+        }
+        if let Some(frame) = this.next_initial() {
+            return Poll::Ready(Some(frame));
+        }
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Some(error_frame(&e)));
+        }
+        let Some(events) = &mut this.events else {
+            return Poll::Ready(None);
+        };
+        loop {
+            let event = match events.poll_next_unpin(cx) {
+                Poll::Pending => break,
+                Poll::Ready(None) => {
+                    this.events = None;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.events = None;
+                    return Poll::Ready(Some(error_frame(&watch_error(e))));
+                }
+                Poll::Ready(Some(Ok(event))) => event,
+            };
+            this.last_rev = event.revision;
+            if !this.filter.matches_key(this.type_prefix_len, &event.key) {
+                continue;
+            }
+            let Some(kind) = classify(&this.filter, &event) else {
+                continue;
+            };
+            if let Ok(frame) = this.encoder.event_frame(kind, &event) {
+                return Poll::Ready(Some(frame));
+            }
+        }
+        if let Some(ticker) = &mut this.bookmarks {
+            if ticker.poll_tick(cx).is_ready() {
+                return Poll::Ready(Some(this.encoder.bookmark(this.last_rev, false)));
+            }
+        }
+        Poll::Pending
+    }
 }
 
 /// The watch event type of a change for a filtered watcher: an object that stops matching is
