@@ -109,6 +109,15 @@ impl Server {
         format!("https://{}", self.address)
     }
 
+    /// Starts the server again (after [`Server::kill`]) on the same address and data directory,
+    /// with the flags `extra`, as a supervisor would restart a crashed process.
+    pub fn restart(&mut self, extra: &[&str]) {
+        self.kill();
+        let mut again = Server::spawn(&self.data_dir, &self.address.to_string(), extra);
+        // `again` now holds the dead process and is dropped with it.
+        std::mem::swap(&mut self.child, &mut again.child);
+    }
+
     /// Kills the process with SIGKILL and waits for it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
