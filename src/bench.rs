@@ -744,13 +744,7 @@ where
 }
 
 pub(crate) fn rss_of(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    apiserver::metrics::resident_memory_bytes(pid)
 }
 
 /// Figures of the workspace measurements.

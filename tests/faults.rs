@@ -503,17 +503,6 @@ async fn etcd_replicas_and_etcd_killed_during_writes_and_watches() {
     .await;
 }
 
-/// The resident memory of a process, in bytes.
-fn rss_of(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// A watcher that stops reading is cut off with 429 once the events it has not taken pass the
 /// server's bound; the server's memory stays bounded, and a watcher that reads gets everything.
 async fn slow_watcher_is_cut_off(server: &Server) {
@@ -547,7 +536,7 @@ async fn slow_watcher_is_cut_off(server: &Server) {
             }
         }
     });
-    let rss_before = rss_of(server.child.id());
+    let rss_before = apiserver::metrics::resident_memory_bytes(server.child.id());
 
     // 1500 objects of 16 KiB: far more than the h2 window and the server's per-watcher bound.
     let payload = "x".repeat(16 * 1024);
@@ -568,7 +557,7 @@ async fn slow_watcher_is_cut_off(server: &Server) {
     let mut rss_peak = rss_before;
     for t in tasks {
         while !t.is_finished() {
-            rss_peak = rss_peak.max(rss_of(server.child.id()));
+            rss_peak = rss_peak.max(apiserver::metrics::resident_memory_bytes(server.child.id()));
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         t.await.expect("writer");

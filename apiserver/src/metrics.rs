@@ -4,6 +4,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -25,6 +26,18 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     durations: Family<DurationLabels, Histogram>,
+    resident: Gauge,
+}
+
+/// The resident memory of process `pid` in bytes (Linux `/proc`; 0 where it cannot be read).
+pub fn resident_memory_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }
 
 impl std::fmt::Debug for Metrics {
@@ -62,10 +75,17 @@ impl Metrics {
             "Response latency distribution in seconds by verb and resource",
             durations.clone(),
         );
+        let resident = Gauge::default();
+        registry.register(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes",
+            resident.clone(),
+        );
         Metrics {
             registry,
             requests,
             durations,
+            resident,
         }
     }
 
@@ -88,6 +108,8 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        let rss = resident_memory_bytes(std::process::id());
+        self.resident.set(i64::try_from(rss).unwrap_or(i64::MAX));
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();
@@ -115,5 +137,16 @@ mod tests {
             text.contains("apiserver_request_duration_seconds_bucket"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn renders_the_resident_memory() {
+        let text = Metrics::new().render();
+        let rss: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no resident memory in {text}"));
+        assert!(rss > 1 << 20, "{rss}");
     }
 }
