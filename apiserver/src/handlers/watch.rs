@@ -1,13 +1,12 @@
 //! Watch: newline-delimited JSON events flushed one by one, with initial events, bookmarks,
 //! `sendInitialEvents`, timeouts, selector transitions and the 410 `ERROR` event.
 
-use std::time::Duration;
-
-use bytes::{BufMut, Bytes, BytesMut};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use bytes::{BufMut, Bytes, BytesMut};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use http::{header, HeaderValue, Response, StatusCode};
