@@ -130,31 +130,7 @@ impl Ctx {
 
     /// Maps a storage error to the client's Status.
     pub fn storage_error(&self, e: StorageError) -> ApiError {
-        match e {
-            StorageError::AlreadyExists(_) => ApiError::already_exists(self.gr(), self.name()),
-            StorageError::NotFound(_) => ApiError::not_found(self.gr(), self.name()),
-            StorageError::Conflict { .. } => ApiError::conflict(self.gr(), self.name()),
-            StorageError::Compacted {
-                requested,
-                compacted,
-            } => ApiError::gone(format!(
-                "too old resource version: {requested} ({compacted})"
-            )),
-            StorageError::FutureRevision { requested, current } => ApiError::timeout(format!(
-                "Too large resource version: {requested}, current: {current}"
-            ))
-            .with_details(crate::status::Details {
-                causes: vec![Cause {
-                    reason: "ResourceVersionTooLarge".into(),
-                    message: "Too large resource version".into(),
-                    field: String::new(),
-                }],
-                retry_after_seconds: Some(1),
-                ..Default::default()
-            }),
-            e @ StorageError::TooSlow { .. } => ApiError::slow_watcher(e.to_string()),
-            StorageError::Backend(m) => ApiError::internal(format!("storage error: {m}")),
-        }
+        storage_status(self.gr(), self.name(), e)
     }
 
     /// Reads the current state of the named object.
@@ -486,5 +462,34 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
         Verb::Patch => patch::patch(&mut ctx).await,
         Verb::Delete => delete::delete(&ctx).await,
         Verb::DeleteCollection => delete::delete_collection(&ctx).await,
+    }
+}
+
+/// Maps a storage error about object `name` of `gr` to the client's Status.
+pub(super) fn storage_status(gr: &GroupResource, name: &str, e: StorageError) -> ApiError {
+    match e {
+        StorageError::AlreadyExists(_) => ApiError::already_exists(gr, name),
+        StorageError::NotFound(_) => ApiError::not_found(gr, name),
+        StorageError::Conflict { .. } => ApiError::conflict(gr, name),
+        StorageError::Compacted {
+            requested,
+            compacted,
+        } => ApiError::gone(format!(
+            "too old resource version: {requested} ({compacted})"
+        )),
+        StorageError::FutureRevision { requested, current } => ApiError::timeout(format!(
+            "Too large resource version: {requested}, current: {current}"
+        ))
+        .with_details(crate::status::Details {
+            causes: vec![Cause {
+                reason: "ResourceVersionTooLarge".into(),
+                message: "Too large resource version".into(),
+                field: String::new(),
+            }],
+            retry_after_seconds: Some(1),
+            ..Default::default()
+        }),
+        e @ StorageError::TooSlow { .. } => ApiError::slow_watcher(e.to_string()),
+        StorageError::Backend(m) => ApiError::internal(format!("storage error: {m}")),
     }
 }

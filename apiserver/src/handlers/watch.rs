@@ -112,21 +112,6 @@ fn error_frame(e: &ApiError) -> Bytes {
     ))
 }
 
-/// How a watch that cannot start or cannot go on ends (as an ERROR event): 410 once its
-/// revision was compacted (the client lists again), 429 when it fell too far behind.
-fn watch_error(e: StorageError) -> ApiError {
-    match e {
-        StorageError::Compacted {
-            requested,
-            compacted,
-        } => ApiError::gone(format!(
-            "too old resource version: {requested} ({compacted})"
-        )),
-        e @ StorageError::TooSlow { .. } => ApiError::slow_watcher(e.to_string()),
-        other => ApiError::internal(other.to_string()),
-    }
-}
-
 fn options_error(message: &str, field: &str) -> ApiError {
     ApiError::invalid(
         "ListOptions",
@@ -230,7 +215,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     // that no event between the two is missed.
     let (events, failed) = match store.watch(&prefix, from).await {
         Ok(events) => (Some(events), None),
-        Err(e) => (None, Some(watch_error(e))),
+        Err(e) => (None, Some(ctx.storage_error(e))),
     };
     let (initial, end_bookmark) = match initial {
         Some((items, end_bookmark)) => (items, end_bookmark.then_some(from)),
@@ -338,7 +323,8 @@ impl Stream for WatchFrames {
                 }
                 Poll::Ready(Some(Err(e))) => {
                     this.events = None;
-                    return Poll::Ready(Some(error_frame(&watch_error(e))));
+                    let err = super::storage_status(&this.encoder.resource.gr, "", e);
+                    return Poll::Ready(Some(error_frame(&err)));
                 }
                 Poll::Ready(Some(Ok(event))) => event,
             };
