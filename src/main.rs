@@ -165,6 +165,15 @@ struct ServeArgs {
     /// Key prefix in etcd; servers with different prefixes share an etcd without seeing each other.
     #[arg(long, default_value = "/platform-mesh")]
     etcd_prefix: String,
+    /// CA bundle (PEM) that signs etcd's serving certificate; needed for https:// etcd URLs.
+    #[arg(long, requires = "etcd_servers")]
+    etcd_cafile: Option<PathBuf>,
+    /// Client certificate (PEM) for an etcd that verifies its clients (`--client-cert-auth`).
+    #[arg(long, requires_all = ["etcd_keyfile", "etcd_cafile"])]
+    etcd_certfile: Option<PathBuf>,
+    /// Private key (PEM) of --etcd-certfile.
+    #[arg(long, requires = "etcd_certfile")]
+    etcd_keyfile: Option<PathBuf>,
     /// Short (non-watch) requests served at once; beyond it clients get 429 and Retry-After.
     #[arg(long, default_value_t = apiserver::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
     max_requests_inflight: usize,
@@ -243,16 +252,30 @@ impl ServeArgs {
             opts.store = apiserver::server::StoreKind::Memory;
         }
         if !self.etcd_servers.is_empty() {
-            opts.store = etcd_store(self.etcd_servers, self.etcd_prefix)?;
+            let tls = EtcdTlsFiles {
+                ca: self.etcd_cafile,
+                cert: self.etcd_certfile,
+                key: self.etcd_keyfile,
+            };
+            opts.store = etcd_store(self.etcd_servers, self.etcd_prefix, tls)?;
         }
         Ok((opts, self.controllers))
     }
+}
+
+/// The `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile` paths.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+struct EtcdTlsFiles {
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
 }
 
 #[cfg(feature = "etcd")]
 fn etcd_store(
     endpoints: Vec<String>,
     prefix: String,
+    files: EtcdTlsFiles,
 ) -> anyhow::Result<apiserver::server::StoreKind> {
     if let Some(bad) = endpoints
         .iter()
@@ -260,17 +283,37 @@ fn etcd_store(
     {
         anyhow::bail!("--etcd-servers: {bad:?} is not a URL (want e.g. http://127.0.0.1:2379)");
     }
+    let read = |flag: &str, path: &PathBuf| {
+        std::fs::read(path).with_context(|| format!("{flag}: reading {}", path.display()))
+    };
+    let tls = match &files.ca {
+        None => None,
+        Some(ca) => Some(apiserver::storage::EtcdTls {
+            ca_pem: read("--etcd-cafile", ca)?,
+            client: match (&files.cert, &files.key) {
+                (Some(cert), Some(key)) => {
+                    Some((read("--etcd-certfile", cert)?, read("--etcd-keyfile", key)?))
+                }
+                _ => None,
+            },
+        }),
+    };
     Ok(apiserver::server::StoreKind::Etcd(
         apiserver::storage::EtcdOptions {
             endpoints,
             prefix,
+            tls,
             ..Default::default()
         },
     ))
 }
 
 #[cfg(not(feature = "etcd"))]
-fn etcd_store(_: Vec<String>, _: String) -> anyhow::Result<apiserver::server::StoreKind> {
+fn etcd_store(
+    _: Vec<String>,
+    _: String,
+    _: EtcdTlsFiles,
+) -> anyhow::Result<apiserver::server::StoreKind> {
     anyhow::bail!(
         "--etcd-servers: this binary was built without etcd support; build it with `cargo build --release --features etcd` (needs protoc: apt-get install protobuf-compiler libprotobuf-dev)"
     )

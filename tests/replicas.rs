@@ -174,3 +174,47 @@ async fn replicas_on_one_etcd_serve_the_same_objects() {
     }
     assert_eq!(seen, acknowledged);
 }
+
+/// An etcd that serves only HTTPS and verifies its clients: the server reaches it with
+/// `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile`; without the CA it refuses to start
+/// and names the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_reaches_an_etcd_that_verifies_clients() {
+    let etcd = EtcdProcess::start_tls().await.expect("etcd with TLS");
+    let endpoint = etcd.endpoint();
+    let pki = etcd.pki_dir().expect("pki");
+    let path = |f: &str| pki.join(f).display().to_string();
+    let (ca, cert, key) = (path("ca.crt"), path("admin.crt"), path("admin.key"));
+    let flags = [
+        "--no-controllers",
+        "--etcd-servers",
+        endpoint.as_str(),
+        "--etcd-cafile",
+        ca.as_str(),
+        "--etcd-certfile",
+        cert.as_str(),
+        "--etcd-keyfile",
+        key.as_str(),
+    ];
+    let server = Server::start_with(&flags);
+    let cms: Api<ConfigMap> = Api::namespaced(server.kube().await, "default");
+    cms.create(&PostParams::default(), &configmap("over-tls"))
+        .await
+        .expect("create through an etcd reached over TLS");
+    assert_eq!(
+        cms.get("over-tls").await.expect("get").data.expect("data")["k"],
+        "v"
+    );
+
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-controllers"])
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["--etcd-servers", endpoint.as_str()])
+        .output()
+        .expect("run platform-mesh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started without the CA: {stderr}");
+    assert!(stderr.contains("--etcd-cafile"), "{stderr}");
+}

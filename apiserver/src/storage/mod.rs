@@ -33,7 +33,7 @@ mod differential;
 
 pub use cache::{CacheOptions, CachedStore};
 #[cfg(feature = "etcd")]
-pub use etcd::{EtcdOptions, EtcdStore};
+pub use etcd::{EtcdOptions, EtcdStore, EtcdTls};
 pub use memory::MemoryStore;
 pub use redb_store::{RedbOptions, RedbStore};
 

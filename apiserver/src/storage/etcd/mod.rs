@@ -18,6 +18,9 @@ mod envelope;
 #[cfg(test)]
 mod faults;
 pub mod testing;
+mod tls;
+
+pub use self::tls::EtcdTls;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,6 +52,8 @@ pub struct EtcdOptions {
     pub request_timeout: Duration,
     /// How long a broken watch keeps trying to resume before it ends with an error.
     pub watch_resume_for: Duration,
+    /// TLS towards `https://` endpoints.
+    pub tls: Option<EtcdTls>,
 }
 
 impl Default for EtcdOptions {
@@ -58,6 +63,7 @@ impl Default for EtcdOptions {
             prefix: "/platform-mesh".into(),
             request_timeout: Duration::from_secs(10),
             watch_resume_for: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -113,11 +119,14 @@ fn rev(r: i64) -> Revision {
 impl EtcdStore {
     /// Connects and learns the current and compacted revisions.
     pub async fn connect(options: EtcdOptions) -> Result<Self> {
-        let connect = ConnectOptions::new()
+        let mut connect = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
             .with_timeout(options.request_timeout)
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
             .with_keep_alive_while_idle(true);
+        if let Some(tls) = tls::client_config(&options)? {
+            connect = connect.with_tls(tls);
+        }
         let client = tokio::time::timeout(
             options.request_timeout,
             Client::connect(&options.endpoints, Some(connect)),

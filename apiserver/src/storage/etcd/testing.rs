@@ -2,6 +2,9 @@
 //! directory, which can be killed (SIGKILL) and restarted on the same data and ports.
 //!
 //! The binary is `$ETCD_BIN`, else `etcd` on the `PATH` (Debian's `etcd-server`).
+//!
+//! [`EtcdProcess::start_tls`] starts one that serves HTTPS only and asks every client for a
+//! certificate signed by its own CA (the files are in [`EtcdProcess::pki_dir`]).
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -10,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::{EtcdOptions, EtcdStore};
+use super::{EtcdOptions, EtcdStore, EtcdTls};
 
 /// A running (or killed) etcd.
 pub struct EtcdProcess {
@@ -18,6 +21,7 @@ pub struct EtcdProcess {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    tls: Option<certs::Pki>,
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -27,11 +31,26 @@ fn free_port() -> std::io::Result<u16> {
 impl EtcdProcess {
     /// Starts a fresh, empty etcd and waits until it serves requests.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with(false).await
+    }
+
+    /// Starts a fresh etcd serving HTTPS with client-certificate authentication.
+    pub async fn start_tls() -> anyhow::Result<Self> {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(tls: bool) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let tls = match tls {
+            true => Some(certs::Pki::load_or_create(&dir.path().join("pki"), &[])?),
+            false => None,
+        };
         let mut etcd = EtcdProcess {
-            dir: tempfile::tempdir()?,
+            dir,
             client_port: free_port()?,
             peer_port: free_port()?,
             child: None,
+            tls,
         };
         etcd.restart().await?;
         Ok(etcd)
@@ -39,7 +58,14 @@ impl EtcdProcess {
 
     /// The client URL.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    /// With TLS: the directory holding `ca.crt` (signs etcd's certificate and accepted client
+    /// certificates), `serving.crt`/`serving.key` (etcd's) and `admin.crt`/`admin.key` (a client's).
+    pub fn pki_dir(&self) -> Option<PathBuf> {
+        self.tls.as_ref().map(|p| p.dir().to_path_buf())
     }
 
     /// Store options for this etcd with the given key prefix.
@@ -48,6 +74,13 @@ impl EtcdProcess {
             endpoints: vec![self.endpoint()],
             prefix: prefix.to_string(),
             request_timeout: Duration::from_secs(5),
+            tls: self.tls.as_ref().map(|p| EtcdTls {
+                ca_pem: p.ca_cert_pem().as_bytes().to_vec(),
+                client: Some((
+                    p.admin_cert_pem().as_bytes().to_vec(),
+                    p.admin_key_pem().as_bytes().to_vec(),
+                )),
+            }),
             ..EtcdOptions::default()
         }
     }
@@ -84,7 +117,18 @@ impl EtcdProcess {
             .open(self.log_path())?;
         let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new(&bin)
+        let mut command = Command::new(&bin);
+        if let Some(dir) = self.pki_dir() {
+            command
+                .arg(format!("--cert-file={}", dir.join("serving.crt").display()))
+                .arg(format!("--key-file={}", dir.join("serving.key").display()))
+                .arg(format!(
+                    "--trusted-ca-file={}",
+                    dir.join("ca.crt").display()
+                ))
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .arg("--name=test")
             .arg(format!("--data-dir={}", self.data_dir().display()))
             .arg(format!("--listen-client-urls={client}"))
