@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use controllers::runtime::leader::LeaderStatus;
 
 mod bench;
 mod bench_broker;
@@ -359,8 +360,20 @@ fn main() -> anyhow::Result<()> {
                     let config = delegation::host_config(host.as_deref()).await?;
                     delegation::apply(delegation::fetch(config).await?, &mut opts)?;
                 }
+                let shared_store = opts.store.is_shared();
+                let leader_status = LeaderStatus::default();
+                opts.extra_metrics = Some(apiserver::metrics::ExtraMetrics::new({
+                    let status = leader_status.clone();
+                    move |registry| status.register(registry)
+                }));
                 let server = apiserver::server::start(opts).await?;
-                operator::start(&controller_args, &server.kubeconfig).await?;
+                let controllers = operator::start(
+                    &controller_args,
+                    &server.kubeconfig,
+                    shared_store,
+                    leader_status,
+                )
+                .await?;
                 eprintln!(
                     "platform-mesh is serving on https://{}\n  kubectl --kubeconfig {} get namespaces",
                     server.address,
@@ -370,6 +383,7 @@ fn main() -> anyhow::Result<()> {
                     r = shutdown_signal() => r?,
                     r = async { server.wait().await } => return r,
                 }
+                controllers.shutdown().await;
                 Ok(())
             })
         }

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use controllers::platformmesh::controller::controller;
@@ -16,11 +17,14 @@ use controllers::platformmesh::vars::{RemoteRuntime, Render};
 use controllers::provider::managed;
 use controllers::providers::fixed::FixedClusters;
 use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
+use controllers::runtime::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus};
 use controllers::runtime::{Cluster, Manager, ManagerOptions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// Flags of the co-located controllers.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct ControllerArgs {
     /// Run the API server only, without the controllers.
     #[arg(long)]
@@ -58,6 +62,80 @@ pub struct ControllerArgs {
     /// Extra post-logout redirect URIs of the portal's sign-in client.
     #[arg(long, value_delimiter = ',')]
     pub idp_welcome_additional_post_logout_redirect_uris: Vec<String>,
+    #[command(flatten)]
+    pub leader_election: LeaderElectionArgs,
+}
+
+/// Leader election among replicas, with kube-controller-manager's flags.
+#[derive(clap::Args, Clone, Debug)]
+pub struct LeaderElectionArgs {
+    /// Run the controllers only while this replica holds a Lease, so that of several replicas on
+    /// one etcd one reconciles at a time (default: true with --etcd-servers, else false).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub leader_elect: Option<bool>,
+    /// How long the other replicas wait after the leader's last renewal before taking over.
+    #[arg(long, default_value = "15s", value_parser = go_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader tries to renew before it stops its controllers.
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// Pause between attempts to acquire or renew the Lease.
+    #[arg(long, default_value = "2s", value_parser = go_duration)]
+    pub leader_elect_retry_period: Duration,
+    /// Namespace of the Lease, in the runtime cluster (created when missing).
+    #[arg(long, default_value = "kube-system")]
+    pub leader_elect_resource_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, default_value = "platform-mesh-controllers")]
+    pub leader_elect_resource_name: String,
+}
+
+fn go_duration(s: &str) -> Result<Duration, String> {
+    apiserver::query::parse_go_duration(s)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{s:?} is not a positive duration (want e.g. 15s, 500ms or 1m)"))
+}
+
+impl LeaderElectionArgs {
+    /// The election's settings, or `None` when the controllers run without one. `shared_store`:
+    /// other replicas may serve the same objects (etcd).
+    pub fn config(&self, shared_store: bool) -> anyhow::Result<Option<LeaderElectionConfig>> {
+        if !self.leader_elect.unwrap_or(shared_store) {
+            return Ok(None);
+        }
+        let (lease, renew, retry) = (
+            self.leader_elect_lease_duration,
+            self.leader_elect_renew_deadline,
+            self.leader_elect_retry_period,
+        );
+        // client-go's rules: a leader must give up before others may take over, and must be
+        // able to retry within its deadline.
+        if lease <= renew {
+            anyhow::bail!(
+                "--leader-elect-lease-duration ({lease:?}) must be longer than --leader-elect-renew-deadline ({renew:?})"
+            );
+        }
+        if renew <= retry.mul_f64(1.2) {
+            anyhow::bail!(
+                "--leader-elect-renew-deadline ({renew:?}) must be longer than 1.2 × --leader-elect-retry-period ({retry:?})"
+            );
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "platform-mesh".into());
+        Ok(Some(LeaderElectionConfig {
+            lease_duration: lease,
+            renew_deadline: renew,
+            retry_period: retry,
+            ..LeaderElectionConfig::new(
+                &self.leader_elect_resource_namespace,
+                &self.leader_elect_resource_name,
+                &format!("{host}_{}", uuid::Uuid::new_v4()),
+            )
+        }))
+    }
 }
 
 async fn kcp_access(args: &ControllerArgs, own: &Path) -> anyhow::Result<Kcp> {
@@ -77,7 +155,11 @@ const EXPORT_WORKSPACE: &str = "root:platform-mesh-system";
 /// every workspace is engaged (the kinds are served natively everywhere); on a real kcp, the
 /// workspaces bound to the `core.platform-mesh.io` export (Accounts) and to the
 /// `providers.platform-mesh.io` export (Providers), as upstream's operators do.
-async fn start_workspace_controllers(kcp: Arc<Kcp>, own: bool) -> anyhow::Result<()> {
+async fn start_workspace_controllers(
+    kcp: Arc<Kcp>,
+    own: bool,
+    stop: &CancellationToken,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let home =
         kube::Config::from_custom_kubeconfig(kcp.kubeconfig.clone(), &KubeConfigOptions::default())
             .await
@@ -115,15 +197,17 @@ async fn start_workspace_controllers(kcp: Arc<Kcp>, own: bool) -> anyhow::Result
             providers,
         ));
     }
+    let mut running = Vec::new();
     for (options, home, manager) in groups {
         let provider = Arc::new(PathAware::new(ApiExportProvider::new(home, options)));
-        tokio::spawn(async move {
-            if let Err(e) = manager.run(provider, std::future::pending()).await {
+        let stop = stop.clone();
+        running.push(tokio::spawn(async move {
+            if let Err(e) = manager.run(provider, stop.cancelled_owned()).await {
                 tracing::error!(error = %e, "the workspace controller manager stopped");
             }
-        });
+        }));
     }
-    Ok(())
+    Ok(running)
 }
 
 /// Concurrent reconciles of each workspace controller.
@@ -141,26 +225,151 @@ async fn client(kubeconfig: Kubeconfig, what: &str) -> anyhow::Result<kube::Clie
     kube::Client::try_from(config).with_context(|| format!("a client for the {what} cluster"))
 }
 
-/// Starts the PlatformMesh controller in the background; `own` is this server's admin
-/// kubeconfig, used for every cluster no flag names.
-pub async fn start(args: &ControllerArgs, own: &Path) -> anyhow::Result<()> {
-    if args.no_controllers {
-        return Ok(());
+/// The controllers running in the background.
+pub struct Controllers {
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Controllers {
+    /// Stops the controllers and, when leading, gives the Lease up so that another replica
+    /// takes over at once.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        if let Some(task) = self.task {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
     }
-    let pick = |p: &Option<PathBuf>| p.clone().unwrap_or_else(|| own.to_path_buf());
+}
+
+/// Starts the controllers in the background; `own` is this server's admin kubeconfig, used for
+/// every cluster no flag names. With leader election (see [`LeaderElectionArgs`]) they run only
+/// while this replica leads; `status` then reports `leader_election_master_status`.
+pub async fn start(
+    args: &ControllerArgs,
+    own: &Path,
+    shared_store: bool,
+    status: LeaderStatus,
+) -> anyhow::Result<Controllers> {
+    let stop = CancellationToken::new();
+    if args.no_controllers {
+        return Ok(Controllers { stop, task: None });
+    }
+    let task = match args.leader_election.config(shared_store)? {
+        None => {
+            let running = run(args, own, &stop).await?;
+            tokio::spawn(async move {
+                futures::future::join_all(running).await;
+            })
+        }
+        Some(config) => {
+            let runtime = client(
+                read_kubeconfig(&pick(&args.runtime_kubeconfig, own), "runtime")?,
+                "runtime",
+            )
+            .await?;
+            let elector = LeaderElector::new(runtime.clone(), config.clone()).with_status(status);
+            let (args, own, stop) = (args.clone(), own.to_path_buf(), stop.clone());
+            tokio::spawn(async move { lead(elector, runtime, &config, &args, &own, &stop).await })
+        }
+    };
+    Ok(Controllers {
+        stop,
+        task: Some(task),
+    })
+}
+
+/// Campaigns for the Lease; runs the controllers while leading and stops them when leadership
+/// is lost (then campaigns again) or `stop` is cancelled (then releases the Lease).
+async fn lead(
+    elector: LeaderElector,
+    runtime: kube::Client,
+    config: &LeaderElectionConfig,
+    args: &ControllerArgs,
+    own: &Path,
+    stop: &CancellationToken,
+) {
+    ensure_namespace(&runtime, &config.namespace, stop).await;
+    while let Some(leadership) = elector.acquire(stop).await {
+        let lost = leadership.lost();
+        let running = match run(args, own, &lost).await {
+            Ok(running) => running,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "starting the controllers failed; giving leadership up");
+                Vec::new()
+            }
+        };
+        if !running.is_empty() {
+            tokio::select! {
+                _ = lost.cancelled() => {
+                    tracing::warn!(lease = %config.name, "leadership lost: stopping the controllers");
+                }
+                _ = stop.cancelled() => {}
+            }
+        }
+        if let Err(e) = leadership.release().await {
+            tracing::warn!(lease = %config.name, error = %e, "releasing the lease failed");
+        }
+        futures::future::join_all(running).await;
+        if stop.is_cancelled() {
+            return;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(config.retry_period) => {}
+        }
+    }
+}
+
+/// Creates the Lease's namespace when missing (a fresh server has only `default`); retries
+/// until the cluster answers, and leaves a refusal (403) to show in the election's errors.
+async fn ensure_namespace(client: &kube::Client, name: &str, stop: &CancellationToken) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let namespace: Namespace =
+        match serde_json::from_value(serde_json::json!({"metadata": {"name": name}})) {
+            Ok(n) => n,
+            Err(_) => return,
+        };
+    loop {
+        match api.create(&Default::default(), &namespace).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 403 => return,
+            Err(e) => {
+                tracing::warn!(namespace = %name, error = %e, "creating the lease namespace failed; retrying")
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+fn pick(flag: &Option<PathBuf>, own: &Path) -> PathBuf {
+    flag.clone().unwrap_or_else(|| own.to_path_buf())
+}
+
+/// Starts every controller, each manager stopping when `stop` is cancelled.
+async fn run(
+    args: &ControllerArgs,
+    own: &Path,
+    stop: &CancellationToken,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let infra = client(
-        read_kubeconfig(&pick(&args.infra_kubeconfig), "infra")?,
+        read_kubeconfig(&pick(&args.infra_kubeconfig, own), "infra")?,
         "infra",
     )
     .await?;
     let runtime = client(
-        read_kubeconfig(&pick(&args.runtime_kubeconfig), "runtime")?,
+        read_kubeconfig(&pick(&args.runtime_kubeconfig, own), "runtime")?,
         "runtime",
     )
     .await?;
     let mut kcp = kcp_access(args, own).await?;
     let shared = Arc::new(kcp_access(args, own).await?);
-    start_workspace_controllers(shared.clone(), args.kcp_kubeconfig.is_none()).await?;
+    let mut running =
+        start_workspace_controllers(shared.clone(), args.kcp_kubeconfig.is_none(), stop).await?;
     kcp.secret_namespace = args.kcp_namespace.clone();
     kcp.idp = IdpSettings {
         registration_allowed: args.idp_registration_allowed,
@@ -191,10 +400,57 @@ pub async fn start(args: &ControllerArgs, own: &Path) -> anyhow::Result<()> {
         .add(managed::controller(shared, 4))
         .context("adding the ManagedProvider controller")?;
     let provider = Arc::new(FixedClusters::new([Cluster::new("runtime", runtime)]));
-    tokio::spawn(async move {
-        if let Err(e) = manager.run(provider, std::future::pending()).await {
+    let stop = stop.clone();
+    running.push(tokio::spawn(async move {
+        if let Err(e) = manager.run(provider, stop.cancelled_owned()).await {
             tracing::error!(error = %e, "the controller manager stopped");
         }
-    });
-    Ok(())
+    }));
+    Ok(running)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        election: LeaderElectionArgs,
+    }
+
+    fn config(args: &[&str], shared: bool) -> anyhow::Result<Option<LeaderElectionConfig>> {
+        let flags = Flags::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))?;
+        flags.election.config(shared)
+    }
+
+    #[test]
+    fn elects_by_default_only_on_a_shared_store() {
+        assert!(config(&[], false).unwrap().is_none());
+        let on = config(&[], true).unwrap().expect("elects on etcd");
+        assert_eq!(
+            (on.namespace.as_str(), on.name.as_str()),
+            ("kube-system", "platform-mesh-controllers")
+        );
+        assert_eq!(on.lease_duration, Duration::from_secs(15));
+        assert!(config(&["--leader-elect"], false).unwrap().is_some());
+        assert!(config(&["--leader-elect=false"], true).unwrap().is_none());
+        let a = config(&[], true).unwrap().expect("a").identity;
+        let b = config(&[], true).unwrap().expect("b").identity;
+        assert_ne!(a, b, "every process campaigns under its own identity");
+    }
+
+    #[test]
+    fn timings_that_cannot_work_are_refused_with_the_flags_to_fix() {
+        let e = config(&["--leader-elect-lease-duration=5s"], true).unwrap_err();
+        assert!(
+            e.to_string().contains("--leader-elect-lease-duration"),
+            "{e}"
+        );
+        let e = config(&["--leader-elect-renew-deadline=2s"], true).unwrap_err();
+        assert!(e.to_string().contains("--leader-elect-retry-period"), "{e}");
+        let e = config(&["--leader-elect-retry-period=soon"], true).unwrap_err();
+        assert!(e.to_string().contains("not a positive duration"), "{e}");
+    }
 }

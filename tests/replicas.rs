@@ -218,3 +218,122 @@ async fn a_replica_reaches_an_etcd_that_verifies_clients() {
     assert!(!out.status.success(), "started without the CA: {stderr}");
     assert!(stderr.contains("--etcd-cafile"), "{stderr}");
 }
+
+const LEASE: &str = "platform-mesh-controllers";
+
+/// The Lease's holder (empty once released) and transitions, once it exists.
+async fn lease_holder(client: &kube::Client) -> Option<(String, i32)> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let spec = leases.get_opt(LEASE).await.ok()??.spec?;
+    Some((
+        spec.holder_identity.unwrap_or_default(),
+        spec.lease_transitions.unwrap_or(0),
+    ))
+}
+
+/// `leader_election_master_status` of a replica, from its `/metrics`.
+async fn leading(client: &kube::Client) -> Option<u8> {
+    let request = http::Request::get("/metrics").body(Vec::new()).ok()?;
+    let text = client.request_text(request).await.ok()?;
+    let line = format!("leader_election_master_status{{name=\"{LEASE}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Creates the organisation `name` and waits until the account controller made it Ready.
+async fn organisation_gets_ready(client: &kube::Client, name: &str) {
+    let accounts = "/clusters/root:orgs/apis/core.platform-mesh.io/v1alpha1/accounts";
+    let body = json!({"apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "Account",
+        "metadata": {"name": name}, "spec": {"type": "org", "displayName": name}});
+    let request = http::Request::post(accounts)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).expect("json"))
+        .expect("request");
+    client
+        .request_text(request)
+        .await
+        .expect("create the Account");
+    eventually(&format!("Account {name} becomes Ready"), || async {
+        let request = http::Request::get(format!("{accounts}/{name}"))
+            .body(Vec::new())
+            .expect("request");
+        let Ok(account) = client.request::<serde_json::Value>(request).await else {
+            return false;
+        };
+        account["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+    .await;
+}
+
+/// Replicas on one etcd elect one of them to run the controllers: the other waits while the
+/// leader renews its Lease, and takes over once a killed leader's Lease expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_runs_the_controllers_and_another_takes_over_when_it_dies() {
+    let etcd = EtcdProcess::start().await.expect("etcd");
+    let endpoint = etcd.endpoint();
+    let flags = [
+        "--etcd-servers",
+        endpoint.as_str(),
+        "--leader-elect-lease-duration",
+        "3s",
+        "--leader-elect-renew-deadline",
+        "2s",
+        "--leader-elect-retry-period",
+        "500ms",
+    ];
+    let mut a = Server::start_with(&flags);
+    let ka = a.kube().await;
+    eventually("A, alone, leads", || async {
+        lease_holder(&ka)
+            .await
+            .is_some_and(|(holder, _)| !holder.is_empty())
+            && leading(&ka).await == Some(1)
+    })
+    .await;
+    let (first, transitions) = lease_holder(&ka).await.expect("lease");
+    assert_eq!(transitions, 0);
+
+    let b = Server::start_replica(&a, &flags);
+    let kb = b.kube().await;
+    // Longer than the lease: B keeps campaigning but A keeps renewing.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(lease_holder(&kb).await, Some((first.clone(), 0)));
+    assert_eq!(
+        leading(&kb).await,
+        Some(0),
+        "B must not lead while A renews"
+    );
+    assert_eq!(leading(&ka).await, Some(1));
+    // Written through B, reconciled by A's controllers.
+    organisation_gets_ready(&kb, "acme").await;
+
+    // A dies without giving the lease up: B takes over once it expires.
+    a.kill();
+    eventually("B takes over", || async {
+        leading(&kb).await == Some(1)
+            && lease_holder(&kb)
+                .await
+                .is_some_and(|(holder, _)| holder != first)
+    })
+    .await;
+    assert_eq!(lease_holder(&kb).await.map(|(_, t)| t), Some(1));
+    organisation_gets_ready(&kb, "bravo").await;
+
+    // A leader stopped by SIGTERM gives the Lease up before it exits, so the next one need not
+    // wait for it to expire.
+    let (second, _) = lease_holder(&kb).await.expect("lease");
+    let mut b = b;
+    let c = Server::start_replica(&b, &flags);
+    let kc = c.kube().await;
+    b.terminate();
+    let after_exit = lease_holder(&kc).await.expect("lease");
+    assert_ne!(after_exit.0, second, "B exited still holding the Lease");
+    eventually("C takes over", || async { leading(&kc).await == Some(1) }).await;
+    organisation_gets_ready(&kc, "charlie").await;
+}

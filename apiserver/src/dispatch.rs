@@ -83,6 +83,8 @@ pub struct StateOptions {
     pub authn: crate::authn::Authn,
     pub max_objects_per_workspace: usize,
     pub request_timeout: std::time::Duration,
+    /// Metrics added to `/metrics` beside the server's own.
+    pub extra_metrics: Option<crate::metrics::ExtraMetrics>,
 }
 
 impl StateOptions {
@@ -94,6 +96,7 @@ impl StateOptions {
             authn: crate::authn::Authn::default(),
             max_objects_per_workspace: 0,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            extra_metrics: None,
         }
     }
 }
@@ -119,7 +122,7 @@ impl AppState {
             object_counts: Default::default(),
             store,
             catalog,
-            metrics: Metrics::new(),
+            metrics: Metrics::with_extra(options.extra_metrics.as_ref()),
             advertise_address: options.advertise_address,
         })
     }

@@ -1,5 +1,7 @@
 //! Prometheus metrics of the API server (`/metrics`).
 
+use std::sync::Arc;
+
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -27,6 +29,23 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     durations: Family<DurationLabels, Histogram>,
     resident: Gauge,
+}
+
+/// Metrics a caller adds to `/metrics`, e.g. the co-located controllers' leader election.
+#[derive(Clone)]
+pub struct ExtraMetrics(Arc<dyn Fn(&mut Registry) + Send + Sync>);
+
+impl ExtraMetrics {
+    /// `register` is called once, when the server's registry is built.
+    pub fn new(register: impl Fn(&mut Registry) + Send + Sync + 'static) -> Self {
+        ExtraMetrics(Arc::new(register))
+    }
+}
+
+impl std::fmt::Debug for ExtraMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExtraMetrics")
+    }
 }
 
 /// The resident memory of process `pid` in bytes (Linux `/proc`; 0 where it cannot be read).
@@ -60,7 +79,15 @@ fn new_histogram() -> Histogram {
 
 impl Metrics {
     pub fn new() -> Self {
+        Self::with_extra(None)
+    }
+
+    /// The server's metrics and those `extra` registers.
+    pub fn with_extra(extra: Option<&ExtraMetrics>) -> Self {
         let mut registry = Registry::default();
+        if let Some(ExtraMetrics(register)) = extra {
+            register(&mut registry);
+        }
         let requests = Family::<RequestLabels, Counter>::default();
         let durations = Family::<DurationLabels, Histogram>::new_with_constructor(
             new_histogram as fn() -> Histogram,

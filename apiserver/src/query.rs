@@ -94,10 +94,47 @@ pub enum FieldValidation {
     Strict,
 }
 
+/// Parses a Go duration, as kube-apiserver puts in `?timeout=` and kube takes in flags (`10s`,
+/// `1m30s`, `500ms`).
+pub fn parse_go_duration(s: &str) -> Option<std::time::Duration> {
+    let mut total = std::time::Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+        let (num, tail) = rest.split_at(digits);
+        let value: f64 = num.parse().ok()?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let secs = match unit {
+            "h" => value * 3600.0,
+            "m" => value * 60.0,
+            "s" => value,
+            "ms" => value / 1000.0,
+            "us" | "µs" => value / 1e6,
+            "ns" => value / 1e9,
+            _ => return None,
+        };
+        total += std::time::Duration::from_secs_f64(secs.max(0.0));
+        rest = next;
+    }
+    Some(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("x"), None);
+        assert_eq!(parse_go_duration("10"), None);
+    }
     #[test]
     fn decodes_and_flags() {
         let q = Query::parse(Some(

@@ -184,6 +184,8 @@ pub struct ServeOptions {
     pub max_objects_per_workspace: usize,
     /// How long a short request may take (504 beyond).
     pub request_timeout: Duration,
+    /// Metrics added to `/metrics` beside the server's own.
+    pub extra_metrics: Option<crate::metrics::ExtraMetrics>,
 }
 
 impl ServeOptions {
@@ -210,6 +212,7 @@ impl ServeOptions {
             requestheader_extra_headers_prefix: Vec::new(),
             max_objects_per_workspace: 0,
             request_timeout: crate::dispatch::DEFAULT_REQUEST_TIMEOUT,
+            extra_metrics: None,
         }
     }
 }
@@ -373,6 +376,7 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
             },
             max_objects_per_workspace: opts.max_objects_per_workspace,
             request_timeout: opts.request_timeout,
+            extra_metrics: opts.extra_metrics.clone(),
         },
     );
     state

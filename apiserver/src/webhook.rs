@@ -161,7 +161,7 @@ pub async fn serve(
     }
     let timeout = query
         .get("timeout")
-        .and_then(parse_go_duration)
+        .and_then(crate::query::parse_go_duration)
         .unwrap_or(DEFAULT_TIMEOUT)
         .saturating_sub(Duration::from_millis(200))
         .max(Duration::from_millis(100));
@@ -252,45 +252,9 @@ fn refused(uid: &str, code: u16, reason: &'static str, message: &str) -> Value {
     json!({"uid": uid, "allowed": false, "status": ApiError::new(code, reason, message).to_status()})
 }
 
-/// Parses the Go durations kube-apiserver puts in `?timeout=` (`10s`, `1m30s`, `500ms`).
-fn parse_go_duration(s: &str) -> Option<Duration> {
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.')?;
-        let (num, tail) = rest.split_at(digits);
-        let value: f64 = num.parse().ok()?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(tail.len());
-        let (unit, next) = tail.split_at(unit_len);
-        let secs = match unit {
-            "h" => value * 3600.0,
-            "m" => value * 60.0,
-            "s" => value,
-            "ms" => value / 1000.0,
-            "us" | "µs" => value / 1e6,
-            "ns" => value / 1e9,
-            _ => return None,
-        };
-        total += Duration::from_secs_f64(secs.max(0.0));
-        rest = next;
-    }
-    Some(total)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("10s"), Some(Duration::from_secs(10)));
-        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_go_duration("x"), None);
-        assert_eq!(parse_go_duration("10"), None);
-    }
 
     #[test]
     fn malformed_reviews_are_bad_requests() {

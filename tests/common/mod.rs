@@ -124,6 +124,17 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// Stops the server as an orchestrator does (SIGTERM) and waits until it has exited.
+    #[allow(dead_code)]
+    pub fn terminate(&mut self) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM failed");
+        let _ = self.child.wait();
+    }
+
     /// A client with the admin certificate.
     pub fn client(&self) -> apiserver::client::ClientConfig {
         let pki = self.data_dir.join("pki");
