@@ -81,6 +81,44 @@ async fn raw_writes(
     Ok(total as f64 / started.elapsed().as_secs_f64())
 }
 
+/// CPU time spent by etcd, the server and this process (the benchmark's clients) over one
+/// measurement.
+struct CpuMeter {
+    etcd: Option<u32>,
+    server: Option<u32>,
+    before: [f64; 3],
+    started: Instant,
+}
+
+impl CpuMeter {
+    fn now(etcd: Option<u32>, server: Option<u32>) -> [f64; 3] {
+        let of = |pid: Option<u32>| pid.map_or(0.0, apiserver::metrics::cpu_seconds);
+        [of(etcd), of(server), of(Some(std::process::id()))]
+    }
+
+    fn start(etcd: Option<u32>, server: Option<u32>) -> Self {
+        CpuMeter {
+            etcd,
+            server,
+            before: Self::now(etcd, server),
+            started: Instant::now(),
+        }
+    }
+
+    /// The CPU microseconds per operation at `per_second` operations per second since `start`.
+    fn per_op(&self, per_second: f64) -> String {
+        let after = Self::now(self.etcd, self.server);
+        let ops = (per_second * self.started.elapsed().as_secs_f64()).max(1.0);
+        let us = |i: usize| (after[i] - self.before[i]) * 1e6 / ops;
+        let mut parts = vec![format!("etcd {:.0}", us(0))];
+        if self.server.is_some() {
+            parts.push(format!("server {:.0}", us(1)));
+        }
+        parts.push(format!("clients {:.0}", us(2)));
+        parts.join(", ")
+    }
+}
+
 /// Reads one watch response line by line, recording the delay of every event carrying `sent`.
 async fn follow_watch(
     mut sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
@@ -171,11 +209,15 @@ pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result
     let mut rows = Vec::new();
     let concurrency = opts.connections;
 
-    // 1. Creates through the server vs raw puts, each on a fresh etcd.
+    // 1. Creates through the server vs raw puts, each on a fresh etcd; with the CPU time each
+    //    process spends per write, which shows where the two cores go.
     let etcd = EtcdProcess::start().await?;
+    let meter = CpuMeter::start(etcd.pid(), None);
     let raw = raw_writes(&etcd.endpoint(), concurrency, opts.seconds, RawWrite::Put).await?;
+    let raw_cpu = meter.per_op(raw);
     drop(etcd);
     let etcd = EtcdProcess::start().await?;
+    let meter = CpuMeter::start(etcd.pid(), None);
     let raw_txn = raw_writes(
         &etcd.endpoint(),
         concurrency,
@@ -183,6 +225,7 @@ pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result
         RawWrite::CreateTxn,
     )
     .await?;
+    let txn_cpu = meter.per_op(raw_txn);
     drop(etcd);
     let etcd = EtcdProcess::start().await?;
     let endpoint = etcd.endpoint();
@@ -190,6 +233,7 @@ pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result
         &["serve", "--no-controllers", "--etcd-servers", &endpoint],
         &tmp.join("etcd-creates"),
     )?;
+    let meter = CpuMeter::start(etcd.pid(), Some(server.child_id()));
     let creates = closed_loop(&server.client()?, concurrency, opts.seconds, 201, |c, i| {
         (
             Method::POST,
@@ -198,6 +242,7 @@ pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result
         )
     })
     .await?;
+    let create_cpu = meter.per_op(creates.per_second());
     rows.push(format!(
         "| creates of 1 KiB ConfigMaps on etcd, {concurrency} clients | {:.0}/s (p50 {}, p99 {}; {} errors) = {:.0}% of raw puts, {:.0}% of raw create transactions | raw etcd puts, same payload and concurrency: {raw:.0}/s; target ≥ 70%. Raw create-if-absent transactions: {raw_txn:.0}/s ({:.0}% of puts) |",
         creates.per_second(),
@@ -207,6 +252,9 @@ pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result
         100.0 * creates.per_second() / raw.max(1.0),
         100.0 * creates.per_second() / raw_txn.max(1.0),
         100.0 * raw_txn / raw.max(1.0),
+    ));
+    rows.push(format!(
+        "| CPU per create through the server (µs) | {create_cpu} | per raw put: {raw_cpu}; per raw create transaction: {txn_cpu} |"
     ));
     drop(server);
     drop(etcd);

@@ -29,6 +29,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     durations: Family<DurationLabels, Histogram>,
     resident: Gauge,
+    cpu: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// Metrics a caller adds to `/metrics`, e.g. the co-located controllers' leader election.
@@ -46,6 +47,24 @@ impl std::fmt::Debug for ExtraMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ExtraMetrics")
     }
+}
+
+/// The CPU time (user and system) process `pid` has used, in seconds (Linux `/proc`; 0 where it
+/// cannot be read).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    // utime and stime are fields 14 and 15, in USER_HZ ticks (100 per second on Linux).
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (ticks(11) + ticks(12)) as f64 / 100.0
 }
 
 /// The resident memory of process `pid` in bytes (Linux `/proc`; 0 where it cannot be read).
@@ -108,11 +127,18 @@ impl Metrics {
             "Resident memory size in bytes",
             resident.clone(),
         );
+        let cpu = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds",
+            cpu.clone(),
+        );
         Metrics {
             registry,
             requests,
             durations,
             resident,
+            cpu,
         }
     }
 
@@ -137,6 +163,8 @@ impl Metrics {
     pub fn render(&self) -> String {
         let rss = resident_memory_bytes(std::process::id());
         self.resident.set(i64::try_from(rss).unwrap_or(i64::MAX));
+        let used = cpu_seconds(std::process::id());
+        self.cpu.inc_by((used - self.cpu.get()).max(0.0));
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();
@@ -175,5 +203,21 @@ mod tests {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("no resident memory in {text}"));
         assert!(rss > 1 << 20, "{rss}");
+    }
+
+    #[test]
+    fn renders_the_cpu_time_used() {
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(50) {
+            std::hint::black_box(spin.elapsed());
+        }
+        let text = Metrics::new().render();
+        let cpu: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_cpu_seconds_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no CPU time in {text}"));
+        assert!(cpu >= 0.04, "{cpu}");
+        assert!((cpu - cpu_seconds(std::process::id())).abs() < 1.0, "{cpu}");
     }
 }

@@ -90,6 +90,11 @@ impl EtcdProcess {
         Ok(EtcdStore::connect(self.options(prefix)).await?)
     }
 
+    /// The process id while etcd runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
