@@ -326,11 +326,13 @@ async fn lead(
 async fn ensure_namespace(client: &kube::Client, name: &str, stop: &CancellationToken) {
     use k8s_openapi::api::core::v1::Namespace;
     let api: kube::Api<Namespace> = kube::Api::all(client.clone());
-    let namespace: Namespace =
-        match serde_json::from_value(serde_json::json!({"metadata": {"name": name}})) {
-            Ok(n) => n,
-            Err(_) => return,
-        };
+    let namespace = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     loop {
         match api.create(&Default::default(), &namespace).await {
             Ok(_) => return,
