@@ -194,15 +194,18 @@ mod tests {
         );
     }
 
+    /// The value of the unlabelled sample `name` in an exposition.
+    fn sample(text: &str, name: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    }
+
     #[test]
     fn renders_the_resident_memory() {
-        let text = Metrics::new().render();
-        let rss: u64 = text
-            .lines()
-            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no resident memory in {text}"));
-        assert!(rss > 1 << 20, "{rss}");
+        let rss = sample(&Metrics::new().render(), "process_resident_memory_bytes");
+        assert!(rss > f64::from(1 << 20), "{rss}");
     }
 
     #[test]
@@ -211,12 +214,7 @@ mod tests {
         while spin.elapsed() < std::time::Duration::from_millis(50) {
             std::hint::black_box(spin.elapsed());
         }
-        let text = Metrics::new().render();
-        let cpu: f64 = text
-            .lines()
-            .find_map(|l| l.strip_prefix("process_cpu_seconds_total "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no CPU time in {text}"));
+        let cpu = sample(&Metrics::new().render(), "process_cpu_seconds_total");
         assert!(cpu >= 0.04, "{cpu}");
         assert!((cpu - cpu_seconds(std::process::id())).abs() < 1.0, "{cpu}");
     }
