@@ -184,6 +184,22 @@ struct ServeArgs {
     /// Objects one workspace may hold; creates beyond it get 403 (0: no limit).
     #[arg(long, default_value_t = 0)]
     max_objects_per_workspace: usize,
+    /// Open watches one user may have (429 beyond; system:masters exempt; 0: no limit).
+    #[arg(long, default_value_t = apiserver::budget::DEFAULT_WATCHES_PER_USER)]
+    max_watches_per_user: usize,
+    /// Bytes of list answers one user may leave unread at once (429 beyond; 0: no limit).
+    #[arg(long, default_value_t = apiserver::budget::DEFAULT_LIST_BYTES_PER_USER)]
+    max_list_bytes_per_user: usize,
+    /// Bytes of list answers all users together may leave unread at once (0: no limit).
+    #[arg(long, default_value_t = apiserver::budget::DEFAULT_LIST_BYTES)]
+    max_list_bytes: usize,
+    /// Bytes of events the watch cache keeps for watches that start in the past, all resource
+    /// types together.
+    #[arg(long, default_value_t = apiserver::storage::cache::DEFAULT_WINDOW_BYTES)]
+    watch_cache_window_bytes: usize,
+    /// Bytes of events one watcher may fall behind before it is cut off (429 in the stream).
+    #[arg(long, default_value_t = apiserver::storage::cache::DEFAULT_WATCHER_BUFFER_BYTES)]
+    watch_buffer_bytes: usize,
     /// Bearer tokens: CSV lines `token,user,uid,"group1,group2"`.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
@@ -239,6 +255,15 @@ impl ServeArgs {
         opts.max_requests_in_flight = self.max_requests_inflight;
         opts.request_timeout = std::time::Duration::from_secs(self.request_timeout.max(1));
         opts.max_objects_per_workspace = self.max_objects_per_workspace;
+        opts.budgets = apiserver::budget::BudgetLimits {
+            list_bytes_per_user: self.max_list_bytes_per_user,
+            list_bytes: self.max_list_bytes,
+            watches_per_user: self.max_watches_per_user,
+        };
+        if let Some(cache) = opts.watch_cache.as_mut() {
+            cache.window_bytes = self.watch_cache_window_bytes;
+            cache.watcher_buffer_bytes = self.watch_buffer_bytes;
+        }
         opts.token_auth_file = self.token_auth_file;
         opts.service_account_key_file = self.service_account_key_file;
         opts.service_account_issuer = self.service_account_issuer;

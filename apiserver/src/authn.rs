@@ -305,7 +305,34 @@ pub async fn authenticate(
 }
 
 /// Answers a TokenReview: who the token authenticates, for the given audiences.
+/// The status of a TokenReview sent to logical cluster `cluster`. In `root` every token the
+/// server accepts is reviewed; in any other workspace only the service-account tokens of that
+/// workspace are, and every other token, valid or not, gets the same "not valid" answer, so a
+/// workspace admin learns nothing about another tenant's tokens.
 pub async fn review_token(
+    state: &AppState,
+    cluster: &str,
+    token: &str,
+    audiences: &[String],
+) -> serde_json::Value {
+    let status = review_any_token(state, token, audiences).await;
+    if cluster == crate::request_info::ROOT_CLUSTER {
+        return status;
+    }
+    let home = if status["authenticated"] == true {
+        status["user"]["extra"][crate::serviceaccounts::CLUSTER_EXTRA][0]
+            .as_str()
+            .map(str::to_string)
+    } else {
+        crate::serviceaccounts::claimed_cluster(token)
+    };
+    if home.as_deref() == Some(cluster) {
+        return status;
+    }
+    serde_json::json!({"authenticated": false, "user": {}, "error": "token is not valid"})
+}
+
+async fn review_any_token(
     state: &AppState,
     token: &str,
     audiences: &[String],

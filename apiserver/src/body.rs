@@ -8,12 +8,15 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
+/// The largest piece of a whole body handed to the connection at once.
+const CHUNK_BYTES: usize = 64 * 1024;
+
 /// A response body.
 pub struct Body {
     content: Content,
     /// Held until the body is dropped (sent or abandoned): a request's slot among the requests
-    /// in flight covers writing its response, not just computing it.
-    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// in flight, and the budgets its answer takes, cover writing it, not just computing it.
+    _held: Vec<tokio::sync::OwnedSemaphorePermit>,
 }
 
 enum Content {
@@ -40,13 +43,19 @@ impl Body {
     fn new(content: Content) -> Self {
         Body {
             content,
-            _slot: None,
+            _held: Vec::new(),
         }
     }
 
     /// The same body, holding `slot` until it is dropped.
     pub fn holding(mut self, slot: tokio::sync::OwnedSemaphorePermit) -> Self {
-        self._slot = Some(slot);
+        self._held.push(slot);
+        self
+    }
+
+    /// The same body, holding every permit of `held` until it is dropped.
+    pub fn holding_all(mut self, held: Vec<tokio::sync::OwnedSemaphorePermit>) -> Self {
+        self._held.extend(held);
         self
     }
 }
@@ -60,6 +69,11 @@ impl HttpBody for Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match &mut self.get_mut().content {
+            // Large answers go out in pieces as the connection drains (no copy), so what a slow
+            // reader has not taken yet stays in this body and keeps its budget taken.
+            Content::Full(Some(b)) if b.len() > CHUNK_BYTES => {
+                Poll::Ready(Some(Ok(Frame::data(b.split_to(CHUNK_BYTES)))))
+            }
             Content::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             Content::Stream(s) => s
                 .as_mut()

@@ -61,17 +61,29 @@ impl ClientConfig {
     pub async fn connect_h2(
         &self,
     ) -> anyhow::Result<hyper::client::conn::http2::SendRequest<Full<Bytes>>> {
+        self.connect_h2_with_window(None).await
+    }
+
+    /// As [`ClientConfig::connect_h2`], with the stream and connection receive windows set to
+    /// `window` bytes: a client that reads slowly (or not at all) holds the server back sooner.
+    pub async fn connect_h2_with_window(
+        &self,
+        window: Option<u32>,
+    ) -> anyhow::Result<hyper::client::conn::http2::SendRequest<Full<Bytes>>> {
         let mut tls = (*self.tls).clone();
         tls.alpn_protocols = vec![b"h2".to_vec()];
         let tcp = TcpStream::connect(self.address).await?;
         tcp.set_nodelay(true)?;
         let name = ServerName::try_from("localhost".to_string())?;
         let tls = TlsConnector::from(Arc::new(tls)).connect(name, tcp).await?;
-        let (sender, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            TokioIo::new(tls),
-        )
-        .await?;
+        let mut builder =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+        if let Some(w) = window {
+            builder
+                .initial_stream_window_size(w)
+                .initial_connection_window_size(w);
+        }
+        let (sender, conn) = builder.handshake(TokioIo::new(tls)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });

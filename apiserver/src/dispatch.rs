@@ -72,6 +72,10 @@ pub struct AppState {
     pub request_timeout: std::time::Duration,
     /// Upper bounds of object counts per workspace, for the object limit.
     pub object_counts: crate::limits::ObjectCounts,
+    /// The decoded RBAC policy of each workspace, kept until its RBAC objects change.
+    pub policies: Arc<crate::auth::PolicyCache>,
+    /// What each user may make the server hold: unread list answers, open watches.
+    pub budgets: crate::budget::Budgets,
 }
 
 /// What `AppState::new` needs beyond the store and the registry.
@@ -85,6 +89,8 @@ pub struct StateOptions {
     pub request_timeout: std::time::Duration,
     /// Metrics added to `/metrics` beside the server's own.
     pub extra_metrics: Option<crate::metrics::ExtraMetrics>,
+    /// Per-user budgets of unread list answers and open watches.
+    pub budgets: crate::budget::BudgetLimits,
 }
 
 impl StateOptions {
@@ -97,6 +103,7 @@ impl StateOptions {
             max_objects_per_workspace: 0,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             extra_metrics: None,
+            budgets: crate::budget::BudgetLimits::default(),
         }
     }
 }
@@ -110,7 +117,17 @@ pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 400;
 impl AppState {
     pub fn new(store: Arc<dyn Store>, registry: Registry, options: StateOptions) -> Arc<Self> {
         let catalog = Catalog::new(registry.resources().to_vec());
+        // Every write made through this process invalidates the policies it changes before it
+        // is acknowledged, so a client's next request is authorized by its own RBAC change.
+        let policies = Arc::new(crate::auth::PolicyCache::new());
+        let observer = policies.clone();
+        let store: Arc<dyn Store> = Arc::new(crate::storage::ObservedStore::new(
+            store,
+            Arc::new(move |key: &str, revision| observer.observe_write(key, revision)),
+        ));
         Arc::new_cyclic(|weak| AppState {
+            policies,
+            budgets: crate::budget::Budgets::new(options.budgets),
             namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
             tenancy: crate::tenancy::Tenancy::new(weak.clone()),
             in_flight: Arc::new(tokio::sync::Semaphore::new(
@@ -147,11 +164,7 @@ pub async fn handle(
     let started = Instant::now();
     let method = req.method().clone();
     // Watches are long-running and health checks must answer under load: neither counts.
-    let long_running = req
-        .uri()
-        .query()
-        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
-        || req.uri().path().contains("/watch/");
+    let long_running = is_long_running(&method, req.uri());
     let exempt = long_running
         || matches!(
             req.uri().path(),
@@ -226,6 +239,22 @@ pub async fn handle(
     response
 }
 
+/// Whether a request is a watch, decided as the router decides it (from the parsed path and
+/// query, `GET` only), as kube-apiserver's long-running check does: a `watch` flag elsewhere in
+/// the query, a namespace named `watch` or a `POST ...?watch=1` is a short request and keeps its
+/// in-flight slot and timeout.
+pub fn is_long_running(method: &Method, uri: &http::Uri) -> bool {
+    if method != Method::GET {
+        return false;
+    }
+    let query = Query::parse(uri.query());
+    matches!(
+        request_info::parse(method, uri.path(), query.flag("watch")),
+        Ok(request_info::RequestInfo { target: Target::Resource(rr), .. })
+            if rr.verb == request_info::Verb::Watch
+    )
+}
+
 async fn route(
     state: &Arc<AppState>,
     peer: crate::authn::Peer,
@@ -281,6 +310,36 @@ async fn route(
         let verb = parts.method.as_str().to_ascii_lowercase();
         if let Err(e) =
             crate::reviews::authorize_non_resource(state, scope, id, &verb, parts.uri.path()).await
+        {
+            return error_response(&e);
+        }
+    }
+    // `/metrics` shows every tenant's request counts: RBAC on the non-resource URL in `root`,
+    // as kube-apiserver's `system:monitoring` role grants it.
+    if matches!(info.target, Target::Metrics) {
+        let Some(id) = identity.as_deref() else {
+            return error_response(&ApiError::unauthorized());
+        };
+        let verb = parts.method.as_str().to_ascii_lowercase();
+        if let Err(e) =
+            crate::reviews::authorize_root_non_resource(state, id, &verb, parts.uri.path()).await
+        {
+            return error_response(&e);
+        }
+    }
+    // A virtual-workspace request is authorized before its export is looked up, so a missing
+    // export and a forbidden one answer alike.
+    if let (Some((export_cluster, export)), Some(id), Target::Resource(rr)) =
+        (&info.virtual_workspace, identity.as_deref(), &info.target)
+    {
+        if let Err(e) = crate::reviews::authorize_export_content(
+            state,
+            id,
+            export_cluster,
+            export,
+            rr.verb.as_str(),
+        )
+        .await
         {
             return error_response(&e);
         }
@@ -579,4 +638,62 @@ pub fn error_response(e: &ApiError) -> Response<Body> {
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn long(method: Method, uri: &str) -> bool {
+        is_long_running(&method, &uri.parse().expect("uri"))
+    }
+
+    #[test]
+    fn only_what_the_router_serves_as_a_watch_is_long_running() {
+        assert!(long(
+            Method::GET,
+            "/api/v1/namespaces/d/configmaps?watch=true"
+        ));
+        assert!(long(
+            Method::GET,
+            "/clusters/root/api/v1/configmaps?watch=1"
+        ));
+        assert!(long(Method::GET, "/api/v1/watch/namespaces/d/configmaps"));
+        // A namespace named `watch`, a `watch` flag on a write, a false flag, a non-resource
+        // path: short requests, with their slot and timeout.
+        assert!(!long(Method::GET, "/api/v1/namespaces/watch/configmaps"));
+        assert!(!long(
+            Method::GET,
+            "/api/v1/namespaces/watch/configmaps/watch"
+        ));
+        assert!(!long(
+            Method::POST,
+            "/api/v1/namespaces/d/configmaps?watch=1"
+        ));
+        assert!(!long(
+            Method::PUT,
+            "/api/v1/namespaces/d/configmaps/x?watch=true"
+        ));
+        assert!(!long(
+            Method::GET,
+            "/api/v1/namespaces/d/configmaps?watch=false"
+        ));
+        assert!(!long(
+            Method::GET,
+            "/api/v1/namespaces/d/configmaps?watchx=1"
+        ));
+        assert!(!long(Method::GET, "/openapi/v2?watch=1"));
+        assert!(!long(Method::GET, "/healthz/watch"));
+        // Repeated flags are read as the router reads them: whatever it decides, both agree.
+        for uri in [
+            "/api/v1/configmaps?watch=1&watch=0",
+            "/api/v1/configmaps?watch=0&watch=1",
+        ] {
+            let query = Query::parse(uri.split_once('?').map(|(_, q)| q));
+            let routed = request_info::parse(&Method::GET, "/api/v1/configmaps", query.flag("watch"))
+                .map(|i| matches!(i.target, Target::Resource(rr) if rr.verb == request_info::Verb::Watch))
+                .unwrap_or(false);
+            assert_eq!(long(Method::GET, uri), routed, "{uri}");
+        }
+    }
 }

@@ -4,6 +4,7 @@ pub mod apply;
 pub mod auth;
 pub mod authn;
 pub mod body;
+pub mod budget;
 pub mod catalog;
 pub mod client;
 pub mod discovery;

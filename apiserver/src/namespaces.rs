@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::Notify;
 
 use crate::dispatch::AppState;
@@ -157,12 +157,9 @@ impl NamespaceLifecycle {
                 continue;
             };
             if objects::is_deleting(&obj) {
-                let cluster = objects::meta(&obj)
-                    .and_then(|m| m.get("annotations"))
-                    .and_then(|a| a.get(objects::CLUSTER_ANNOTATION))
-                    .and_then(Value::as_str)
-                    .unwrap_or(crate::request_info::ROOT_CLUSTER)
-                    .to_string();
+                let Some(cluster) = crate::tenancy::key_cluster(&kv.key).map(str::to_string) else {
+                    continue;
+                };
                 self.terminate(&cluster, objects::name(&obj));
             }
         }

@@ -330,6 +330,30 @@ pub fn encoder(mut obj: Value) -> Encoder {
     })
 }
 
+/// The length of `v` as compact JSON if it is at most `limit` bytes; `None` beyond (measured
+/// only up to the limit, so a huge value costs no more than a small one).
+pub fn json_len_within(v: &Value, limit: usize) -> Option<usize> {
+    struct Counter {
+        n: usize,
+        limit: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.n += buf.len();
+            if self.n > self.limit {
+                return Err(std::io::Error::other("over the limit"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Counter { n: 0, limit };
+    serde_json::to_writer(&mut c, v).ok()?;
+    Some(c.n)
+}
+
 /// Parses stored bytes (written by this server, so always JSON objects).
 pub fn decode_stored(bytes: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(bytes)

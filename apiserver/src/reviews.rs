@@ -3,6 +3,8 @@
 //! (`kubectl auth can-i --list`), answered from the RBAC objects of the addressed cluster.
 //! Nothing is stored.
 
+use std::sync::Arc;
+
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
@@ -59,21 +61,29 @@ pub fn user_info(identity: &Identity, cluster: Option<&str>) -> UserInfo {
     }
 }
 
-/// The RBAC policy of one logical cluster, read from the store.
-pub async fn policy_of(state: &AppState, cluster: &str) -> Result<RbacPolicy, ApiError> {
+/// The RBAC policy of one logical cluster: the kept one while its RBAC objects are unchanged,
+/// else read from the store (the watch cache's lists) and kept.
+pub async fn policy_of(state: &AppState, cluster: &str) -> Result<Arc<RbacPolicy>, ApiError> {
+    if let Some(policy) = state.policies.get(cluster) {
+        return Ok(policy);
+    }
     let mut sets: Vec<Vec<Value>> = Vec::new();
+    // Each kind is listed at its own revision: the policy counts as read at the oldest, so a
+    // change that slipped in between invalidates it.
+    let mut read_at = u64::MAX;
     for plural in [
         "roles",
         "clusterroles",
         "rolebindings",
         "clusterrolebindings",
     ] {
-        let (items, _) = list_keys(
+        let (items, revision) = list_keys(
             state.store.as_ref(),
-            &format!("/rbac.authorization.k8s.io/{plural}/{cluster}/"),
+            &format!("{}{plural}/{cluster}/", crate::auth::RBAC_PREFIX),
         )
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
+        read_at = read_at.min(revision);
         sets.push(
             items
                 .iter()
@@ -81,9 +91,11 @@ pub async fn policy_of(state: &AppState, cluster: &str) -> Result<RbacPolicy, Ap
                 .collect(),
         );
     }
-    Ok(RbacPolicy::from_objects(
+    let policy = Arc::new(RbacPolicy::from_objects(
         &sets[0], &sets[1], &sets[2], &sets[3],
-    ))
+    ));
+    state.policies.put(cluster, read_at, policy.clone());
+    Ok(policy)
 }
 
 /// Answers a self review.
@@ -188,7 +200,7 @@ fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
 
 /// Authorizes a virtual-workspace request: the user must hold the request's verb on the
 /// export's `apiexports/content` in the export's workspace (kcp's rule).
-async fn authorize_export_content(
+pub async fn authorize_export_content(
     state: &AppState,
     identity: &Identity,
     export_cluster: &str,
@@ -201,7 +213,13 @@ async fn authorize_export_content(
     let attrs = Attributes::resource(user, verb, "apis.kcp.io", "apiexports", None)
         .with_name(export)
         .with_subresource("content");
-    let decision = policy_of(state, export_cluster).await?.authorize(&attrs);
+    let policy = policy_of(state, export_cluster).await?;
+    let decision = policy.authorize(&attrs);
+    if !decision.is_allowed() && !policy.is_bound(&attrs.user) {
+        // Not a member of the export's workspace: the same answer whether the workspace or the
+        // export exist or not.
+        return Err(ApiError::workspace_forbidden());
+    }
     decide(&attrs, decision)
 }
 
@@ -248,7 +266,18 @@ pub async fn authorize(
         attrs = attrs.with_subresource(sub);
     }
     let decision = match cluster {
-        Some(c) => policy_of(state, c).await?.authorize(&attrs),
+        Some(c) => {
+            let policy = policy_of(state, c).await?;
+            let decision = policy.authorize(&attrs);
+            if !decision.is_allowed()
+                && c != crate::request_info::ROOT_CLUSTER
+                && !policy.is_bound(&attrs.user)
+            {
+                // Not a member: the answer of a workspace that does not exist.
+                return Err(ApiError::workspace_forbidden());
+            }
+            decision
+        }
         None => crate::auth::Decision::Deny(
             "only system:masters may list or watch across all workspaces".into(),
         ),
@@ -285,10 +314,44 @@ pub async fn authorize_non_resource(
             return Ok(());
         }
     }
-    Err(forbidden(
-        &attrs,
-        "access to this workspace is not permitted",
-    ))
+    Err(ApiError::workspace_forbidden())
+}
+
+/// Whether RBAC of `cluster` lets `identity` do `verb` on the named resource (`system:masters`
+/// may do anything): for checks beyond the request's own, such as `bind` on an APIExport.
+pub async fn allowed(
+    state: &AppState,
+    cluster: &str,
+    identity: &Identity,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    name: &str,
+) -> Result<bool, ApiError> {
+    let Some(user) = unless_master(identity, Some(cluster)) else {
+        return Ok(true);
+    };
+    let attrs = Attributes::resource(user, verb, group, resource, None).with_name(name);
+    Ok(policy_of(state, cluster)
+        .await?
+        .authorize(&attrs)
+        .is_allowed())
+}
+
+/// Authorizes a non-resource URL that is not about any one workspace (`/metrics`) with the RBAC
+/// of `root`, where the platform's operators are bound.
+pub async fn authorize_root_non_resource(
+    state: &AppState,
+    identity: &Identity,
+    verb: &str,
+    path: &str,
+) -> Result<(), ApiError> {
+    let root = crate::request_info::ROOT_CLUSTER;
+    let Some(user) = unless_master(identity, Some(root)) else {
+        return Ok(());
+    };
+    let attrs = Attributes::non_resource(user, verb, path);
+    decide(&attrs, policy_of(state, root).await?.authorize(&attrs))
 }
 
 /// Applies `Impersonate-*` headers: the authenticated user must be allowed to `impersonate`
@@ -430,7 +493,7 @@ pub async fn serve_special(
             ));
         };
         let audiences: Vec<String> = crate::objects::str_list(spec.get("audiences"));
-        crate::authn::review_token(state, token, &audiences).await
+        crate::authn::review_token(state, cluster, token, &audiences).await
     } else {
         let groups: Vec<String> = crate::objects::str_list(spec.get("groups"));
         let extra = serde_json::from_value(spec["extra"].clone()).unwrap_or_default();

@@ -116,7 +116,12 @@ pub async fn serve(
                 let who = who.clone();
                 async move { Ok::<_, std::convert::Infallible>(handle(state, who, req).await) }
             });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // Go's (and so kube-apiserver's) stream limit per connection; each stream buffers
+            // at most hyper's 400 KB for a peer that does not read.
+            builder
+                .http2()
+                .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
             if let Err(e) = builder
                 .serve_connection_with_upgrades(TokioIo::new(tls), service)
                 .await
@@ -127,6 +132,9 @@ pub async fn serve(
     }
     Ok(())
 }
+
+/// HTTP/2 streams one connection may have open at once.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 250;
 
 /// Which storage backend to run on.
 #[derive(Clone, Debug)]
@@ -186,6 +194,8 @@ pub struct ServeOptions {
     pub request_timeout: Duration,
     /// Metrics added to `/metrics` beside the server's own.
     pub extra_metrics: Option<crate::metrics::ExtraMetrics>,
+    /// Per-user budgets: unread list answers, open watches.
+    pub budgets: crate::budget::BudgetLimits,
 }
 
 impl ServeOptions {
@@ -213,6 +223,7 @@ impl ServeOptions {
             max_objects_per_workspace: 0,
             request_timeout: crate::dispatch::DEFAULT_REQUEST_TIMEOUT,
             extra_metrics: None,
+            budgets: crate::budget::BudgetLimits::default(),
         }
     }
 }
@@ -377,6 +388,7 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
             max_objects_per_workspace: opts.max_objects_per_workspace,
             request_timeout: opts.request_timeout,
             extra_metrics: opts.extra_metrics.clone(),
+            budgets: opts.budgets,
         },
     );
     state

@@ -398,6 +398,18 @@ pub async fn verify_token(
     Ok(claims)
 }
 
+/// The logical cluster a token's payload names, read without verifying it: only to decide how
+/// much a TokenReview in that cluster may say about why the token failed.
+pub fn claimed_cluster(token: &str) -> Option<String> {
+    let payload = token.split('.').nth(1)?;
+    if payload.len() > MAX_TOKEN_BYTES {
+        return None;
+    }
+    let bytes = URL_SAFE_NO_PAD.decode(payload).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("kcp.io/cluster")?.as_str().map(str::to_string)
+}
+
 /// The identity a verified token authenticates.
 pub fn identity(claims: &Claims) -> Identity {
     let ns = &claims.kube.namespace;

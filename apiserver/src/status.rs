@@ -94,6 +94,12 @@ impl ApiError {
         ApiError::new(401, "Unauthorized", "Unauthorized")
     }
 
+    /// The one answer for a workspace the caller may not reach, whether it exists or not (as
+    /// kcp answers absent and forbidden alike), so that nothing about other tenants leaks.
+    pub fn workspace_forbidden() -> Self {
+        Self::forbidden("workspace access not permitted")
+    }
+
     pub fn forbidden(message: impl Into<String>) -> Self {
         ApiError::new(403, "Forbidden", message)
     }
@@ -177,6 +183,12 @@ impl ApiError {
             "RequestEntityTooLarge",
             format!("the request body is larger than the limit of {limit} bytes"),
         )
+    }
+
+    /// The same error with another message.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
     }
 
     pub fn too_many_requests(retry_after: u32) -> Self {

@@ -2,6 +2,7 @@
 //! Maps merge, `null` deletes, lists replace unless a per-field strategy says merge; directives are honoured.
 
 use std::cmp::Ordering;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -242,9 +243,10 @@ fn merge_map(
         };
         path.pop();
         let server_order = original_list.unwrap_or_default();
+        let order_positions = Positions::of(order, key.as_deref());
         let (in_order, server_only): (Vec<Value>, Vec<Value>) = merged
             .into_iter()
-            .partition(|item| position(order, item, key.as_deref()).is_some());
+            .partition(|item| order_positions.get(item, key.as_deref()).is_some());
         let reordered = interleave(
             sort_by_order(server_only, &server_order, key.as_deref()),
             sort_by_order(in_order, order, key.as_deref()),
@@ -410,6 +412,7 @@ fn merge_list(
 fn merge_scalar_list(original: Vec<Value>, patch: &[Value]) -> Result<Vec<Value>, PatchError> {
     let mut replace = false;
     let mut patch_items: Vec<Value> = Vec::new();
+    let mut in_patch: HashSet<String> = HashSet::new();
     for p in patch {
         if let Some(m) = p.as_object() {
             match m.get(DIRECTIVE).and_then(Value::as_str) {
@@ -424,7 +427,7 @@ fn merge_scalar_list(original: Vec<Value>, patch: &[Value]) -> Result<Vec<Value>
             }
             continue;
         }
-        if !patch_items.contains(p) {
+        if in_patch.insert(p.to_string()) {
             patch_items.push(p.clone());
         }
     }
@@ -432,8 +435,9 @@ fn merge_scalar_list(original: Vec<Value>, patch: &[Value]) -> Result<Vec<Value>
         return Ok(patch_items);
     }
     let mut server_only: Vec<Value> = Vec::new();
+    let mut seen = in_patch;
     for o in &original {
-        if !patch_items.contains(o) && !server_only.contains(o) {
+        if seen.insert(o.to_string()) {
             server_only.push(o.clone());
         }
     }
@@ -449,6 +453,7 @@ fn merge_keyed_list(
 ) -> Result<Vec<Value>, PatchError> {
     let mut base = original;
     let mut regular: Vec<&Map<String, Value>> = Vec::new();
+    let mut deleted: HashSet<String> = HashSet::new();
     let mut replace = false;
     for p in patch {
         let Value::Object(m) = p else { continue };
@@ -462,7 +467,7 @@ fn merge_keyed_list(
                             key: key.to_string(),
                         });
                     };
-                    base.retain(|o| o.get(key) != Some(kv));
+                    deleted.insert(kv.to_string());
                 }
                 Some("replace") => replace = true,
                 // an explicit merge element is an ordinary element
@@ -479,6 +484,9 @@ fn merge_keyed_list(
             },
         }
     }
+    if !deleted.is_empty() {
+        base.retain(|o| identity(o, Some(key)).is_none_or(|id| !deleted.contains(&id)));
+    }
     if replace {
         let items: Vec<Value> = regular
             .iter()
@@ -488,6 +496,8 @@ fn merge_keyed_list(
     }
     let server_order = base.clone();
     let mut merged = base;
+    // Where each merge-key value sits in `merged`, so a long list merges in linear time.
+    let mut index = Positions::of(&merged, Some(key));
     let mut patch_order: Vec<Value> = Vec::new();
     for m in regular {
         let Some(kv) = m.get(key) else {
@@ -498,7 +508,8 @@ fn merge_keyed_list(
         };
         let mut stripped = m.clone();
         stripped.remove(DIRECTIVE);
-        match merged.iter().position(|o| o.get(key) == Some(kv)) {
+        let id = kv.to_string();
+        match index.0.get(&id).copied() {
             Some(i) => {
                 let existing = match merged.get_mut(i) {
                     Some(Value::Object(o)) => std::mem::take(o),
@@ -509,13 +520,17 @@ fn merge_keyed_list(
                     *slot = Value::Object(combined);
                 }
             }
-            None => merged.push(Value::Object(merge_map(Map::new(), &stripped, path, mk)?)),
+            None => {
+                index.0.insert(id, merged.len());
+                merged.push(Value::Object(merge_map(Map::new(), &stripped, path, mk)?));
+            }
         }
         patch_order.push(Value::Object(m.clone()));
     }
+    let patch_positions = Positions::of(&patch_order, Some(key));
     let (in_patch, server_only): (Vec<Value>, Vec<Value>) = merged
         .into_iter()
-        .partition(|item| position(&patch_order, item, Some(key)).is_some());
+        .partition(|item| patch_positions.get(item, Some(key)).is_some());
     Ok(interleave(
         sort_by_order(server_only, &server_order, Some(key)),
         sort_by_order(in_patch, &patch_order, Some(key)),
@@ -524,20 +539,39 @@ fn merge_keyed_list(
     ))
 }
 
-/// Where `item` appears in `order`: by merge-key value for maps, by equality for scalars.
-fn position(order: &[Value], item: &Value, key: Option<&str>) -> Option<usize> {
+/// How an item is found in a list: its merge-key value for maps, itself for scalars, as JSON
+/// text (hashable, so lookups in long lists stay linear in total).
+fn identity(item: &Value, key: Option<&str>) -> Option<String> {
     match key {
-        Some(k) => {
-            let kv = item.get(k)?;
-            order.iter().position(|o| o.get(k) == Some(kv))
+        Some(k) => item.get(k).map(Value::to_string),
+        None => Some(item.to_string()),
+    }
+}
+
+/// The first position of each item of a list, by [`identity`].
+struct Positions(HashMap<String, usize>);
+
+impl Positions {
+    fn of(order: &[Value], key: Option<&str>) -> Self {
+        let mut map = HashMap::with_capacity(order.len());
+        for (i, o) in order.iter().enumerate() {
+            if let Some(id) = identity(o, key) {
+                map.entry(id).or_insert(i);
+            }
         }
-        None => order.iter().position(|o| o == item),
+        Positions(map)
+    }
+
+    /// Where `item` appears: by merge-key value for maps, by equality for scalars.
+    fn get(&self, item: &Value, key: Option<&str>) -> Option<usize> {
+        self.0.get(&identity(item, key)?).copied()
     }
 }
 
 /// Stable-sorts items by their position in `order`; items not found go last.
 fn sort_by_order(mut items: Vec<Value>, order: &[Value], key: Option<&str>) -> Vec<Value> {
-    items.sort_by_key(|item| position(order, item, key).unwrap_or(usize::MAX));
+    let positions = Positions::of(order, key);
+    items.sort_by_cached_key(|item| positions.get(item, key).unwrap_or(usize::MAX));
     items
 }
 
@@ -549,6 +583,7 @@ fn interleave(
     server_order: &[Value],
     key: Option<&str>,
 ) -> Vec<Value> {
+    let positions = Positions::of(server_order, key);
     let mut out = Vec::with_capacity(server_only.len() + patch_items.len());
     let mut left = server_only.into_iter().peekable();
     let mut right = patch_items.into_iter().peekable();
@@ -558,7 +593,7 @@ fn interleave(
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (Some(l), Some(r)) => matches!(
-                (position(server_order, l, key), position(server_order, r, key)),
+                (positions.get(l, key), positions.get(r, key)),
                 (Some(li), Some(ri)) if li.cmp(&ri) == Ordering::Less
             ),
         };

@@ -20,6 +20,7 @@
 //! Nothing in this module performs I/O or panics on malformed input:
 //! malformed objects are skipped, malformed fields are treated as empty.
 
+mod cache;
 mod escalation;
 mod rbac;
 mod selector;
@@ -31,6 +32,7 @@ use std::collections::BTreeMap;
 pub(crate) use crate::field_error::go_quote;
 use serde_json::Value;
 
+pub use cache::{PolicyCache, RBAC_PREFIX};
 pub use escalation::{
     check_binding_escalation, check_binding_write, check_escalation, check_role_escalation,
     check_role_write, uncovered,

@@ -6,6 +6,7 @@ use std::time::Duration;
 use base64::Engine;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{Response, StatusCode};
+use http_body::Body as _;
 use serde_json::{json, Value};
 
 use super::{encode, partial_metadata, Ctx};
@@ -492,7 +493,13 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             encode(StatusCode::OK, &v, encoding)
         }
     };
-    Ok(resp)
+    // An answer waiting to be read stays in memory: it counts against its user's budget.
+    let size = match resp.body().size_hint().exact() {
+        Some(n) => n as usize,
+        None => 0,
+    };
+    let held = ctx.state.budgets.hold_list(ctx.identity.as_deref(), size)?;
+    Ok(resp.map(|body| body.holding_all(held)))
 }
 
 #[cfg(test)]

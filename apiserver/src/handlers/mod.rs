@@ -29,6 +29,10 @@ use crate::table;
 
 pub(crate) use list::list_keys;
 
+/// The largest object stored: etcd's default request limit (`--max-request-bytes`), under which
+/// every object of a kube-apiserver lives, so a patch cannot grow an object without bound.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
 /// One resource request with everything the verb handlers need.
 pub struct ResourceCall {
     pub state: Arc<AppState>,
@@ -74,7 +78,7 @@ impl Ctx {
         }
         self.state
             .tenancy
-            .prepare(resource, cluster, obj, None)
+            .prepare_as(resource, cluster, obj, None, self.identity.as_deref())
             .await?;
         crate::reviews::check_rbac_write(
             &self.state,
@@ -83,7 +87,25 @@ impl Ctx {
             resource,
             obj,
         )
-        .await
+        .await?;
+        self.check_size(obj)
+    }
+
+    /// Refuses an object larger than [`MAX_OBJECT_BYTES`] before it reaches the store, whichever
+    /// verb produced it (a patch can grow an object past the body limit).
+    pub(super) fn check_size(&self, obj: &Value) -> Result<(), ApiError> {
+        if objects::json_len_within(obj, MAX_OBJECT_BYTES).is_some() {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!(
+                "{} {:?} would be larger than {MAX_OBJECT_BYTES} bytes, the most one stored object may have",
+                self.resource.gr,
+                objects::name(obj)
+            ),
+        ))
     }
 
     /// The answer to a stored create: the object counted and the tenancy hooks run.
@@ -388,6 +410,14 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
             .cloned(),
     }
     .ok_or_else(ApiError::path_not_found)?;
+    crate::tenancy::check_request(&req)?;
+    // Through an APIExport's virtual workspace a provider reaches only the workspaces bound to
+    // that export; any other one answers as a workspace that does not exist.
+    if let (true, ClusterTarget::Name(c)) = (call.virtual_workspace, &call.cluster) {
+        if !bound_through(&call.view, &call.state.catalog.view(c)) {
+            return Err(ApiError::workspace_forbidden());
+        }
+    }
     // Bindings seen through a virtual workspace are read-only and only those of the export.
     let forced_selector = if call.virtual_workspace && resource.ty.group == "apis.kcp.io" {
         if !req.verb.is_read_only() {
@@ -463,6 +493,23 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
         Verb::Delete => delete::delete(&ctx).await,
         Verb::DeleteCollection => delete::delete_collection(&ctx).await,
     }
+}
+
+/// Whether a workspace serving `target` is bound to the export whose virtual workspace serves
+/// `export_view`: it serves one of the export's resources under the export's identity (the
+/// storage prefix carries it), which only a Bound APIBinding to that export makes it do.
+fn bound_through(export_view: &crate::catalog::ApiView, target: &crate::catalog::ApiView) -> bool {
+    export_view
+        .registry
+        .resources()
+        .iter()
+        .filter(|r| r.ty.group != "apis.kcp.io")
+        .any(|r| {
+            target
+                .registry
+                .lookup(&r.ty.group, &r.ty.version, &r.ty.plural)
+                .is_some_and(|t| t.all_clusters_prefix() == r.all_clusters_prefix())
+        })
 }
 
 /// Maps a storage error about object `name` of `gr` to the client's Status.

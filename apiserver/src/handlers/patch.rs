@@ -12,6 +12,37 @@ use crate::status::{ApiError, Cause};
 /// kube-apiserver's limit on the operations of one JSON patch.
 const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 
+/// kube-apiserver's `JSONPatchMaxCopyBytes`: how many bytes the `copy` operations of one JSON
+/// patch may duplicate in all (each copy can double the document, so without this a 1 KB patch
+/// of 40 copies asks for terabytes).
+pub(crate) const MAX_JSON_PATCH_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Applies a JSON patch operation by operation, refusing before a `copy` would push the bytes
+/// copied so far past [`MAX_JSON_PATCH_COPY_BYTES`]. `add` and `replace` bring their values from
+/// the (size-limited) request and `move` only relocates, so copies are the only way the result
+/// can outgrow the request; the size of what a copy duplicates is measured up to the limit only.
+pub(crate) fn apply_json_patch(doc: &mut Value, ops: &json_patch::Patch) -> Result<(), String> {
+    let mut copied = 0usize;
+    for op in ops.iter() {
+        if let json_patch::PatchOperation::Copy(c) = op {
+            if let Some(from) = doc.pointer(c.from.as_str()) {
+                let budget = MAX_JSON_PATCH_COPY_BYTES - copied;
+                match crate::objects::json_len_within(from, budget) {
+                    Some(n) => copied += n,
+                    None => {
+                        return Err(format!(
+                            "unable to copy {:?}: the copies of this patch would exceed {MAX_JSON_PATCH_COPY_BYTES} bytes",
+                            c.from.as_str()
+                        ))
+                    }
+                }
+            }
+        }
+        json_patch::patch(doc, std::slice::from_ref(op)).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 pub(super) async fn patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     let content_type = ctx.header(header::CONTENT_TYPE).unwrap_or("").to_string();
     let mut supported = vec![
@@ -73,7 +104,7 @@ pub(super) async fn patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
             }
             write_loop(ctx, Tracking::Update, |current| {
                 let mut doc = current.clone();
-                json_patch::patch(&mut doc, &ops).map_err(|e| invalid(e.to_string()))?;
+                apply_json_patch(&mut doc, &ops).map_err(&invalid)?;
                 Ok(doc)
             })
             .await

@@ -84,7 +84,13 @@ pub(super) async fn write_loop(
         let cluster = ctx.cluster_name()?.to_string();
         ctx.state
             .tenancy
-            .prepare(&resource, &cluster, &mut new, Some(&old))
+            .prepare_as(
+                &resource,
+                &cluster,
+                &mut new,
+                Some(&old),
+                ctx.identity.as_deref(),
+            )
             .await?;
         crate::reviews::check_rbac_write(
             &ctx.state,
@@ -94,6 +100,7 @@ pub(super) async fn write_loop(
             &new,
         )
         .await?;
+        ctx.check_size(&new)?;
         if objects::same_object(&new, &old) {
             return Ok(ctx.respond_object(StatusCode::OK, current.value));
         }

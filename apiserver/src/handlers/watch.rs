@@ -178,6 +178,8 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         }
     };
     let filter = ListFilter::from_query(ctx)?;
+    // Taken first, so a user at the limit costs the server nothing more.
+    let held = ctx.state.budgets.hold_watch(ctx.identity.as_deref())?;
     let bookmarks = ctx.query.flag("allowWatchBookmarks");
     let timeout = match ctx.query.u64("timeoutSeconds")? {
         Some(s) => Duration::from_secs(s),
@@ -240,7 +242,8 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         type_prefix_len,
         encoder,
         last_rev: from,
-    }));
+    }))
+    .holding_all(held);
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut().insert(

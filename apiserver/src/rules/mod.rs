@@ -17,6 +17,8 @@
 
 mod checks;
 
+mod data_limits;
+
 mod accept_api;
 mod account;
 mod account_info;
@@ -31,6 +33,7 @@ use serde_json::Value;
 use crate::field_error::FieldError;
 
 pub use account::{AccountPolicy, DEFAULT_ORG_DENY_LIST};
+pub use data_limits::MAX_DATA_BYTES;
 
 /// The group of PlatformMesh, Account and AccountInfo.
 pub const CORE_GROUP: &str = "core.platform-mesh.io";
@@ -84,6 +87,8 @@ pub fn validate(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Re
         (BROKER_GROUP, "MigrationConfiguration") => {
             migration_configuration::validate(obj, &mut report)
         }
+        ("", "ConfigMap") => data_limits::validate_config_map(obj, &mut report),
+        ("", "Secret") => data_limits::validate_secret(obj, &mut report),
         _ => {}
     }
     report

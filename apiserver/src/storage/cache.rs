@@ -15,13 +15,17 @@
 //!   waits until `seen` reaches it, and then answers from memory; so a list on one replica sees
 //!   every write acknowledged by any replica before it started. If the cache does not catch up
 //!   in time the list goes to the backing store.
-//! - Each watcher has a bounded queue; one that falls more than `watcher_buffer` events behind
-//!   is cut off with [`StorageError::TooSlow`] instead of holding ever more events for it.
+//! - Each watcher has a bounded queue; one that falls more than `watcher_buffer` events, or more
+//!   than `watcher_buffer_bytes` bytes of events, behind is cut off with
+//!   [`StorageError::TooSlow`] instead of holding ever more events for it.
+//! - The windows of all types together hold at most `window_bytes` of events (oldest dropped
+//!   first, whichever type they belong to), so large objects written in a loop cannot grow the
+//!   server's memory: a watch from before the window falls to the store or gets 410.
 //! - Gets, past-revision lists, lists across types and all writes go to the backing store.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -40,6 +44,11 @@ pub struct CacheOptions {
     pub window: usize,
     /// How many events a watcher may fall behind before it is cut off.
     pub watcher_buffer: usize,
+    /// Bytes of events (key, value and previous value) the windows of all types hold together.
+    pub window_bytes: usize,
+    /// Bytes of events a watcher may fall behind before it is cut off (a watcher with an empty
+    /// queue always takes the next event, however large).
+    pub watcher_buffer_bytes: usize,
     /// How long a latest list waits for the cache to catch up before it reads the store.
     pub consistent_wait: Duration,
 }
@@ -49,9 +58,28 @@ impl Default for CacheOptions {
         CacheOptions {
             window: 10_000,
             watcher_buffer: 1024,
+            window_bytes: DEFAULT_WINDOW_BYTES,
+            watcher_buffer_bytes: DEFAULT_WATCHER_BUFFER_BYTES,
             consistent_wait: Duration::from_secs(3),
         }
     }
+}
+
+/// Default [`CacheOptions::window_bytes`].
+pub const DEFAULT_WINDOW_BYTES: usize = 128 * 1024 * 1024;
+/// Default [`CacheOptions::watcher_buffer_bytes`].
+pub const DEFAULT_WATCHER_BUFFER_BYTES: usize = 2 * 1024 * 1024;
+
+/// What an event costs the memory of whoever holds it.
+fn weight(event: &Event) -> usize {
+    event.key.len() + event.value.len() + event.prev_value.as_ref().map_or(0, |p| p.len())
+}
+
+/// Every event in some type's window, oldest first, with its weight: the budget of all windows.
+#[derive(Default)]
+struct WindowLog {
+    entries: VecDeque<(Arc<str>, Revision, usize)>,
+    bytes: usize,
 }
 
 /// A store whose watches and latest lists are served from memory.
@@ -68,6 +96,8 @@ struct Shared {
     types: Mutex<HashMap<Arc<str>, Arc<TypeCache>>>,
     /// The revision the feeder has processed through.
     seen: watch::Sender<Revision>,
+    /// The events of every window, for the byte budget across types. Locked under `types`.
+    window_log: Mutex<WindowLog>,
 }
 
 struct TypeCache {
@@ -97,6 +127,10 @@ struct Watcher {
     prefix: Arc<str>,
     /// Set when the watcher was cut off for falling behind.
     cut: Arc<AtomicBool>,
+    /// Bytes of events queued and not yet taken by the watch.
+    queued: Arc<AtomicUsize>,
+    /// The most `queued` may reach (see [`CacheOptions::watcher_buffer_bytes`]).
+    max_queued: usize,
 }
 
 impl Watcher {
@@ -105,8 +139,17 @@ impl Watcher {
         if !event.key.starts_with(&*self.prefix) {
             return !self.tx.is_closed();
         }
+        let w = weight(event);
+        let queued = self.queued.load(Ordering::Acquire);
+        if queued > 0 && queued.saturating_add(w) > self.max_queued {
+            self.cut.store(true, Ordering::Release);
+            return false;
+        }
         match self.tx.try_send(event.clone()) {
-            Ok(()) => true,
+            Ok(()) => {
+                self.queued.fetch_add(w, Ordering::AcqRel);
+                true
+            }
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.cut.store(true, Ordering::Release);
                 false
@@ -176,6 +219,15 @@ impl TypeState {
             }
         }
     }
+
+    /// Drops the window's events up to and including `revision` (the byte budget's oldest).
+    fn evict_through(&mut self, revision: Revision) {
+        while self.window.front().is_some_and(|e| e.revision <= revision) {
+            if let Some(old) = self.window.pop_front() {
+                self.window_start = old.revision;
+            }
+        }
+    }
 }
 
 impl CachedStore {
@@ -187,6 +239,7 @@ impl CachedStore {
             options,
             types: Mutex::new(HashMap::new()),
             seen,
+            window_log: Mutex::new(WindowLog::default()),
         });
         tokio::spawn(feed(Arc::downgrade(&shared)));
         CachedStore { shared }
@@ -332,16 +385,29 @@ async fn feed(shared: std::sync::Weak<Shared>) {
 fn dispatch(shared: &Shared, event: Event) {
     let revision = event.revision;
     let types = lock(&shared.types);
-    let cache = type_prefix(&event.key).and_then(|p| types.get(p));
+    let cache = type_prefix(&event.key).and_then(|p| types.get_key_value(p));
     match cache {
-        Some(cache) => {
-            let mut st = lock(&cache.state);
-            match st.pending.as_mut() {
-                Some(pending) => pending.push(event),
-                None => st.apply(event, shared.options.window),
+        Some((prefix, cache)) => {
+            let w = weight(&event);
+            let applied = {
+                let mut st = lock(&cache.state);
+                let applied = match st.pending.as_mut() {
+                    Some(pending) => {
+                        pending.push(event);
+                        false
+                    }
+                    None => {
+                        st.apply(event, shared.options.window);
+                        true
+                    }
+                };
+                // Under the type's lock: a reader never sees `seen` behind the objects it reads.
+                shared.seen.send_replace(revision);
+                applied
+            };
+            if applied {
+                keep_within_budget(shared, &types, prefix.clone(), revision, w);
             }
-            // Under the type's lock: a reader never sees `seen` behind the objects it reads.
-            shared.seen.send_replace(revision);
         }
         None => {
             shared.seen.send_replace(revision);
@@ -349,9 +415,38 @@ fn dispatch(shared: &Shared, event: Event) {
     }
 }
 
+/// Records an event that entered `prefix`'s window and drops the oldest events of any window
+/// while all of them together weigh more than the budget (or are more than the count windows
+/// allow, so the log itself stays bounded).
+fn keep_within_budget(
+    shared: &Shared,
+    types: &HashMap<Arc<str>, Arc<TypeCache>>,
+    prefix: Arc<str>,
+    revision: Revision,
+    w: usize,
+) {
+    let mut log = lock(&shared.window_log);
+    log.entries.push_back((prefix, revision, w));
+    log.bytes += w;
+    let max_entries = shared.options.window.saturating_mul(16).max(1);
+    while log.bytes > shared.options.window_bytes || log.entries.len() > max_entries {
+        let Some((p, r, w)) = log.entries.pop_front() else {
+            break;
+        };
+        log.bytes -= w;
+        if let Some(cache) = types.get(&p) {
+            lock(&cache.state).evict_through(r);
+        }
+    }
+}
+
 /// Forgets every cache (ending their watchers) and restarts from the store's current revision.
 async fn reset(shared: &Shared) {
-    let dropped: Vec<_> = lock(&shared.types).drain().map(|(_, c)| c).collect();
+    let dropped: Vec<_> = {
+        let mut types = lock(&shared.types);
+        *lock(&shared.window_log) = WindowLog::default();
+        types.drain().map(|(_, c)| c).collect()
+    };
     for cache in dropped {
         let mut st = lock(&cache.state);
         // Dropping the senders ends every watcher.
@@ -372,6 +467,8 @@ struct CachedWatch {
     replay: std::vec::IntoIter<Event>,
     rx: mpsc::Receiver<Event>,
     cut: Arc<AtomicBool>,
+    /// Bytes queued for this watch (shared with its [`Watcher`]).
+    queued: Arc<AtomicUsize>,
     last: Revision,
     done: bool,
     buffer: usize,
@@ -387,7 +484,11 @@ impl CachedWatch {
             return Some((Ok(event), self));
         }
         loop {
-            match self.rx.recv().await {
+            let received = self.rx.recv().await;
+            if let Some(event) = &received {
+                self.queued.fetch_sub(weight(event), Ordering::AcqRel);
+            }
+            match received {
                 Some(event) if event.revision <= self.last => {}
                 Some(event) => {
                     self.last = event.revision;
@@ -506,10 +607,13 @@ impl Store for CachedStore {
         let buffer = self.shared.options.watcher_buffer;
         let (tx, rx) = mpsc::channel(buffer);
         let cut = Arc::new(AtomicBool::new(false));
+        let queued = Arc::new(AtomicUsize::new(0));
         let watcher = Watcher {
             tx,
             prefix: Arc::from(prefix),
             cut: cut.clone(),
+            queued: queued.clone(),
+            max_queued: self.shared.options.watcher_buffer_bytes,
         };
         let replay = {
             let mut st = lock(&cache.state);
@@ -536,6 +640,7 @@ impl Store for CachedStore {
             replay: replay.into_iter(),
             rx,
             cut,
+            queued,
             last: after,
             done: false,
             buffer,
@@ -576,6 +681,7 @@ mod tests {
             window,
             watcher_buffer,
             consistent_wait: Duration::from_secs(3),
+            ..CacheOptions::default()
         }
     }
 
@@ -828,6 +934,84 @@ mod tests {
         let cache_of = cache.type_cache("/g/r/").await.unwrap();
         let watchers: usize = lock(&cache_of.state).clusters.values().map(Vec::len).sum();
         assert_eq!(watchers, 0);
+    }
+
+    /// An encoder of `n` bytes.
+    fn sized(n: usize) -> Encoder {
+        Box::new(move |_| vec![b'x'; n])
+    }
+
+    #[tokio::test]
+    async fn the_windows_of_all_types_together_stay_within_their_byte_budget() {
+        let (_, cache) = cached(CacheOptions {
+            window_bytes: 64 * 1024,
+            ..options(10_000, 1000)
+        });
+        load(&cache, "/g/a/").await;
+        load(&cache, "/g/b/").await;
+        let start = cache.current_revision();
+        // 100 updates of 4 KiB objects (each event weighs value + previous value) across two
+        // types: far more than the budget, far fewer than the count window.
+        let mut revs = Vec::new();
+        for i in 0..50 {
+            for t in ["a", "b"] {
+                let key = format!("/g/{t}/c1/ns/o{}", i % 5);
+                let kv = match cache.get(&key).await.unwrap() {
+                    Some(kv) => cache.update(&key, kv.mod_revision, sized(4096)).await,
+                    None => cache.create(&key, sized(4096)).await,
+                };
+                revs.push(kv.unwrap().mod_revision);
+            }
+        }
+        assert!(cache.catch_up().await.unwrap());
+        let mut held = 0;
+        for t in ["/g/a/", "/g/b/"] {
+            let tc = cache.type_cache(t).await.unwrap();
+            held += lock(&tc.state).window.iter().map(weight).sum::<usize>();
+        }
+        assert!(held <= 64 * 1024, "{held} bytes held");
+        assert!(held > 32 * 1024, "the budget is used, not emptied: {held}");
+        // The latest events are still served from memory, older ones by the store, in order.
+        let mut w = cache.watch("/g/a/", start).await.unwrap();
+        let got: Vec<_> = take(&mut w, 50).await.iter().map(|e| e.revision).collect();
+        let want: Vec<_> = revs.iter().step_by(2).copied().collect();
+        assert_eq!(got, want);
+    }
+
+    #[tokio::test]
+    async fn a_watcher_behind_by_more_bytes_than_allowed_is_cut_off() {
+        let (_, cache) = cached(CacheOptions {
+            watcher_buffer_bytes: 16 * 1024,
+            ..options(1000, 1000)
+        });
+        load(&cache, "/g/r/").await;
+        let start = cache.current_revision();
+        let mut slow = cache.watch("/g/r/c1/", start).await.unwrap();
+        // One event larger than the whole allowance still gets through to a watcher that is
+        // not behind.
+        let mut big = cache.watch("/g/r/c1/", start).await.unwrap();
+        cache
+            .create("/g/r/c1/ns/big", sized(64 * 1024))
+            .await
+            .unwrap();
+        assert_eq!(next(&mut big).await.unwrap().value.len(), 64 * 1024);
+        drop(big);
+        for i in 0..20 {
+            cache
+                .create(&format!("/g/r/c1/ns/{i}"), sized(4096))
+                .await
+                .unwrap();
+        }
+        let mut delivered = 0;
+        let err = loop {
+            match next(&mut slow).await {
+                Ok(_) => delivered += 1,
+                Err(e) => break e,
+            }
+        };
+        // The big event, then what fits in 16 KiB.
+        assert!((1..=5).contains(&delivered), "{delivered}");
+        assert!(matches!(err, StorageError::TooSlow { .. }), "{err:?}");
     }
 
     #[tokio::test]

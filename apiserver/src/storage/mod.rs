@@ -23,6 +23,7 @@ pub mod cache;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;
+pub mod observed;
 pub mod redb_store;
 mod watch;
 
@@ -35,6 +36,7 @@ pub use cache::{CacheOptions, CachedStore};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdOptions, EtcdStore, EtcdTls};
 pub use memory::MemoryStore;
+pub use observed::{ObservedStore, WriteObserver};
 pub use redb_store::{RedbOptions, RedbStore};
 
 /// A store revision. Every committed write gets the next one; it is the object's `resourceVersion`.

@@ -297,8 +297,7 @@ pub async fn bound_clusters(state: &AppState, cluster: &str, name: &str) -> Vec<
             if b["status"]["apiExportClusterName"] == cluster
                 && b["spec"]["reference"]["export"]["name"] == name
             {
-                if let Some(c) = b["metadata"]["annotations"][objects::CLUSTER_ANNOTATION].as_str()
-                {
+                if let Some(c) = super::key_cluster(&kv.key) {
                     out.push(c.to_string());
                 }
             }

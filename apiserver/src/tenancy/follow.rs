@@ -1,6 +1,7 @@
 //! Keeping a replica's view of the tenancy in step with writes made through other replicas.
 //!
-//! Each replica keeps derived state in memory: the workspace tree (paths of logical clusters)
+//! Each replica keeps derived state in memory: the workspace tree (paths of logical clusters,
+//! from the Workspaces that place them)
 //! and the types each logical cluster serves (from its CRDs and APIBindings). The replica that
 //! handles a write updates its own view at once; [`follow`] updates every replica's view from
 //! the store's watch, so that on a shared etcd any replica serves what another one created.
@@ -11,12 +12,11 @@ use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 
-use super::{reload_cluster_types, PATH_ANNOTATION};
+use super::{reload_cluster_types, workspace_key, WORKSPACES_PREFIX};
 use crate::dispatch::AppState;
 use crate::objects;
 use crate::storage::{Event, EventType, Revision};
 
-const LOGICAL_CLUSTERS: &str = "/core.kcp.io/logicalclusters/";
 const CRDS: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
 const BINDINGS: &str = "/apis.kcp.io/apibindings/";
 
@@ -29,7 +29,7 @@ async fn run(state: Weak<AppState>, mut after: Revision) {
     loop {
         let Some(s) = state.upgrade() else { return };
         let mut watches = Vec::new();
-        for prefix in [LOGICAL_CLUSTERS, CRDS, BINDINGS] {
+        for prefix in [WORKSPACES_PREFIX, CRDS, BINDINGS, crate::auth::RBAC_PREFIX] {
             match s.store.watch(prefix, after).await {
                 Ok(w) => watches.push(w),
                 Err(e) => {
@@ -39,7 +39,7 @@ async fn run(state: Weak<AppState>, mut after: Revision) {
             }
         }
         drop(s);
-        if watches.len() == 3 {
+        if watches.len() == 4 {
             let mut events = stream::select_all(watches);
             while let Some(item) = events.next().await {
                 let Some(s) = state.upgrade() else { return };
@@ -58,6 +58,7 @@ async fn run(state: Weak<AppState>, mut after: Revision) {
         match s.store.latest_revision().await {
             Ok(rev) => {
                 after = rev;
+                s.policies.clear();
                 if let Err(e) = s.tenancy.reindex(&s).await {
                     tracing::warn!(error = %e, "tenancy follower: re-reading failed");
                 }
@@ -73,26 +74,26 @@ fn cluster_of<'a>(key: &'a str, prefix: &str) -> Option<&'a str> {
 }
 
 async fn apply(state: &AppState, event: &Event) {
-    if event.key.starts_with(LOGICAL_CLUSTERS) {
-        let Ok(lc) = objects::decode_stored(&event.value) else {
+    // The path index follows Workspaces (the server's placement records), never annotations.
+    if let Some((parent, name)) = workspace_key(&event.key) {
+        let Ok(ws) = objects::decode_stored(&event.value) else {
             return;
         };
-        let annotations = &lc["metadata"]["annotations"];
-        let name = annotations[objects::CLUSTER_ANNOTATION]
-            .as_str()
-            .unwrap_or("");
-        let path = annotations[PATH_ANNOTATION].as_str().unwrap_or("");
-        if name.is_empty() {
+        let Some(child) = ws["spec"]["cluster"].as_str().filter(|c| !c.is_empty()) else {
             return;
-        }
+        };
         if event.kind == EventType::Delete {
-            state.tenancy.forget(name);
-            state.namespaces.forget_cluster(name);
-        } else if !path.is_empty() {
-            state.tenancy.register(path, name);
+            state.tenancy.forget(child);
+            state.namespaces.forget_cluster(child);
+        } else if let Some(parent_path) = state.tenancy.path_of(parent) {
+            state
+                .tenancy
+                .register(&format!("{parent_path}:{name}"), child);
         }
         return;
     }
+    // Another replica's RBAC change ends this replica's kept policy of that workspace.
+    state.policies.observe_write(&event.key, event.revision);
     for prefix in [CRDS, BINDINGS] {
         if let Some(cluster) = cluster_of(&event.key, prefix) {
             reload_cluster_types(state, cluster).await;

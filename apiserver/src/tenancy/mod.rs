@@ -19,7 +19,7 @@ use lifecycle::{
     cluster_name_for, ensure_logical_cluster, finish_workspace_deletion, initialize_workspace,
 };
 
-use crate::dispatch::AppState;
+use crate::dispatch::{AppState, Identity};
 use crate::handlers::list_keys;
 use crate::objects::{self, meta_mut};
 use crate::registry::Resource;
@@ -110,10 +110,14 @@ impl Tenancy {
         }
     }
 
+    /// Forgets logical cluster `name`; its path stays taken if it already names another one
+    /// (a workspace deleted and created again under the same name).
     pub(crate) fn forget(&self, name: &str) {
         if let Ok(mut p) = self.paths.write() {
             if let Some(path) = p.1.remove(name) {
-                p.0.remove(&path);
+                if p.0.get(&path).is_some_and(|n| n == name) {
+                    p.0.remove(&path);
+                }
             }
         }
     }
@@ -139,7 +143,7 @@ impl Tenancy {
         if let Some(name) = p.0.get(&x) {
             return Ok(ClusterTarget::Name(name.clone()));
         }
-        Err(ApiError::forbidden("workspace access not permitted"))
+        Err(ApiError::workspace_forbidden())
     }
 
     /// Number of known logical clusters.
@@ -175,8 +179,8 @@ impl Tenancy {
         }
     }
 
-    /// Runs before an object of a tenancy type is stored: fills server-owned fields and refuses
-    /// what cannot work.
+    /// Runs before an object the server itself writes is stored (default bindings, waiting
+    /// bindings, the initial workspaces): [`Tenancy::prepare_as`] with no requester to check.
     pub async fn prepare(
         &self,
         r: &Resource,
@@ -184,11 +188,45 @@ impl Tenancy {
         obj: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        // As kcp's path annotation admission: these carry their workspace's canonical path.
-        if is(r, "apis.kcp.io", "apiexports")
+        self.prepare_as(r, cluster, obj, old, None).await
+    }
+
+    /// Runs before an object of a tenancy type is stored: fills server-owned fields and refuses
+    /// what cannot work. A client's write (`requester`) must also hold what kcp asks of it
+    /// beyond RBAC on the object itself: `bind` on the APIExport a new binding names, and
+    /// `use` on the WorkspaceType of a new workspace (except root's built-in types).
+    pub async fn prepare_as(
+        &self,
+        r: &Resource,
+        cluster: &str,
+        obj: &mut Value,
+        old: Option<&Value>,
+        requester: Option<&Identity>,
+    ) -> Result<(), ApiError> {
+        if is(r, "core.kcp.io", "logicalclusters") {
+            return prepare_logical_cluster(r, obj, old);
+        }
+        // As kcp's path annotation admission: these carry their workspace's canonical path;
+        // on any other object a path annotation must name the workspace it is written to.
+        let sets_path = is(r, "apis.kcp.io", "apiexports")
             || is(r, "apis.kcp.io", "apibindings")
-            || is(r, "tenancy.kcp.io", "workspacetypes")
-        {
+            || is(r, "tenancy.kcp.io", "workspacetypes");
+        if !sets_path {
+            if let Some(given) = obj["metadata"]["annotations"][PATH_ANNOTATION].as_str() {
+                let actual = self.path_of(cluster);
+                if actual.as_deref() != Some(given) {
+                    return Err(invalid(
+                        r,
+                        objects::name(obj),
+                        &format!("metadata.annotations[{PATH_ANNOTATION}]"),
+                        format!(
+                            "Invalid value: {given:?}: the annotation must be the canonical path of the workspace the object is written to, or absent"
+                        ),
+                    ));
+                }
+            }
+        }
+        if sets_path {
             if let Some(path) = self.path_of(cluster) {
                 let meta = meta_mut(obj);
                 if !meta.get("annotations").is_some_and(Value::is_object) {
@@ -200,7 +238,9 @@ impl Tenancy {
             }
         }
         if is(r, "tenancy.kcp.io", "workspaces") {
-            return self.prepare_workspace(r, cluster, obj, old).await;
+            return self
+                .prepare_workspace(r, cluster, obj, old, requester)
+                .await;
         }
         if is(r, "tenancy.kcp.io", "workspacetypes") {
             // Nothing to wait for here (kcp's Ready waits for the type's virtual workspace URLs).
@@ -241,9 +281,104 @@ impl Tenancy {
             return Ok(());
         }
         if is(r, "apis.kcp.io", "apibindings") {
+            if let Some(who) = requester {
+                let reference = &obj["spec"]["reference"]["export"];
+                if old.is_none_or(|o| o["spec"]["reference"]["export"] != *reference) {
+                    self.check_bind(cluster, reference, who).await?;
+                }
+            }
             return self.prepare_binding(cluster, obj).await;
         }
         Ok(())
+    }
+
+    /// kcp's APIBinding admission: binding an export needs `bind` on `apiexports/<name>` in the
+    /// export's workspace. A path that does not resolve and an export that does not exist get
+    /// the same 403 as a refusal, so a tenant cannot probe what other workspaces hold.
+    async fn check_bind(
+        &self,
+        cluster: &str,
+        reference: &Value,
+        who: &Identity,
+    ) -> Result<(), ApiError> {
+        let name = reference["name"].as_str().unwrap_or("");
+        let path = reference["path"].as_str().filter(|p| !p.is_empty());
+        let refused = || {
+            ApiError::forbidden(format!(
+                "unable to create APIBinding: no permission to bind to export {}:{name}",
+                path.map(str::to_string)
+                    .or_else(|| self.path_of(cluster))
+                    .unwrap_or_else(|| cluster.to_string())
+            ))
+        };
+        let Some(state) = self.state() else {
+            return Ok(());
+        };
+        let export_cluster = match path {
+            None => cluster.to_string(),
+            Some(p) => match self.resolve(ClusterTarget::Name(p.to_string())) {
+                Ok(ClusterTarget::Name(c)) => c,
+                _ => return Err(refused()),
+            },
+        };
+        match crate::reviews::allowed(
+            &state,
+            &export_cluster,
+            who,
+            "bind",
+            "apis.kcp.io",
+            "apiexports",
+            name,
+        )
+        .await?
+        {
+            true => Ok(()),
+            false => Err(refused()),
+        }
+    }
+
+    /// kcp's workspace admission: creating a workspace of a type needs `use` on
+    /// `workspacetypes/<name>` in the type's workspace. root's types are the platform's
+    /// built-in ones, open to every user (as kcp's bootstrap policy opens its own); a type
+    /// elsewhere answers the same 403 whether it is refused or absent.
+    async fn check_type_use(
+        &self,
+        r: &Resource,
+        name: &str,
+        t: &TypeRef,
+        who: &Identity,
+    ) -> Result<(), ApiError> {
+        let Some(state) = self.state() else {
+            return Ok(());
+        };
+        let refused = || {
+            ApiError::forbidden(format!(
+                "{} {name:?} is forbidden: no permission to use workspace type {t}",
+                r.gr
+            ))
+        };
+        let type_cluster = match self.resolve(ClusterTarget::Name(t.path.clone())) {
+            Ok(ClusterTarget::Name(c)) => c,
+            _ => return Err(refused()),
+        };
+        if type_cluster == ROOT_CLUSTER {
+            return Ok(());
+        }
+        let allowed = crate::reviews::allowed(
+            &state,
+            &type_cluster,
+            who,
+            "use",
+            "tenancy.kcp.io",
+            "workspacetypes",
+            &t.name,
+        )
+        .await?;
+        if allowed {
+            Ok(())
+        } else {
+            Err(refused())
+        }
     }
 
     async fn prepare_workspace(
@@ -252,6 +387,7 @@ impl Tenancy {
         cluster: &str,
         obj: &mut Value,
         old: Option<&Value>,
+        requester: Option<&Identity>,
     ) -> Result<(), ApiError> {
         let name = objects::name(obj).to_string();
         if let Some(old) = old {
@@ -281,6 +417,9 @@ impl Tenancy {
                 .and_then(|p| TypeRef::from_json(&p["spec"]["defaultChildWorkspaceType"]))
                 .unwrap_or_else(|| TypeRef::new("universal", "")),
         };
+        if let Some(who) = requester {
+            self.check_type_use(r, &name, &child_ref, who).await?;
+        }
         if child_ref.name == "root" {
             return Err(invalid(
                 r,
@@ -639,10 +778,7 @@ impl Tenancy {
             {
                 continue;
             }
-            let Some(cluster) = b["metadata"]["annotations"][objects::CLUSTER_ANNOTATION]
-                .as_str()
-                .map(str::to_string)
-            else {
+            let Some(cluster) = key_cluster(&kv.key).map(str::to_string) else {
                 continue;
             };
             if self.prepare(&res, &cluster, &mut b, None).await.is_err()
@@ -685,10 +821,9 @@ impl Tenancy {
                 continue;
             };
             if objects::is_deleting(&ws) {
-                let cluster = ws["metadata"]["annotations"][objects::CLUSTER_ANNOTATION]
-                    .as_str()
-                    .unwrap_or(ROOT_CLUSTER)
-                    .to_string();
+                let Some(cluster) = key_cluster(&kv.key).map(str::to_string) else {
+                    continue;
+                };
                 let child = ws["spec"]["cluster"].as_str().unwrap_or("").to_string();
                 let name = objects::name(&ws).to_string();
                 let weak = self.state.clone();
@@ -709,23 +844,31 @@ impl Tenancy {
         self.reload_types(state).await
     }
 
-    /// Indexes every logical cluster by path.
+    /// Indexes every logical cluster by path, from the server's own placement records only:
+    /// each Workspace is stored under its parent's logical cluster (the key says which) and
+    /// carries the child cluster the server assigned (`spec.cluster`, which clients cannot
+    /// set). Annotations, which tenants can write, play no part. The index is rebuilt whole, so
+    /// entries of workspaces that are gone disappear.
     async fn index_paths(&self, state: &AppState) -> Result<(), StorageError> {
-        let (clusters, _) =
-            list_keys(state.store.as_ref(), "/core.kcp.io/logicalclusters/").await?;
-        for kv in clusters {
-            let Ok(lc) = objects::decode_stored(&kv.value) else {
+        let (workspaces, _) = list_keys(state.store.as_ref(), WORKSPACES_PREFIX).await?;
+        let mut children: HashMap<String, Vec<(String, String)>> = HashMap::new();
+        for kv in workspaces {
+            let Some((parent, name)) = workspace_key(&kv.key) else {
                 continue;
             };
-            let name = lc["metadata"]["annotations"][objects::CLUSTER_ANNOTATION]
-                .as_str()
-                .unwrap_or("");
-            let path = lc["metadata"]["annotations"][PATH_ANNOTATION]
-                .as_str()
-                .unwrap_or("");
-            if !name.is_empty() && !path.is_empty() {
-                self.register(path, name);
+            let Ok(ws) = objects::decode_stored(&kv.value) else {
+                continue;
+            };
+            if let Some(child) = ws["spec"]["cluster"].as_str().filter(|c| !c.is_empty()) {
+                children
+                    .entry(parent.to_string())
+                    .or_default()
+                    .push((name.to_string(), child.to_string()));
             }
+        }
+        let (by_path, by_name) = placement_index(&children);
+        if let Ok(mut p) = self.paths.write() {
+            *p = (by_path, by_name);
         }
         Ok(())
     }
@@ -823,6 +966,77 @@ impl Tenancy {
     }
 }
 
+/// LogicalClusters are the server's: it creates one with each workspace and deletes it with the
+/// workspace (requests to create or delete them are refused before they get here). An update
+/// keeps the server-owned annotations (`kcp.io/*`) and the spec as they are.
+fn prepare_logical_cluster(
+    r: &Resource,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    let Some(old) = old else {
+        return Err(ApiError::forbidden(
+            "logicalclusters are created by the server with their workspace",
+        ));
+    };
+    if old.get("spec") != obj.get("spec") {
+        return Err(invalid(
+            r,
+            objects::name(obj),
+            "spec",
+            "Invalid value: \"object\": the spec of a LogicalCluster is set by the server".into(),
+        ));
+    }
+    let server_owned = |a: &Value| -> serde_json::Map<String, Value> {
+        a.as_object()
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| is_server_annotation(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let kept = server_owned(&old["metadata"]["annotations"]);
+    let meta = meta_mut(obj);
+    if !meta.get("annotations").is_some_and(Value::is_object) {
+        meta.insert("annotations".into(), json!({}));
+    }
+    if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+        a.retain(|k, _| !is_server_annotation(k));
+        a.extend(kept);
+    }
+    Ok(())
+}
+
+/// Annotations only the server sets on a LogicalCluster: `kcp.io/...` and `*.kcp.io/...`.
+fn is_server_annotation(key: &str) -> bool {
+    key.split_once('/')
+        .is_some_and(|(prefix, _)| prefix == "kcp.io" || prefix.ends_with(".kcp.io"))
+}
+
+/// Refuses the writes only the server makes: creating or deleting a LogicalCluster (it comes and
+/// goes with its Workspace, as in kcp).
+pub fn check_request(rr: &crate::request_info::ResourceRequest) -> Result<(), ApiError> {
+    use crate::request_info::Verb;
+    if rr.group == "core.kcp.io"
+        && rr.resource == "logicalclusters"
+        && matches!(
+            rr.verb,
+            Verb::Create | Verb::Delete | Verb::DeleteCollection
+        )
+    {
+        return Err(ApiError::forbidden(format!(
+            "logicalclusters.core.kcp.io may not be {}d by clients: a LogicalCluster comes and goes with its Workspace",
+            match rr.verb {
+                Verb::Create => "create",
+                _ => "delete",
+            }
+        )));
+    }
+    Ok(())
+}
+
 /// `{types: [{name, path: root}]}`, or null for no limit.
 fn type_limit(names: &[&str]) -> Value {
     if names.is_empty() {
@@ -878,4 +1092,45 @@ impl std::fmt::Display for TypeRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.path, self.name)
     }
+}
+
+/// Where Workspaces are stored: `/tenancy.kcp.io/workspaces/<parent cluster>/<name>`.
+pub(crate) const WORKSPACES_PREFIX: &str = "/tenancy.kcp.io/workspaces/";
+
+/// The parent logical cluster and the name of a Workspace, from its storage key.
+pub(crate) fn workspace_key(key: &str) -> Option<(&str, &str)> {
+    let (parent, name) = key.strip_prefix(WORKSPACES_PREFIX)?.split_once('/')?;
+    (!parent.is_empty() && !name.is_empty() && !name.contains('/')).then_some((parent, name))
+}
+
+/// The logical cluster segment of a storage key (`/<group>/<resource>/<cluster>/...`): the
+/// cluster an object was written to, which no client can choose for another workspace.
+pub(crate) fn key_cluster(key: &str) -> Option<&str> {
+    key.split('/').nth(3).filter(|c| !c.is_empty())
+}
+
+/// Path → cluster and cluster → path for the tree below `root`, given each cluster's child
+/// workspaces as `(name, child cluster)`. A child reachable twice (which the server never
+/// writes) keeps its first path.
+fn placement_index(
+    children: &HashMap<String, Vec<(String, String)>>,
+) -> (HashMap<String, String>, HashMap<String, String>) {
+    let mut by_path = HashMap::new();
+    let mut by_name = HashMap::new();
+    by_path.insert(ROOT_CLUSTER.to_string(), ROOT_CLUSTER.to_string());
+    by_name.insert(ROOT_CLUSTER.to_string(), ROOT_CLUSTER.to_string());
+    let mut queue =
+        std::collections::VecDeque::from([(ROOT_CLUSTER.to_string(), ROOT_CLUSTER.to_string())]);
+    while let Some((cluster, path)) = queue.pop_front() {
+        for (name, child) in children.get(&cluster).into_iter().flatten() {
+            if by_name.contains_key(child) {
+                continue;
+            }
+            let child_path = format!("{path}:{name}");
+            by_path.insert(child_path.clone(), child.clone());
+            by_name.insert(child.clone(), child_path.clone());
+            queue.push_back((child.clone(), child_path));
+        }
+    }
+    (by_path, by_name)
 }

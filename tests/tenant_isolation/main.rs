@@ -5,7 +5,10 @@
 //! what its ClusterRole allows, in its own workspace only; expired, tampered and orphaned tokens
 //! get 401; forged `X-Remote-*` headers without the proxy's certificate are ignored.
 
+#[path = "../common/mod.rs"]
 mod common;
+
+mod attacks;
 
 use std::time::Duration;
 
@@ -59,6 +62,32 @@ impl Caller {
         };
         self.conn
             .send_with_headers(method, path, &headers, bytes)
+            .await
+            .expect("request")
+    }
+
+    /// A request with an explicit content type (patches of every form).
+    async fn call_with(
+        &mut self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: &Value,
+    ) -> Reply {
+        let mut headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        headers.push(("accept", "application/json"));
+        headers.push(("content-type", content_type));
+        self.conn
+            .send_with_headers(
+                method,
+                path,
+                &headers,
+                serde_json::to_vec(body).expect("json"),
+            )
             .await
             .expect("request")
     }
@@ -296,11 +325,11 @@ async fn a_tenant_of_workspace_a_reaches_nothing_in_workspace_b() {
     for (path, text) in [
         (
             "apiresourceschemas",
-            include_str!("../examples/workspaces/widget-schema.yaml"),
+            include_str!("../../examples/workspaces/widget-schema.yaml"),
         ),
         (
             "apiexports",
-            include_str!("../examples/workspaces/widget-export.yaml"),
+            include_str!("../../examples/workspaces/widget-export.yaml"),
         ),
     ] {
         env.create(
@@ -738,7 +767,7 @@ async fn a_service_account_token_reaches_exactly_its_cluster_role() {
         let r = sa
             .post(
                 &format!("/clusters/{a}/apis/apis.kcp.io/v1alpha1/apiexports"),
-                &yaml(include_str!("../examples/workspaces/widget-export.yaml")),
+                &yaml(include_str!("../../examples/workspaces/widget-export.yaml")),
             )
             .await;
         assert!(
