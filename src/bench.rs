@@ -46,6 +46,8 @@ pub struct BenchOptions {
     /// Writes per second during the fan-out measurement.
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub watch_rate: u64,
+    /// MiB of ConfigMaps the attacks section lists without reading.
+    pub attack_list_mib: usize,
     /// Sections to run (all when empty): see [`SECTIONS`].
     pub only: Vec<String>,
 }
@@ -94,6 +96,13 @@ impl ChildServer {
         })
     }
 
+    /// A client that trusts the server's CA and presents no certificate (for bearer tokens).
+    pub(crate) fn anonymous_client(&self) -> anyhow::Result<ClientConfig> {
+        let ca = std::fs::read_to_string(self.data_dir.join("pki").join("ca.crt"))
+            .context("reading ca.crt")?;
+        ClientConfig::new(self.address, &ca, None)
+    }
+
     pub(crate) fn client(&self) -> anyhow::Result<ClientConfig> {
         let pki = self.data_dir.join("pki");
         let read =
@@ -109,7 +118,6 @@ impl ChildServer {
         rss_of(self.child.id())
     }
 
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn child_id(&self) -> u32 {
         self.child.id()
     }
@@ -253,6 +261,7 @@ pub const SECTIONS: &[&str] = &[
     "overload",
     "broker",
     "etcd",
+    "attacks",
 ];
 
 pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
@@ -303,6 +312,9 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
         } else {
             println!("(etcd section skipped: built without --features etcd)");
         }
+    }
+    if wanted("attacks") {
+        rows.extend(crate::bench_attacks::attacks(&opts, &tmp).await?);
     }
     let _ = std::fs::remove_dir_all(&tmp);
     println!();

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use controllers::runtime::leader::LeaderStatus;
 
 mod bench;
+mod bench_attacks;
 mod bench_broker;
 #[cfg(feature = "etcd")]
 mod bench_scale;
@@ -85,8 +86,11 @@ enum Command {
         /// Writes per second during the fan-out measurement.
         #[arg(long, default_value_t = 1_000)]
         watch_rate: u64,
+        /// MiB of ConfigMaps the attacks section lists ten times without reading.
+        #[arg(long, default_value_t = 170)]
+        attack_list_mib: usize,
         /// Run only these sections (comma-separated): serving, admission, workspaces, overload,
-        /// broker, etcd (needs `--features etcd`).
+        /// broker, etcd (needs `--features etcd`), attacks.
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
         only: Vec<String>,
     },
@@ -428,6 +432,7 @@ fn main() -> anyhow::Result<()> {
             watchers,
             watch_workspaces,
             watch_rate,
+            attack_list_mib,
             only,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -447,6 +452,7 @@ fn main() -> anyhow::Result<()> {
                 watchers,
                 watch_workspaces,
                 watch_rate,
+                attack_list_mib,
                 only,
             }))
         }

@@ -344,6 +344,17 @@ async fn route(
             return error_response(&e);
         }
     }
+    // Through an APIExport's virtual workspace a provider reaches only the workspaces bound to
+    // that export; any other one answers as a workspace that does not exist.
+    if let (Some((export_cluster, export)), ClusterTarget::Name(c)) =
+        (&info.virtual_workspace, &info.cluster)
+    {
+        match crate::tenancy::is_bound(state, c, export_cluster, export).await {
+            Ok(true) => {}
+            Ok(false) => return error_response(&ApiError::workspace_forbidden()),
+            Err(e) => return error_response(&e),
+        }
+    }
     // The API surface the request sees: its cluster's, or an APIExport's virtual workspace.
     let mut forced_selector = None;
     let view = match &info.virtual_workspace {

@@ -411,13 +411,7 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     }
     .ok_or_else(ApiError::path_not_found)?;
     crate::tenancy::check_request(&req)?;
-    // Through an APIExport's virtual workspace a provider reaches only the workspaces bound to
-    // that export; any other one answers as a workspace that does not exist.
-    if let (true, ClusterTarget::Name(c)) = (call.virtual_workspace, &call.cluster) {
-        if !bound_through(&call.view, &call.state.catalog.view(c)) {
-            return Err(ApiError::workspace_forbidden());
-        }
-    }
+
     // Bindings seen through a virtual workspace are read-only and only those of the export.
     let forced_selector = if call.virtual_workspace && resource.ty.group == "apis.kcp.io" {
         if !req.verb.is_read_only() {
@@ -493,23 +487,6 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
         Verb::Delete => delete::delete(&ctx).await,
         Verb::DeleteCollection => delete::delete_collection(&ctx).await,
     }
-}
-
-/// Whether a workspace serving `target` is bound to the export whose virtual workspace serves
-/// `export_view`: it serves one of the export's resources under the export's identity (the
-/// storage prefix carries it), which only a Bound APIBinding to that export makes it do.
-fn bound_through(export_view: &crate::catalog::ApiView, target: &crate::catalog::ApiView) -> bool {
-    export_view
-        .registry
-        .resources()
-        .iter()
-        .filter(|r| r.ty.group != "apis.kcp.io")
-        .any(|r| {
-            target
-                .registry
-                .lookup(&r.ty.group, &r.ty.version, &r.ty.plural)
-                .is_some_and(|t| t.all_clusters_prefix() == r.all_clusters_prefix())
-        })
 }
 
 /// Maps a storage error about object `name` of `gr` to the client's Status.

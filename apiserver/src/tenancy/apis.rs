@@ -286,6 +286,30 @@ pub async fn export_view(
     Ok(view)
 }
 
+/// Whether logical cluster `cluster` has a Bound APIBinding to the export `export_cluster` /
+/// `export`: what lets the export's virtual workspace reach it. The binding's status is the
+/// server's (recomputed on every write) and creating it took `bind` on the export.
+pub async fn is_bound(
+    state: &AppState,
+    cluster: &str,
+    export_cluster: &str,
+    export: &str,
+) -> Result<bool, ApiError> {
+    let (bindings, _) = list_keys(
+        state.store.as_ref(),
+        &format!("/apis.kcp.io/apibindings/{cluster}/"),
+    )
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(bindings.iter().any(|kv| {
+        objects::decode_stored(&kv.value).is_ok_and(|b| {
+            b["status"]["phase"] == "Bound"
+                && b["status"]["apiExportClusterName"] == export_cluster
+                && b["spec"]["reference"]["export"]["name"] == export
+        })
+    }))
+}
+
 /// Clusters with an APIBinding to the export `cluster`/`name`.
 pub async fn bound_clusters(state: &AppState, cluster: &str, name: &str) -> Vec<String> {
     let mut out = Vec::new();

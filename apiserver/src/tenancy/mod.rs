@@ -11,7 +11,7 @@ mod apis;
 mod follow;
 mod lifecycle;
 
-pub use apis::{bound_clusters, export_view, reload_cluster_types};
+pub use apis::{bound_clusters, export_view, is_bound, reload_cluster_types};
 use apis::{export_identity, exported_schemas, prepare_crd};
 pub use follow::follow;
 pub use lifecycle::delete_cluster;

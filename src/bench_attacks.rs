@@ -1,0 +1,503 @@
+//! The memory attacks of a low-privilege tenant (`bench --only attacks`), each against a fresh
+//! `platform-mesh serve` with default flags: alice may do anything in namespace `default` of
+//! workspace A and nothing else. While she attacks, bob reads a ConfigMap in workspace B in a
+//! closed loop and a prober asks `/readyz` every 100 ms; the server's RSS is sampled every
+//! 50 ms. Each row prints the peak RSS beside the ceiling, bob's p99 beside his p99 on the quiet
+//! server (measured first, in the same run), and how many `/readyz` probes were answered.
+//!
+//! The attacks:
+//! 1. `watches`: watches that never read (HTTP/2 with 64 KiB windows, 250 streams per
+//!    connection) while a 512 KiB ConfigMap is updated in a loop, so events pile up for them.
+//! 2. `large updates`: a ConfigMap of just under 1 MiB updated in a loop (each event carries the
+//!    object twice), as fast as the server takes it.
+//! 3. `unread lists`: LISTs of `attack_list_mib` MiB of ConfigMaps, never read.
+//! 4. `patch bombs`: JSON patches of 40 `copy` operations, each doubling the object.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use apiserver::client::{ClientConfig, Connection};
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use http_body_util::Full;
+use serde_json::json;
+
+use crate::bench::{ms, percentile, rss_of, BenchOptions, ChildServer};
+
+const TOKENS: &str = "alice-token,alice,alice-uid,\"tenants\"\nbob-token,bob,bob-uid,\"tenants\"\n";
+/// The RSS every attack must stay under, with default flags.
+const CEILING_MIB: u64 = 1024;
+/// Open watches alice tries.
+const WATCHES: usize = 1_500;
+
+/// One tenant's connection, authenticated by bearer token.
+struct Tenant {
+    conn: Connection,
+    token: String,
+}
+
+impl Tenant {
+    async fn new(config: &ClientConfig, token: &str) -> anyhow::Result<Tenant> {
+        Ok(Tenant {
+            conn: config.connect().await?,
+            token: token.to_string(),
+        })
+    }
+
+    async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> anyhow::Result<StatusCode> {
+        let auth = format!("Bearer {}", self.token);
+        let r = self
+            .conn
+            .send_with_headers(
+                method,
+                path,
+                &[("authorization", &auth), ("content-type", content_type)],
+                body,
+            )
+            .await?;
+        Ok(r.status)
+    }
+}
+
+/// The cluster-scoped bits of the setup: workspaces A and B, alice's Role in A's `default`, bob
+/// as admin of B with one ConfigMap to read.
+async fn setup(admin: &mut Connection) -> anyhow::Result<(String, String)> {
+    let mut clusters = Vec::new();
+    for name in ["a", "b"] {
+        crate::bench_broker::post(
+            admin,
+            "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces",
+            json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+                   "metadata": {"name": name}}),
+        )
+        .await?;
+        let path = format!("/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces/{name}");
+        crate::bench_broker::wait_ready(admin, &path, |w| w["status"]["phase"] == "Ready").await?;
+        let ws = admin.get(&path).await?.json();
+        clusters.push(
+            ws["spec"]["cluster"]
+                .as_str()
+                .ok_or_else(|| anyhow!("workspace {name} has no cluster"))?
+                .to_string(),
+        );
+    }
+    let (a, b) = (clusters[0].clone(), clusters[1].clone());
+    let rbac = |c: &str| format!("/clusters/{c}/apis/rbac.authorization.k8s.io/v1");
+    crate::bench_broker::post(
+        admin,
+        &format!("{}/namespaces/default/roles", rbac(&a)),
+        json!({"metadata": {"name": "all"},
+               "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+    )
+    .await?;
+    crate::bench_broker::post(
+        admin,
+        &format!("{}/namespaces/default/rolebindings", rbac(&a)),
+        json!({"metadata": {"name": "alice"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "all"},
+               "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}]}),
+    )
+    .await?;
+    crate::bench_broker::post(
+        admin,
+        &format!("{}/clusterrolebindings", rbac(&b)),
+        json!({"metadata": {"name": "bob"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+               "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "bob"}]}),
+    )
+    .await?;
+    crate::bench_broker::post(
+        admin,
+        &format!("/clusters/{b}/api/v1/namespaces/default/configmaps"),
+        json!({"metadata": {"name": "bobs"}, "data": {"k": "v"}}),
+    )
+    .await?;
+    Ok((a, b))
+}
+
+/// What happened to the server and to bob while an attack ran.
+struct Watched {
+    peak_rss: u64,
+    bob_p99: Duration,
+    bob_errors: usize,
+    readyz_ok: usize,
+    readyz_total: usize,
+}
+
+/// Runs `attack` for `seconds` while sampling RSS, bob's latency and `/readyz`.
+async fn watch_over<F>(
+    server: &ChildServer,
+    b: &str,
+    seconds: u64,
+    attack: F,
+) -> anyhow::Result<Watched>
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let pid = server.child_id();
+    let client = server.anonymous_client()?;
+    let running = Arc::new(AtomicBool::new(true));
+    let peak = Arc::new(AtomicU64::new(rss_of(pid)));
+    let sampler = {
+        let (running, peak) = (running.clone(), peak.clone());
+        tokio::spawn(async move {
+            while running.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_of(pid), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let bob = {
+        let (running, client) = (running.clone(), client.clone());
+        let path = format!("/clusters/{b}/api/v1/namespaces/default/configmaps/bobs");
+        tokio::spawn(async move {
+            let mut bob = Tenant::new(&client, "bob-token").await?;
+            let (mut latencies, mut errors) = (Vec::new(), 0usize);
+            while running.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                match tokio::time::timeout(
+                    Duration::from_secs(10),
+                    bob.send(Method::GET, &path, "application/json", Vec::new()),
+                )
+                .await
+                {
+                    Ok(Ok(StatusCode::OK)) => latencies.push(t.elapsed()),
+                    _ => {
+                        errors += 1;
+                        latencies.push(t.elapsed());
+                        bob = Tenant::new(&client, "bob-token").await?;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            latencies.sort();
+            anyhow::Ok((percentile(&latencies, 0.99), errors))
+        })
+    };
+    let prober = {
+        let (running, client) = (running.clone(), client.clone());
+        tokio::spawn(async move {
+            let (mut ok, mut total) = (0usize, 0usize);
+            while running.load(Ordering::Relaxed) {
+                total += 1;
+                let answered = tokio::time::timeout(Duration::from_secs(1), async {
+                    client.connect().await?.get("/readyz").await
+                })
+                .await;
+                if matches!(answered, Ok(Ok(r)) if r.status == StatusCode::OK) {
+                    ok += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (ok, total)
+        })
+    };
+    let outcome = tokio::time::timeout(Duration::from_secs(seconds), attack).await;
+    running.store(false, Ordering::Relaxed);
+    let _ = sampler.await;
+    let (bob_p99, bob_errors) = bob.await??;
+    let (readyz_ok, readyz_total) = prober.await?;
+    // The attack runs until stopped (what it managed is in its counters); one that ended by
+    // itself must have failed.
+    if let Ok(r) = outcome {
+        r?;
+    }
+    Ok(Watched {
+        peak_rss: peak.load(Ordering::Relaxed),
+        bob_p99,
+        bob_errors,
+        readyz_ok,
+        readyz_total,
+    })
+}
+
+/// A ConfigMap of `bytes` bytes of data.
+fn config_map(name: &str, bytes: usize) -> Vec<u8> {
+    serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name}, "data": {"k": "x".repeat(bytes)}}))
+    .unwrap_or_default()
+}
+
+/// Updates one ConfigMap of `bytes` in a loop until stopped; counts the accepted updates.
+async fn update_loop(
+    client: ClientConfig,
+    collection: String,
+    bytes: usize,
+    count: Arc<AtomicUsize>,
+) -> anyhow::Result<()> {
+    let mut alice = Tenant::new(&client, "alice-token").await?;
+    let name = "churn";
+    let _ = alice
+        .send(
+            Method::POST,
+            &collection,
+            "application/json",
+            config_map(name, bytes),
+        )
+        .await?;
+    let mut i = 0usize;
+    loop {
+        i += 1;
+        let body =
+            serde_json::to_vec(&json!({"data": {"k": format!("{i}{}", "y".repeat(bytes - 24))}}))?;
+        let s = alice
+            .send(
+                Method::PATCH,
+                &format!("{collection}/{name}"),
+                "application/merge-patch+json",
+                body,
+            )
+            .await?;
+        if s == StatusCode::OK {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sends the same JSON patch as alice in a loop until stopped, counting those refused 422.
+async fn patch_loop(
+    client: ClientConfig,
+    path: String,
+    body: Vec<u8>,
+    sent: Arc<AtomicUsize>,
+    refused: Arc<AtomicUsize>,
+) -> anyhow::Result<()> {
+    let mut alice = Tenant::new(&client, "alice-token").await?;
+    loop {
+        let s = alice
+            .send(
+                Method::PATCH,
+                &path,
+                "application/json-patch+json",
+                body.clone(),
+            )
+            .await?;
+        sent.fetch_add(1, Ordering::Relaxed);
+        if s == StatusCode::UNPROCESSABLE_ENTITY {
+            refused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A GET through `sender` with alice's token; the answer's body is left unread.
+fn unread_get(path: &str) -> anyhow::Result<http::Request<Full<Bytes>>> {
+    Ok(http::Request::get(format!("https://localhost{path}"))
+        .header("authorization", "Bearer alice-token")
+        .header("accept", "application/json")
+        .body(Full::new(Bytes::new()))?)
+}
+
+pub(crate) async fn attacks(
+    opts: &BenchOptions,
+    tmp: &std::path::Path,
+) -> anyhow::Result<Vec<String>> {
+    let mut rows = Vec::new();
+    let kinds = ["watches", "large updates", "unread lists", "patch bombs"];
+    let mut quiet: Option<Duration> = None;
+    for (n, kind) in kinds.iter().enumerate() {
+        let dir = tmp.join(format!("attacks-{n}"));
+        std::fs::create_dir_all(&dir)?;
+        let tokens = dir.join("tokens.csv");
+        std::fs::write(&tokens, TOKENS)?;
+        let tokens = tokens.to_string_lossy().to_string();
+        let server = ChildServer::start(
+            &["serve", "--no-controllers", "--token-auth-file", &tokens],
+            &dir.join("data"),
+        )?;
+        let mut admin = server.client()?.connect().await?;
+        let (a, b) = setup(&mut admin).await?;
+        let client = server.anonymous_client()?;
+        let collection = format!("/clusters/{a}/api/v1/namespaces/default/configmaps");
+        if quiet.is_none() {
+            let w = watch_over(&server, &b, opts.seconds, async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(())
+            })
+            .await?;
+            quiet = Some(w.bob_p99);
+        }
+        let (watched, said) = match *kind {
+            "watches" => {
+                let count = Arc::new(AtomicUsize::new(0));
+                let opened = Arc::new(AtomicUsize::new(0));
+                let refused = Arc::new(AtomicUsize::new(0));
+                let attack = {
+                    let (client, collection) = (client.clone(), collection.clone());
+                    let (count, opened, refused) = (count.clone(), opened.clone(), refused.clone());
+                    async move {
+                        let mut held = Vec::new();
+                        let mut senders = Vec::new();
+                        for i in 0..WATCHES {
+                            if i % 250 == 0 {
+                                senders.push(client.connect_h2_with_window(Some(65_535)).await?);
+                            }
+                            let Some(sender) = senders.last_mut() else {
+                                break;
+                            };
+                            let r = sender
+                                .send_request(unread_get(&format!("{collection}?watch=true"))?)
+                                .await?;
+                            if r.status() == StatusCode::OK {
+                                opened.fetch_add(1, Ordering::Relaxed);
+                                held.push(r);
+                            } else {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        update_loop(client, collection, 512 * 1024, count).await?;
+                        drop(held);
+                        Ok(())
+                    }
+                };
+                let w = watch_over(&server, &b, opts.seconds, attack).await?;
+                (
+                    w,
+                    format!(
+                        "{} watches open ({} refused 429), {} updates of 512 KiB",
+                        opened.load(Ordering::Relaxed),
+                        refused.load(Ordering::Relaxed),
+                        count.load(Ordering::Relaxed)
+                    ),
+                )
+            }
+            "large updates" => {
+                let count = Arc::new(AtomicUsize::new(0));
+                let attack = {
+                    let (client, collection, count) =
+                        (client.clone(), collection.clone(), count.clone());
+                    async move { update_loop(client, collection, 1024 * 1024 - 64, count).await }
+                };
+                let w = watch_over(&server, &b, opts.seconds, attack).await?;
+                (
+                    w,
+                    format!(
+                        "{} updates of a 1 MiB ConfigMap",
+                        count.load(Ordering::Relaxed)
+                    ),
+                )
+            }
+            "unread lists" => {
+                let mut alice = Tenant::new(&client, "alice-token").await?;
+                for i in 0..opts.attack_list_mib {
+                    let s = alice
+                        .send(
+                            Method::POST,
+                            &collection,
+                            "application/json",
+                            config_map(&format!("big-{i:04}"), 1000 * 1024),
+                        )
+                        .await?;
+                    if s != StatusCode::CREATED {
+                        return Err(anyhow!("creating the data to list: {s}"));
+                    }
+                }
+                let (listed, refused) =
+                    (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+                let attack = {
+                    let (client, collection) = (client.clone(), collection.clone());
+                    let (listed, refused) = (listed.clone(), refused.clone());
+                    async move {
+                        let mut held = Vec::new();
+                        for _ in 0..10 {
+                            let mut sender = client.connect_h2_with_window(Some(65_535)).await?;
+                            let r = sender.send_request(unread_get(&collection)?).await?;
+                            if r.status() == StatusCode::OK {
+                                listed.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            held.push((sender, r));
+                        }
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                        drop(held);
+                        Ok(())
+                    }
+                };
+                let w = watch_over(&server, &b, opts.seconds, attack).await?;
+                (
+                    w,
+                    format!(
+                        "10 unread LISTs of {} MiB: {} answered, {} refused 429",
+                        opts.attack_list_mib,
+                        listed.load(Ordering::Relaxed),
+                        refused.load(Ordering::Relaxed)
+                    ),
+                )
+            }
+            _ => {
+                let mut alice = Tenant::new(&client, "alice-token").await?;
+                alice
+                    .send(
+                        Method::POST,
+                        &collection,
+                        "application/json",
+                        config_map("bomb", 1000),
+                    )
+                    .await?;
+                let (sent, refused) =
+                    (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+                let ops: Vec<_> = (0..40)
+                    .map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/c{i}")}))
+                    .collect();
+                let body = serde_json::to_vec(&ops)?;
+                let attack = {
+                    let (client, collection) = (client.clone(), collection.clone());
+                    let (sent, refused) = (sent.clone(), refused.clone());
+                    async move {
+                        let mut tasks = Vec::new();
+                        for _ in 0..4 {
+                            let (client, collection, body) =
+                                (client.clone(), collection.clone(), body.clone());
+                            let (sent, refused) = (sent.clone(), refused.clone());
+                            tasks.push(tokio::spawn(patch_loop(
+                                client,
+                                format!("{collection}/bomb"),
+                                body,
+                                sent,
+                                refused,
+                            )));
+                        }
+                        for t in tasks {
+                            t.await??;
+                        }
+                        Ok(())
+                    }
+                };
+                let w = watch_over(&server, &b, opts.seconds, attack).await?;
+                (
+                    w,
+                    format!(
+                        "{} patches of 40 doubling copies, {} refused 422",
+                        sent.load(Ordering::Relaxed),
+                        refused.load(Ordering::Relaxed)
+                    ),
+                )
+            }
+        };
+        let quiet_p99 = quiet.unwrap_or_default();
+        let verdict = if watched.peak_rss <= CEILING_MIB * 1048576 {
+            "under"
+        } else {
+            "OVER"
+        };
+        rows.push(format!(
+            "| attack: {kind} ({said}) | peak RSS {:.0} MiB ({verdict} the {CEILING_MIB} MiB ceiling); bob's p99 in B {} ({:.1}× quiet, {} errors); /readyz {}/{} answered | quiet p99 {}; ceiling {CEILING_MIB} MiB, 10× quiet p99 |",
+            watched.peak_rss as f64 / 1048576.0,
+            ms(watched.bob_p99),
+            watched.bob_p99.as_secs_f64() / quiet_p99.as_secs_f64().max(1e-6),
+            watched.bob_errors,
+            watched.readyz_ok,
+            watched.readyz_total,
+            ms(quiet_p99),
+        ));
+    }
+    Ok(rows)
+}

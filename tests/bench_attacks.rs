@@ -1,0 +1,42 @@
+//! The attacks section of `platform-mesh bench` runs end to end on a small load, so it cannot
+//! rot; the README keeps the figures of a full run. What is checked here is what the attacks
+//! must meet whatever the machine: refusals happen and the server stays within its ceiling.
+
+mod common;
+
+#[test]
+fn the_memory_attacks_are_refused_and_bounded() {
+    let stdout = common::bench(&[
+        "--only",
+        "attacks",
+        "--seconds",
+        "2",
+        "--attack-list-mib",
+        "8",
+    ]);
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| attack:"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    for row in &rows {
+        assert!(row.contains("(under the 1024 MiB ceiling)"), "{row}");
+    }
+    // At most 500 of the 1,500 watches open (the per-user limit); the rest get 429.
+    assert!(
+        rows[0].contains("500 watches open (1000 refused 429)"),
+        "{}",
+        rows[0]
+    );
+    // Every doubling patch is refused.
+    let bombs = rows[3];
+    let counts: Vec<usize> = bombs
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert!(bombs.contains("refused 422"), "{bombs}");
+    assert!(
+        counts.len() >= 3 && counts[0] > 0 && counts[0] == counts[2],
+        "{bombs}"
+    );
+}
