@@ -48,6 +48,8 @@ pub struct BenchOptions {
     pub watch_rate: u64,
     /// MiB of ConfigMaps the attacks section lists without reading.
     pub attack_list_mib: usize,
+    /// Roles the attacks section creates in one workspace.
+    pub attack_roles: usize,
     /// Sections to run (all when empty): see [`SECTIONS`].
     pub only: Vec<String>,
 }

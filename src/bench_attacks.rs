@@ -12,6 +12,8 @@
 //!    object twice), as fast as the server takes it.
 //! 3. `unread lists`: LISTs of `attack_list_mib` MiB of ConfigMaps, never read.
 //! 4. `patch bombs`: JSON patches of 40 `copy` operations, each doubling the object.
+//! 5. `many roles`: `attack_roles` (3,000) Roles in A's `default`, then GETs in A from 8
+//!    connections (every request in A is authorized against A's policy).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -108,9 +110,16 @@ async fn setup(admin: &mut Connection) -> anyhow::Result<(String, String)> {
     .await?;
     crate::bench_broker::post(
         admin,
+        &format!("{}/clusterroles", rbac(&b)),
+        json!({"metadata": {"name": "everything"},
+               "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+    )
+    .await?;
+    crate::bench_broker::post(
+        admin,
         &format!("{}/clusterrolebindings", rbac(&b)),
         json!({"metadata": {"name": "bob"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "everything"},
                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "bob"}]}),
     )
     .await?;
@@ -155,31 +164,38 @@ where
             }
         })
     };
+    // bob runs on a thread and runtime of his own, so the attack's client work in this process
+    // does not delay his requests: what is measured is the server's fairness.
     let bob = {
         let (running, client) = (running.clone(), client.clone());
         let path = format!("/clusters/{b}/api/v1/namespaces/default/configmaps/bobs");
-        tokio::spawn(async move {
-            let mut bob = Tenant::new(&client, "bob-token").await?;
-            let (mut latencies, mut errors) = (Vec::new(), 0usize);
-            while running.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                match tokio::time::timeout(
-                    Duration::from_secs(10),
-                    bob.send(Method::GET, &path, "application/json", Vec::new()),
-                )
-                .await
-                {
-                    Ok(Ok(StatusCode::OK)) => latencies.push(t.elapsed()),
-                    _ => {
-                        errors += 1;
-                        latencies.push(t.elapsed());
-                        bob = Tenant::new(&client, "bob-token").await?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::spawn(move || {
+            runtime.block_on(async move {
+                let mut bob = Tenant::new(&client, "bob-token").await?;
+                let (mut latencies, mut errors) = (Vec::new(), 0usize);
+                while running.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    match tokio::time::timeout(
+                        Duration::from_secs(10),
+                        bob.send(Method::GET, &path, "application/json", Vec::new()),
+                    )
+                    .await
+                    {
+                        Ok(Ok(StatusCode::OK)) => latencies.push(t.elapsed()),
+                        _ => {
+                            errors += 1;
+                            latencies.push(t.elapsed());
+                            bob = Tenant::new(&client, "bob-token").await?;
+                        }
                     }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            latencies.sort();
-            anyhow::Ok((percentile(&latencies, 0.99), errors))
+                latencies.sort();
+                anyhow::Ok((percentile(&latencies, 0.99), errors))
+            })
         })
     };
     let prober = {
@@ -203,7 +219,7 @@ where
     let outcome = tokio::time::timeout(Duration::from_secs(seconds), attack).await;
     running.store(false, Ordering::Relaxed);
     let _ = sampler.await;
-    let (bob_p99, bob_errors) = bob.await??;
+    let (bob_p99, bob_errors) = bob.join().map_err(|_| anyhow!("bob's thread panicked"))??;
     let (readyz_ok, readyz_total) = prober.await?;
     // The attack runs until stopped (what it managed is in its counters); one that ended by
     // itself must have failed.
@@ -287,6 +303,23 @@ async fn patch_loop(
     }
 }
 
+/// GETs `path` as alice in a loop until stopped, counting the answered ones.
+async fn get_loop(
+    client: ClientConfig,
+    path: String,
+    served: Arc<AtomicUsize>,
+) -> anyhow::Result<()> {
+    let mut alice = Tenant::new(&client, "alice-token").await?;
+    loop {
+        let s = alice
+            .send(Method::GET, &path, "application/json", Vec::new())
+            .await?;
+        if s == StatusCode::OK {
+            served.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// A GET through `sender` with alice's token; the answer's body is left unread.
 fn unread_get(path: &str) -> anyhow::Result<http::Request<Full<Bytes>>> {
     Ok(http::Request::get(format!("https://localhost{path}"))
@@ -300,7 +333,13 @@ pub(crate) async fn attacks(
     tmp: &std::path::Path,
 ) -> anyhow::Result<Vec<String>> {
     let mut rows = Vec::new();
-    let kinds = ["watches", "large updates", "unread lists", "patch bombs"];
+    let kinds = [
+        "watches",
+        "large updates",
+        "unread lists",
+        "patch bombs",
+        "many roles",
+    ];
     let mut quiet: Option<Duration> = None;
     for (n, kind) in kinds.iter().enumerate() {
         let dir = tmp.join(format!("attacks-{n}"));
@@ -429,6 +468,60 @@ pub(crate) async fn attacks(
                         opts.attack_list_mib,
                         listed.load(Ordering::Relaxed),
                         refused.load(Ordering::Relaxed)
+                    ),
+                )
+            }
+            "many roles" => {
+                let mut alice = Tenant::new(&client, "alice-token").await?;
+                let roles = format!(
+                    "/clusters/{a}/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles"
+                );
+                for i in 0..opts.attack_roles {
+                    let role =
+                        serde_json::to_vec(&json!({"metadata": {"name": format!("r{i:04}")},
+                        "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                                   "resourceNames": [format!("c{i}")], "verbs": ["get"]}]}))?;
+                    let s = alice
+                        .send(Method::POST, &roles, "application/json", role)
+                        .await?;
+                    if s != StatusCode::CREATED {
+                        return Err(anyhow!("creating role {i}: {s}"));
+                    }
+                }
+                alice
+                    .send(
+                        Method::POST,
+                        &collection,
+                        "application/json",
+                        config_map("read", 100),
+                    )
+                    .await?;
+                let served = Arc::new(AtomicUsize::new(0));
+                let attack = {
+                    let (client, collection, served) =
+                        (client.clone(), collection.clone(), served.clone());
+                    async move {
+                        let mut tasks = Vec::new();
+                        for _ in 0..8 {
+                            tasks.push(tokio::spawn(get_loop(
+                                client.clone(),
+                                format!("{collection}/read"),
+                                served.clone(),
+                            )));
+                        }
+                        for t in tasks {
+                            t.await??;
+                        }
+                        Ok(())
+                    }
+                };
+                let w = watch_over(&server, &b, opts.seconds, attack).await?;
+                (
+                    w,
+                    format!(
+                        "{} Roles in A, {:.0} GETs/s in A from 8 connections",
+                        opts.attack_roles,
+                        served.load(Ordering::Relaxed) as f64 / opts.seconds as f64
                     ),
                 )
             }

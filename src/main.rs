@@ -89,6 +89,9 @@ enum Command {
         /// MiB of ConfigMaps the attacks section lists ten times without reading.
         #[arg(long, default_value_t = 170)]
         attack_list_mib: usize,
+        /// Roles the attacks section creates in one workspace before loading it.
+        #[arg(long, default_value_t = 3_000)]
+        attack_roles: usize,
         /// Run only these sections (comma-separated): serving, admission, workspaces, overload,
         /// broker, etcd (needs `--features etcd`), attacks.
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
@@ -433,6 +436,7 @@ fn main() -> anyhow::Result<()> {
             watch_workspaces,
             watch_rate,
             attack_list_mib,
+            attack_roles,
             only,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -453,6 +457,7 @@ fn main() -> anyhow::Result<()> {
                 watch_workspaces,
                 watch_rate,
                 attack_list_mib,
+                attack_roles,
                 only,
             }))
         }

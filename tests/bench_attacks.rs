@@ -13,12 +13,14 @@ fn the_memory_attacks_are_refused_and_bounded() {
         "2",
         "--attack-list-mib",
         "8",
+        "--attack-roles",
+        "200",
     ]);
     let rows: Vec<&str> = stdout
         .lines()
         .filter(|l| l.starts_with("| attack:"))
         .collect();
-    assert_eq!(rows.len(), 4, "{stdout}");
+    assert_eq!(rows.len(), 5, "{stdout}");
     for row in &rows {
         assert!(row.contains("(under the 1024 MiB ceiling)"), "{row}");
     }
@@ -30,6 +32,7 @@ fn the_memory_attacks_are_refused_and_bounded() {
     );
     // Every doubling patch is refused.
     let bombs = rows[3];
+    assert!(bombs.contains("patch bombs"), "{bombs}");
     let counts: Vec<usize> = bombs
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|n| n.parse().ok())

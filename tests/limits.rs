@@ -17,6 +17,15 @@ async fn slow_request(
     server: &apiserver::server::RunningServer,
     dir: &tempfile::TempDir,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    slow_request_to(server, dir, "/api/v1/namespaces/default/configmaps").await
+}
+
+/// A connection that starts a POST to `path` whose body never finishes arriving.
+async fn slow_request_to(
+    server: &apiserver::server::RunningServer,
+    dir: &tempfile::TempDir,
+    path: &str,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let pki = dir.path().join("data/pki");
     let read = |f: &str| std::fs::read(pki.join(f)).expect("pki");
     let mut roots = rustls::RootCertStore::empty();
@@ -40,11 +49,58 @@ async fn slow_request(
         .connect(ServerName::try_from("localhost").expect("name"), tcp)
         .await
         .expect("tls");
-    slow.write_all(b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
-        .await
-        .expect("write");
+    let head = format!("POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{");
+    slow.write_all(head.as_bytes()).await.expect("write");
     slow.flush().await.expect("flush");
     slow
+}
+
+/// Whether a list is served again within five seconds (a freed slot).
+async fn served_again(client: &apiserver::client::ClientConfig) -> bool {
+    for _ in 0..50 {
+        let mut c = client.connect().await.expect("connect");
+        if c.get("/api/v1/namespaces/default/configmaps")
+            .await
+            .expect("get")
+            .status
+            == 200
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Only what the router serves as a watch escapes the in-flight limit: a slow write dressed up
+/// as a watch (a `watch` flag on a POST, repeated flags, a namespace named `watch`) holds a slot
+/// like any short request, so the next request is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_dressed_as_a_watch_still_counts_against_the_limit() {
+    let (server, client, dir) = common::in_process_with(|o| o.max_requests_in_flight = 1).await;
+    for path in [
+        "/api/v1/namespaces/default/configmaps?watch=1",
+        "/api/v1/namespaces/default/configmaps?watch=true&watch=false",
+        "/api/v1/namespaces/default/configmaps?watch=0&watch=1",
+        "/api/v1/namespaces/watch/configmaps",
+        "/api/v1/watch/namespaces/default/configmaps",
+        "/clusters/root/api/v1/namespaces/default/configmaps?watch=true",
+    ] {
+        let slow = slow_request_to(&server, &dir, path).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut c = client.connect().await.expect("connect");
+        let r = c
+            .get("/api/v1/namespaces/default/configmaps")
+            .await
+            .expect("get");
+        assert_eq!(r.status, 429, "{path} did not hold its slot");
+        drop(slow);
+        // The slot comes back before the next disguise is tried.
+        assert!(
+            served_again(&client).await,
+            "{path}: the slot never came back"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,21 +128,7 @@ async fn requests_beyond_the_limit_get_429_and_the_server_recovers() {
 
     // Load drops: the slot frees and requests are served again.
     drop(slow);
-    let mut served = false;
-    for _ in 0..50 {
-        let mut c = client.connect().await.expect("connect");
-        if c.get("/api/v1/namespaces/default/configmaps")
-            .await
-            .expect("get")
-            .status
-            == 200
-        {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(served, "the server did not recover");
+    assert!(served_again(&client).await, "the server did not recover");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,6 +76,8 @@ pub struct AppState {
     pub policies: Arc<crate::auth::PolicyCache>,
     /// What each user may make the server hold: unread list answers, open watches.
     pub budgets: crate::budget::Budgets,
+    /// Seats for long synchronous request work.
+    pub heavy: crate::heavy::HeavyWork,
 }
 
 /// What `AppState::new` needs beyond the store and the registry.
@@ -128,6 +130,7 @@ impl AppState {
         Arc::new_cyclic(|weak| AppState {
             policies,
             budgets: crate::budget::Budgets::new(options.budgets),
+            heavy: crate::heavy::HeavyWork::default(),
             namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
             tenancy: crate::tenancy::Tenancy::new(weak.clone()),
             in_flight: Arc::new(tokio::sync::Semaphore::new(

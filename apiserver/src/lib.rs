@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod dispatch;
 pub mod field_error;
 pub mod handlers;
+pub mod heavy;
 pub mod jsonpath;
 pub mod kcp_types;
 pub mod limits;

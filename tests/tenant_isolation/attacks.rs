@@ -120,6 +120,22 @@ impl Tenants {
     }
 }
 
+impl Tenants {
+    /// bob lets carol bind his export (`bind` on it in B).
+    async fn let_carol_bind(&mut self) {
+        let b = self.b.clone();
+        grant(
+            &mut self.env,
+            &b,
+            "bind-widgets",
+            json!({"apiGroups": ["apis.kcp.io"], "resources": ["apiexports"],
+                   "resourceNames": [EXPORT], "verbs": ["bind"]}),
+            "carol",
+        )
+        .await;
+    }
+}
+
 fn apibinding(name: &str, path: &str, export: &str) -> Value {
     json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding",
            "metadata": {"name": name},
@@ -718,15 +734,7 @@ async fn binding_another_workspace_export_needs_bind_there() {
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
-    grant(
-        &mut t.env,
-        &b,
-        "bind-widgets",
-        json!({"apiGroups": ["apis.kcp.io"], "resources": ["apiexports"],
-               "resourceNames": [EXPORT], "verbs": ["bind"]}),
-        "carol",
-    )
-    .await;
+    t.let_carol_bind().await;
     let r = t
         .carol
         .post(&bindings, &apibinding("w", "root:b", EXPORT))
@@ -750,15 +758,7 @@ async fn an_export_virtual_workspace_writes_only_into_bound_workspaces() {
     let (a, b) = (t.a.clone(), t.b.clone());
     let c = t.env.workspace("c").await;
     // A binds B's export (carol was granted bind); C never does.
-    grant(
-        &mut t.env,
-        &b,
-        "bind-widgets",
-        json!({"apiGroups": ["apis.kcp.io"], "resources": ["apiexports"],
-               "resourceNames": [EXPORT], "verbs": ["bind"]}),
-        "carol",
-    )
-    .await;
+    t.let_carol_bind().await;
     let r = t
         .carol
         .post(

@@ -71,7 +71,9 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     }
     let cluster = ctx.cluster_name()?.to_string();
     let resource = ctx.resource.clone();
-    let mut obj = decode_write_body(ctx)?;
+    let work = ctx.body.len();
+    let state = ctx.state.clone();
+    let mut obj = state.heavy.run(work, || decode_write_body(ctx)).await?;
     objects::check_type_meta(&mut obj, &resource)?;
     let mut obj = resource.to_storage(obj);
     reconcile_namespace(ctx, &mut obj)?;
@@ -94,8 +96,13 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
             crate::rules::default_account_creator(&mut obj, &id.user);
         }
     }
-    ctx.admit(&mut obj, None)?;
-    ctx.record_update(None, &mut obj)?;
+    state
+        .heavy
+        .run(work, || {
+            ctx.admit(&mut obj, None)?;
+            ctx.record_update(None, &mut obj)
+        })
+        .await?;
     ctx.prepare_new(&cluster, &mut obj).await?;
     let dry_run = ctx.dry_run()?;
     if !dry_run {

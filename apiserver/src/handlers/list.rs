@@ -6,7 +6,6 @@ use std::time::Duration;
 use base64::Engine;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{Response, StatusCode};
-use http_body::Body as _;
 use serde_json::{json, Value};
 
 use super::{encode, partial_metadata, Ctx};
@@ -237,6 +236,11 @@ pub(crate) async fn list_keys(
     }
 }
 
+/// The stored bytes of a page's objects.
+fn size_of(items: &[KeyValue]) -> usize {
+    items.iter().map(|kv| kv.value.len()).sum()
+}
+
 /// One page of matching objects.
 struct Page {
     items: Vec<KeyValue>,
@@ -422,13 +426,21 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         }
         other => other?,
     };
+    // An answer waiting to be read stays in memory: it counts against its user's budget, taken
+    // before the answer is built, so a refused one costs nothing.
+    let held = ctx
+        .state
+        .budgets
+        .hold_list(ctx.identity.as_deref(), size_of(&page.items))?;
     let mut list_meta = json!({"resourceVersion": page.revision.to_string()});
     if let Some(t) = &page.continue_token {
         list_meta["continue"] = json!(t);
     }
     let r = &ctx.resource;
+    let size = size_of(&page.items);
     let resp = match (&ctx.negotiated.output, ctx.negotiated.encoding) {
-        (Output::Object, Encoding::Json) if r.conversion.is_none() => {
+        // Stored objects are already JSON: a copy, large ones off the async workers.
+        (Output::Object, Encoding::Json) if r.conversion.is_none() => ctx.state.heavy.copy(size, || {
             // Stored objects are already JSON with their resourceVersion: splice, don't re-encode.
             let size: usize = page.items.iter().map(|kv| kv.value.len() + 1).sum();
             let mut out = BytesMut::with_capacity(size + 256);
@@ -455,8 +467,9 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             }
             out.put_slice(b"]}");
             bytes_response(StatusCode::OK, "application/json", Bytes::from(out))
-        }
-        (output, encoding) => {
+        }),
+        // Decoding and encoding every object is heavy work.
+        (output, encoding) => ctx.state.heavy.run(size, || {
             let objs: Vec<Value> = page
                 .items
                 .iter()
@@ -490,15 +503,9 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
                     "items": objs.iter().map(|o| partial_metadata(o, version)).collect::<Vec<_>>(),
                 }),
             };
-            encode(StatusCode::OK, &v, encoding)
-        }
+            Ok::<_, ApiError>(encode(StatusCode::OK, &v, encoding))
+        }).await?,
     };
-    // An answer waiting to be read stays in memory: it counts against its user's budget.
-    let size = match resp.body().size_hint().exact() {
-        Some(n) => n as usize,
-        None => 0,
-    };
-    let held = ctx.state.budgets.hold_list(ctx.identity.as_deref(), size)?;
     Ok(resp.map(|body| body.holding_all(held)))
 }
 

@@ -65,6 +65,9 @@ pub(crate) struct Ctx {
     pub forced_selector: Option<String>,
     /// The authenticated user.
     pub identity: Option<Arc<Identity>>,
+    /// Bytes of work a write may do beyond its body and the stored object (a JSON patch's
+    /// copies), to decide whether it runs off the async workers.
+    pub extra_work: usize,
 }
 
 impl Ctx {
@@ -476,6 +479,7 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
         warnings: Vec::new(),
         forced_selector,
         identity: call.identity,
+        extra_work: 0,
     };
     match ctx.req.verb {
         Verb::Get => get::get(&ctx).await,

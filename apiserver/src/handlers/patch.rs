@@ -102,6 +102,12 @@ pub(super) async fn patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
                     ops.0.len()
                 )));
             }
+            if ops
+                .iter()
+                .any(|op| matches!(op, json_patch::PatchOperation::Copy(_)))
+            {
+                ctx.extra_work = MAX_JSON_PATCH_COPY_BYTES;
+            }
             write_loop(ctx, Tracking::Update, |current| {
                 let mut doc = current.clone();
                 apply_json_patch(&mut doc, &ops).map_err(&invalid)?;

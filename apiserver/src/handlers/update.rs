@@ -49,38 +49,48 @@ pub(super) async fn write_loop(
     let dry_run = ctx.dry_run()?;
     for _ in 0..UNCONDITIONAL_RETRIES {
         let current = ctx.current().await?;
-        let old = objects::decode_stored(&current.value)?;
-        let mut new = compute(&resource.to_served(old.clone()))?;
-        objects::check_type_meta(&mut new, &resource)?;
-        let mut new = resource.to_storage(new);
-        let precondition = match meta_str(&new, "resourceVersion") {
-            None | Some("") => false,
-            Some(rv) => {
-                if objects::parse_resource_version(rv)? != current.mod_revision {
-                    return Err(ApiError::conflict(ctx.gr(), ctx.name()));
+        // Decoding, patching and admitting a large object is long CPU work: off the async
+        // workers, so other tenants' requests are not queued behind it.
+        let work = current.value.len() + ctx.body.len() + ctx.extra_work;
+        let state = ctx.state.clone();
+        let (old, mut new, precondition) = state
+            .heavy
+            .run(work, || {
+                let old = objects::decode_stored(&current.value)?;
+                let mut new = compute(&resource.to_served(old.clone()))?;
+                objects::check_type_meta(&mut new, &resource)?;
+                let mut new = resource.to_storage(new);
+                let precondition = match meta_str(&new, "resourceVersion") {
+                    None | Some("") => false,
+                    Some(rv) => {
+                        if objects::parse_resource_version(rv)? != current.mod_revision {
+                            return Err(ApiError::conflict(ctx.gr(), ctx.name()));
+                        }
+                        true
+                    }
+                };
+                match meta_str(&new, "name") {
+                    None | Some("") => {
+                        meta_mut(&mut new).insert("name".into(), json!(ctx.name()));
+                    }
+                    Some(n) if n == ctx.name() => {}
+                    Some(n) => {
+                        return Err(ApiError::bad_request(format!(
+                            "the name of the object ({n}) does not match the name on the URL ({})",
+                            ctx.name()
+                        )))
+                    }
                 }
-                true
-            }
-        };
-        match meta_str(&new, "name") {
-            None | Some("") => {
-                meta_mut(&mut new).insert("name".into(), json!(ctx.name()));
-            }
-            Some(n) if n == ctx.name() => {}
-            Some(n) => {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({n}) does not match the name on the URL ({})",
-                    ctx.name()
-                )))
-            }
-        }
-        reconcile_namespace(ctx, &mut new)?;
-        objects::prepare_for_update(&mut new, &old, &resource, part)?;
-        ctx.warnings.clear();
-        ctx.admit(&mut new, Some(&old))?;
-        if tracking == Tracking::Update {
-            ctx.record_update(Some(&old), &mut new)?;
-        }
+                reconcile_namespace(ctx, &mut new)?;
+                objects::prepare_for_update(&mut new, &old, &resource, part)?;
+                ctx.warnings.clear();
+                ctx.admit(&mut new, Some(&old))?;
+                if tracking == Tracking::Update {
+                    ctx.record_update(Some(&old), &mut new)?;
+                }
+                Ok((old, new, precondition))
+            })
+            .await?;
         let cluster = ctx.cluster_name()?.to_string();
         ctx.state
             .tenancy

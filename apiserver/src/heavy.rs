@@ -1,0 +1,93 @@
+//! Long synchronous work of a request (decoding, patching, admitting or encoding a large object)
+//! runs off the async workers and at most on all cores but one, so that one tenant's large
+//! requests cannot queue every other request behind them: the async workers keep a core for
+//! everyone else, as kube-apiserver's goroutines are preempted and its priority-and-fairness
+//! queues keep one user from taking every seat.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+/// Work on more bytes than this is heavy.
+const HEAVY_BYTES: usize = 64 * 1024;
+
+/// Seats for heavy work.
+#[derive(Debug)]
+pub struct HeavyWork {
+    seats: Arc<Semaphore>,
+}
+
+impl Default for HeavyWork {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        HeavyWork {
+            seats: Arc::new(Semaphore::new(cores.saturating_sub(1).max(1))),
+        }
+    }
+}
+
+impl HeavyWork {
+    /// Runs `f`, synchronous work over `bytes` bytes of input. Beyond [`HEAVY_BYTES`] on a
+    /// multi-threaded runtime it first waits for a seat, then runs in place of a blocking thread
+    /// (the runtime hands this worker's other tasks to a fresh worker).
+    pub async fn run<T>(&self, bytes: usize, f: impl FnOnce() -> T) -> T {
+        let multi = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if bytes <= HEAVY_BYTES || !multi {
+            return f();
+        }
+        // The semaphore is never closed, so a seat always comes.
+        let _seat = self.seats.acquire().await;
+        tokio::task::block_in_place(f)
+    }
+
+    /// Runs `f`, a copy of `bytes` bytes (no parsing), off the async workers when it is large
+    /// enough to hold one for milliseconds; it takes no seat, as copies are short and many may
+    /// run at once.
+    pub fn copy<T>(&self, bytes: usize, f: impl FnOnce() -> T) -> T {
+        let multi = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if bytes > LARGE_COPY_BYTES && multi {
+            tokio::task::block_in_place(f)
+        } else {
+            f()
+        }
+    }
+}
+
+/// Copies of more bytes than this leave the async workers.
+const LARGE_COPY_BYTES: usize = 32 * 1024 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn heavy_work_takes_turns_and_light_work_does_not_wait() {
+        let heavy = Arc::new(HeavyWork {
+            seats: Arc::new(Semaphore::new(1)),
+        });
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let (heavy, running, most) = (heavy.clone(), running.clone(), most.clone());
+            tasks.push(tokio::spawn(async move {
+                heavy
+                    .run(1 << 20, || {
+                        let now = running.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                        most.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    })
+                    .await
+            }));
+        }
+        // Light work runs at once, whatever the seats.
+        assert_eq!(heavy.run(10, || 7).await, 7);
+        for t in tasks {
+            t.await.expect("task");
+        }
+        assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+}
