@@ -16,7 +16,8 @@ use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, UnixTime};
 
-use crate::dispatch::{AppState, Identity};
+use crate::dispatch::AppState;
+use crate::identity::Identity;
 use crate::serviceaccounts::{ServiceAccountTokens, TokenError};
 use crate::status::ApiError;
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::dispatch::Identity;
+use crate::identity::Identity;
 use crate::status::ApiError;
 
 /// Default `--max-list-bytes-per-user`.

@@ -16,40 +16,21 @@ use serde_json::{json, Value};
 use crate::body::Body;
 use crate::catalog::Catalog;
 use crate::handlers::{self, ResourceCall};
+pub use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::negotiation::aggregated_discovery_version;
 use crate::openapi::KUBE_VERSION;
 use crate::query::Query;
 use crate::registry::Registry;
 use crate::request_info::{self, ClusterTarget, Target};
+use crate::response::text_response;
+pub use crate::response::{bytes_response, error_response, json_response};
 use crate::status::ApiError;
 use crate::storage::Store;
 use crate::{discovery, namespaces};
 
 /// Largest request body accepted (as kube-apiserver: 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
-
-/// The authenticated user of a request.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Identity {
-    pub user: String,
-    pub groups: Vec<String>,
-    pub uid: String,
-    pub extra: std::collections::BTreeMap<String, Vec<String>>,
-    /// For service accounts: the logical cluster they live in. Elsewhere they are foreigners.
-    pub home_cluster: Option<String>,
-}
-
-impl Identity {
-    /// A user with groups and nothing else.
-    pub fn new(user: impl Into<String>, groups: Vec<String>) -> Self {
-        Identity {
-            user: user.into(),
-            groups,
-            ..Identity::default()
-        }
-    }
-}
 
 /// Everything a request handler may use. No global state: the server is this value.
 pub struct AppState {
@@ -618,39 +599,6 @@ fn discovery_response(body: Bytes, version: &str) -> Response<Body> {
     }
     r.headers_mut()
         .insert(header::VARY, HeaderValue::from_static("Accept"));
-    r
-}
-
-/// A response with the given body and content type.
-pub fn bytes_response(code: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
-    let mut r = Response::new(Body::from_bytes(body));
-    *r.status_mut() = code;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    r
-}
-
-pub fn json_response(code: StatusCode, v: &Value) -> Response<Body> {
-    bytes_response(
-        code,
-        "application/json",
-        Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
-    )
-}
-
-fn text_response(code: StatusCode, s: String) -> Response<Body> {
-    bytes_response(code, "text/plain; charset=utf-8", Bytes::from(s))
-}
-
-/// The Status response of an error.
-pub fn error_response(e: &ApiError) -> Response<Body> {
-    let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = json_response(code, &e.to_status());
-    if let Some(retry) = e.details.as_ref().and_then(|d| d.retry_after_seconds) {
-        if let Ok(v) = HeaderValue::from_str(&retry.to_string()) {
-            r.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-    }
     r
 }
 

@@ -9,10 +9,10 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use crate::dispatch::AppState;
-use crate::handlers::list_keys;
 use crate::objects::{self, meta_mut};
 use crate::registry::Resource;
 use crate::status::{ApiError, GroupResource};
+use crate::storage::list_all;
 use crate::storage::StorageError;
 
 /// The namespace every logical cluster has.
@@ -151,13 +151,13 @@ impl NamespaceLifecycle {
         let Some(state) = self.state.upgrade() else {
             return Ok(());
         };
-        let (items, _) = list_keys(state.store.as_ref(), "/core/namespaces/").await?;
+        let (items, _) = list_all(state.store.as_ref(), "/core/namespaces/").await?;
         for kv in items {
             let Ok(obj) = objects::decode_stored(&kv.value) else {
                 continue;
             };
             if objects::is_deleting(&obj) {
-                let Some(cluster) = crate::tenancy::key_cluster(&kv.key).map(str::to_string) else {
+                let Some(cluster) = crate::storage::key_cluster(&kv.key).map(str::to_string) else {
                     continue;
                 };
                 self.terminate(&cluster, objects::name(&obj));
@@ -172,7 +172,7 @@ async fn sweep(state: &AppState, cluster: &str, namespace: &str) -> Result<bool,
     let mut remaining = 0usize;
     let view = state.catalog.view(cluster);
     for r in view.registry.resources().iter().filter(|r| r.ty.namespaced) {
-        let (items, _) = list_keys(
+        let (items, _) = list_all(
             state.store.as_ref(),
             &r.prefix(Some(cluster), Some(namespace)),
         )
@@ -210,7 +210,7 @@ async fn sweep(state: &AppState, cluster: &str, namespace: &str) -> Result<bool,
         // Check again: what had no finalizers is gone now.
         let mut left = 0;
         for r in view.registry.resources().iter().filter(|r| r.ty.namespaced) {
-            left += list_keys(
+            left += list_all(
                 state.store.as_ref(),
                 &r.prefix(Some(cluster), Some(namespace)),
             )

@@ -11,11 +11,13 @@ use serde_json::{json, Value};
 use crate::auth::{Attributes, RbacPolicy, UserInfo};
 use crate::authn::{header_values, AUTHENTICATED_GROUP};
 use crate::body::Body;
-use crate::dispatch::{error_response, json_response, AppState, Identity};
-use crate::handlers::list_keys;
+use crate::dispatch::AppState;
+use crate::identity::Identity;
 use crate::objects;
 use crate::request_info::{ResourceRequest, Verb};
+use crate::response::{error_response, json_response};
 use crate::status::ApiError;
+use crate::storage::list_all;
 
 /// Whether a resource request is one of the self reviews.
 pub fn is_review(rr: &ResourceRequest) -> bool {
@@ -77,7 +79,7 @@ pub async fn policy_of(state: &AppState, cluster: &str) -> Result<Arc<RbacPolicy
         "rolebindings",
         "clusterrolebindings",
     ] {
-        let (items, revision) = list_keys(
+        let (items, revision) = list_all(
             state.store.as_ref(),
             &format!("{}{plural}/{cluster}/", crate::auth::RBAC_PREFIX),
         )

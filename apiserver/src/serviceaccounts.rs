@@ -30,10 +30,12 @@ use serde_json::{json, Value};
 use sha2::Digest;
 
 use crate::body::Body;
-use crate::dispatch::{error_response, json_response, AppState, Identity};
+use crate::dispatch::AppState;
 use crate::field_error::FieldError;
+use crate::identity::Identity;
 use crate::objects;
 use crate::request_info::ResourceRequest;
+use crate::response::{error_response, json_response};
 use crate::status::{ApiError, Cause, GroupResource};
 
 /// The issuer kube-apiserver clusters use by default.

@@ -11,10 +11,11 @@ use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::body::Body;
-use crate::dispatch::{error_response, json_response, AppState};
+use crate::dispatch::AppState;
 use crate::objects;
 use crate::query::Query;
 use crate::registry::Resource;
+use crate::response::{error_response, json_response};
 use crate::schema::FieldValidation;
 use crate::status::ApiError;
 

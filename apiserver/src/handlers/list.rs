@@ -10,10 +10,10 @@ use serde_json::{json, Value};
 
 use super::{encode, partial_metadata, Ctx};
 use crate::body::Body;
-use crate::dispatch::bytes_response;
 use crate::negotiation::{Encoding, Output};
 use crate::objects;
 use crate::request_info::ClusterTarget;
+use crate::response::bytes_response;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, Cause};
 use crate::storage::{KeyValue, ListOptions, Revision, StorageError, Store};
@@ -207,33 +207,6 @@ pub(crate) async fn wait_for_revision(
         requested: rev,
         current: store.current_revision(),
     })
-}
-
-/// Lists keys under `prefix` at the latest revision (all pages), for server-internal sweeps.
-pub(crate) async fn list_keys(
-    store: &dyn Store,
-    prefix: &str,
-) -> Result<(Vec<KeyValue>, Revision), StorageError> {
-    let mut out = Vec::new();
-    let mut start: Option<String> = None;
-    let mut revision = None;
-    loop {
-        let page = store
-            .list(ListOptions {
-                prefix,
-                start_after: start.as_deref(),
-                limit: STORE_PAGE,
-                revision,
-            })
-            .await?;
-        revision = Some(page.revision);
-        let more = page.more;
-        start = page.items.last().map(|kv| kv.key.to_string());
-        out.extend(page.items);
-        if !more || start.is_none() {
-            return Ok((out, page.revision));
-        }
-    }
 }
 
 /// The stored bytes of a page's objects.

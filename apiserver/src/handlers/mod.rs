@@ -17,17 +17,17 @@ use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::body::Body;
-use crate::dispatch::{bytes_response, error_response, AppState, Identity};
+use crate::dispatch::AppState;
+use crate::identity::Identity;
 use crate::negotiation::{negotiate_resource, Encoding, Negotiated, Output};
 use crate::objects;
 use crate::query::{FieldValidation, Query};
 use crate::registry::Resource;
 use crate::request_info::{ClusterTarget, ResourceRequest, Verb};
+use crate::response::{bytes_response, error_response};
 use crate::status::{ApiError, Cause, GroupResource};
 use crate::storage::{KeyValue, StorageError};
 use crate::table;
-
-pub(crate) use list::list_keys;
 
 /// The largest object stored: etcd's default request limit (`--max-request-bytes`), under which
 /// every object of a kube-apiserver lives, so a patch cannot grow an object without bound.

@@ -206,7 +206,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     // Read the initial state before answering, so a bad request still gets a plain error.
     let (initial, from) = match start {
         Start::Initial { end_bookmark } => {
-            let (items, rev) = super::list::list_keys(store.as_ref(), &prefix)
+            let (items, rev) = crate::storage::list_all(store.as_ref(), &prefix)
                 .await
                 .map_err(|e| ctx.storage_error(e))?;
             (Some((items, end_bookmark)), rev)

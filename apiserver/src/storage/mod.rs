@@ -266,6 +266,40 @@ pub trait Store: Send + Sync + 'static {
     fn compacted_revision(&self) -> Revision;
 }
 
+/// Every key under `prefix` at one (the latest) revision, read page by page, with that
+/// revision: for the server's own sweeps and indexes, never for a client's list.
+pub async fn list_all(store: &dyn Store, prefix: &str) -> Result<(Vec<KeyValue>, Revision)> {
+    let mut out = Vec::new();
+    let mut start: Option<String> = None;
+    let mut revision = None;
+    loop {
+        let page = store
+            .list(ListOptions {
+                prefix,
+                start_after: start.as_deref(),
+                limit: LIST_ALL_PAGE,
+                revision,
+            })
+            .await?;
+        revision = Some(page.revision);
+        let more = page.more;
+        start = page.items.last().map(|kv| kv.key.to_string());
+        out.extend(page.items);
+        if !more || start.is_none() {
+            return Ok((out, page.revision));
+        }
+    }
+}
+
+/// The logical cluster segment of a storage key (`/<group>/<resource>/<cluster>/...`): the
+/// cluster an object was written to, which no client can choose for another workspace.
+pub fn key_cluster(key: &str) -> Option<&str> {
+    key.split('/').nth(3).filter(|c| !c.is_empty())
+}
+
+/// Page size of [`list_all`].
+const LIST_ALL_PAGE: usize = 500;
+
 /// Periodically compacts `store` to `current - keep`, every `every`, so that history and the
 /// event log stay bounded. The server uses e.g. `keep = 10_000`, `every = 60 s`. Failures are
 /// logged and retried at the next tick. Abort the returned handle to stop.

@@ -7,10 +7,10 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::dispatch::AppState;
-use crate::handlers::list_keys;
 use crate::objects;
 use crate::registry::{Resource, TypeInfo};
 use crate::status::{ApiError, Cause};
+use crate::storage::list_all;
 
 use super::invalid;
 
@@ -168,7 +168,7 @@ fn types_from_spec(spec: &Value) -> Vec<TypeInfo> {
 /// Recomputes the types a cluster serves beyond the built-ins: its CRDs and bound APIs.
 pub async fn reload_cluster_types(state: &AppState, cluster: &str) {
     let mut extra = Vec::new();
-    if let Ok((crds, _)) = list_keys(
+    if let Ok((crds, _)) = list_all(
         state.store.as_ref(),
         &format!("/apiextensions.k8s.io/customresourcedefinitions/{cluster}/"),
     )
@@ -186,7 +186,7 @@ pub async fn reload_cluster_types(state: &AppState, cluster: &str) {
             }
         }
     }
-    if let Ok((bindings, _)) = list_keys(
+    if let Ok((bindings, _)) = list_all(
         state.store.as_ref(),
         &format!("/apis.kcp.io/apibindings/{cluster}/"),
     )
@@ -295,7 +295,7 @@ pub async fn is_bound(
     export_cluster: &str,
     export: &str,
 ) -> Result<bool, ApiError> {
-    let (bindings, _) = list_keys(
+    let (bindings, _) = list_all(
         state.store.as_ref(),
         &format!("/apis.kcp.io/apibindings/{cluster}/"),
     )
@@ -313,7 +313,7 @@ pub async fn is_bound(
 /// Clusters with an APIBinding to the export `cluster`/`name`.
 pub async fn bound_clusters(state: &AppState, cluster: &str, name: &str) -> Vec<String> {
     let mut out = Vec::new();
-    if let Ok((bindings, _)) = list_keys(state.store.as_ref(), "/apis.kcp.io/apibindings/").await {
+    if let Ok((bindings, _)) = list_all(state.store.as_ref(), "/apis.kcp.io/apibindings/").await {
         for kv in bindings {
             let Ok(b) = objects::decode_stored(&kv.value) else {
                 continue;
@@ -321,7 +321,7 @@ pub async fn bound_clusters(state: &AppState, cluster: &str, name: &str) -> Vec<
             if b["status"]["apiExportClusterName"] == cluster
                 && b["spec"]["reference"]["export"]["name"] == name
             {
-                if let Some(c) = super::key_cluster(&kv.key) {
+                if let Some(c) = crate::storage::key_cluster(&kv.key) {
                     out.push(c.to_string());
                 }
             }

@@ -5,8 +5,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::dispatch::AppState;
-use crate::handlers::list_keys;
 use crate::objects::{self, meta_mut};
+use crate::storage::list_all;
 use crate::storage::StorageError;
 
 use super::{PATH_ANNOTATION, WORKSPACE_FINALIZER};
@@ -165,7 +165,7 @@ pub fn delete_cluster<'a>(
 ) -> futures::future::BoxFuture<'a, ()> {
     Box::pin(async move {
         // Children first, many at a time, so group commit batches their deletes.
-        if let Ok((children, _)) = list_keys(
+        if let Ok((children, _)) = list_all(
             state.store.as_ref(),
             &format!("/tenancy.kcp.io/workspaces/{cluster}/"),
         )
@@ -194,7 +194,7 @@ pub fn delete_cluster<'a>(
         let mut deletes = futures::stream::FuturesUnordered::new();
         for r in view.registry.resources() {
             let Ok((items, _)) =
-                list_keys(state.store.as_ref(), &r.prefix(Some(cluster), None)).await
+                list_all(state.store.as_ref(), &r.prefix(Some(cluster), None)).await
             else {
                 continue;
             };

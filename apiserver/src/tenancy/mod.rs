@@ -19,13 +19,14 @@ use lifecycle::{
     cluster_name_for, ensure_logical_cluster, finish_workspace_deletion, initialize_workspace,
 };
 
-use crate::dispatch::{AppState, Identity};
-use crate::handlers::list_keys;
+use crate::dispatch::AppState;
+use crate::identity::Identity;
 use crate::objects::{self, meta_mut};
 use crate::registry::Resource;
 use crate::request_info::{ClusterTarget, ROOT_CLUSTER};
 use crate::status::{ApiError, Cause};
 use crate::storage::StorageError;
+use crate::storage::{key_cluster, list_all};
 
 /// Finalizer that holds a Workspace until its logical cluster is emptied.
 pub const WORKSPACE_FINALIZER: &str = "tenancy.kcp.io/logical-cluster";
@@ -756,7 +757,7 @@ impl Tenancy {
     /// Moves APIBindings still in phase Binding that name `export` to Bound if their export
     /// now resolves.
     async fn retry_waiting_bindings(&self, state: &AppState, export: &str) {
-        let Ok((bindings, _)) = list_keys(state.store.as_ref(), "/apis.kcp.io/apibindings/").await
+        let Ok((bindings, _)) = list_all(state.store.as_ref(), "/apis.kcp.io/apibindings/").await
         else {
             return;
         };
@@ -813,7 +814,7 @@ impl Tenancy {
         self.ensure_root_content(&state).await?;
         self.reload_types(&state).await?;
         // Resume deletions.
-        for kv in list_keys(state.store.as_ref(), "/tenancy.kcp.io/workspaces/")
+        for kv in list_all(state.store.as_ref(), "/tenancy.kcp.io/workspaces/")
             .await?
             .0
         {
@@ -850,7 +851,7 @@ impl Tenancy {
     /// set). Annotations, which tenants can write, play no part. The index is rebuilt whole, so
     /// entries of workspaces that are gone disappear.
     async fn index_paths(&self, state: &AppState) -> Result<(), StorageError> {
-        let (workspaces, _) = list_keys(state.store.as_ref(), WORKSPACES_PREFIX).await?;
+        let (workspaces, _) = list_all(state.store.as_ref(), WORKSPACES_PREFIX).await?;
         let mut children: HashMap<String, Vec<(String, String)>> = HashMap::new();
         for kv in workspaces {
             let Some((parent, name)) = workspace_key(&kv.key) else {
@@ -949,7 +950,7 @@ impl Tenancy {
             "/apiextensions.k8s.io/customresourcedefinitions/",
             "/apis.kcp.io/apibindings/",
         ] {
-            for kv in list_keys(state.store.as_ref(), prefix).await?.0 {
+            for kv in list_all(state.store.as_ref(), prefix).await?.0 {
                 if let Some(c) = kv
                     .key
                     .strip_prefix(prefix)
@@ -1101,12 +1102,6 @@ pub(crate) const WORKSPACES_PREFIX: &str = "/tenancy.kcp.io/workspaces/";
 pub(crate) fn workspace_key(key: &str) -> Option<(&str, &str)> {
     let (parent, name) = key.strip_prefix(WORKSPACES_PREFIX)?.split_once('/')?;
     (!parent.is_empty() && !name.is_empty() && !name.contains('/')).then_some((parent, name))
-}
-
-/// The logical cluster segment of a storage key (`/<group>/<resource>/<cluster>/...`): the
-/// cluster an object was written to, which no client can choose for another workspace.
-pub(crate) fn key_cluster(key: &str) -> Option<&str> {
-    key.split('/').nth(3).filter(|c| !c.is_empty())
 }
 
 /// Path → cluster and cluster → path for the tree below `root`, given each cluster's child

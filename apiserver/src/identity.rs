@@ -1,0 +1,23 @@
+//! Who a request comes from, once authenticated (and after impersonation).
+
+/// The authenticated user of a request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    pub groups: Vec<String>,
+    pub uid: String,
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+    /// For service accounts: the logical cluster they live in. Elsewhere they are foreigners.
+    pub home_cluster: Option<String>,
+}
+
+impl Identity {
+    /// A user with groups and nothing else.
+    pub fn new(user: impl Into<String>, groups: Vec<String>) -> Self {
+        Identity {
+            user: user.into(),
+            groups,
+            ..Identity::default()
+        }
+    }
+}
