@@ -16,8 +16,8 @@ use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, UnixTime};
 
-use crate::dispatch::AppState;
 use crate::identity::Identity;
+use crate::serviceaccounts::Objects;
 use crate::serviceaccounts::{ServiceAccountTokens, TokenError};
 use crate::status::ApiError;
 
@@ -269,11 +269,12 @@ pub fn take_prefixed<S: AsRef<str>>(
 /// Who sent a request, by the chain above. `Ok(None)`: nobody (anonymous); a bad bearer token
 /// is a 401.
 pub async fn authenticate(
-    state: &AppState,
+    authn: &Authn,
+    objects: Objects<'_>,
     peer: &Peer,
     headers: &mut HeaderMap,
 ) -> Result<Option<Arc<Identity>>, ApiError> {
-    if let Some(rh) = &state.authn.request_header {
+    if let Some(rh) = &authn.request_header {
         let trusted = matches!(peer, Peer::Proxy);
         if let Some(id) = rh.take(headers, trusted) {
             return Ok(Some(Arc::new(id)));
@@ -289,11 +290,11 @@ pub async fn authenticate(
     ) else {
         return Ok(None);
     };
-    if let Some(id) = state.authn.tokens.authenticate(token) {
+    if let Some(id) = authn.tokens.authenticate(token) {
         return Ok(Some(Arc::new(id)));
     }
-    if let Some(signer) = &state.authn.service_accounts {
-        match crate::serviceaccounts::verify_token(state, signer, token, &[]).await {
+    if let Some(signer) = &authn.service_accounts {
+        match crate::serviceaccounts::verify_token(objects, signer, token, &[]).await {
             Ok(claims) => return Ok(Some(Arc::new(crate::serviceaccounts::identity(&claims)))),
             Err(TokenError::NotOurs) => {}
             Err(e) => {
@@ -311,12 +312,13 @@ pub async fn authenticate(
 /// workspace are, and every other token, valid or not, gets the same "not valid" answer, so a
 /// workspace admin learns nothing about another tenant's tokens.
 pub async fn review_token(
-    state: &AppState,
+    authn: &Authn,
+    objects: Objects<'_>,
     cluster: &str,
     token: &str,
     audiences: &[String],
 ) -> serde_json::Value {
-    let status = review_any_token(state, token, audiences).await;
+    let status = review_any_token(authn, objects, token, audiences).await;
     if cluster == crate::request_info::ROOT_CLUSTER {
         return status;
     }
@@ -334,27 +336,27 @@ pub async fn review_token(
 }
 
 async fn review_any_token(
-    state: &AppState,
+    authn: &Authn,
+    objects: Objects<'_>,
     token: &str,
     audiences: &[String],
 ) -> serde_json::Value {
     use serde_json::json;
     if audiences.is_empty()
         || audiences.iter().any(|a| {
-            state
-                .authn
+            authn
                 .service_accounts
                 .as_ref()
                 .is_some_and(|s| s.audiences().contains(a))
         })
     {
-        if let Some(id) = state.authn.tokens.authenticate(token) {
+        if let Some(id) = authn.tokens.authenticate(token) {
             return json!({"authenticated": true, "user": user_json(&id), "audiences": audiences});
         }
     }
-    let error = match &state.authn.service_accounts {
+    let error = match &authn.service_accounts {
         Some(signer) => {
-            match crate::serviceaccounts::verify_token(state, signer, token, audiences).await {
+            match crate::serviceaccounts::verify_token(objects, signer, token, audiences).await {
                 Ok(claims) => {
                     let id = crate::serviceaccounts::identity(&claims);
                     let aud: Vec<&String> = if audiences.is_empty() {

@@ -47,14 +47,15 @@ pub struct AppState {
     in_flight: Arc<tokio::sync::Semaphore>,
     /// How requests authenticate.
     pub authn: crate::authn::Authn,
-    /// Objects one logical cluster may hold (`--max-objects-per-workspace`); 0 is no limit.
-    pub max_objects_per_workspace: usize,
+
     /// How long a short request may take before it is answered 504 (`--request-timeout`).
     pub request_timeout: std::time::Duration,
-    /// Upper bounds of object counts per workspace, for the object limit.
-    pub object_counts: crate::limits::ObjectCounts,
+    /// Objects one logical cluster may hold (`--max-objects-per-workspace`).
+    pub object_limit: crate::limits::ObjectLimit,
     /// The decoded RBAC policy of each workspace, kept until its RBAC objects change.
     pub policies: Arc<crate::auth::PolicyCache>,
+    /// RBAC authorization over the store and those policies.
+    pub rbac: crate::reviews::Rbac,
     /// What each user may make the server hold: unread list answers, open watches.
     pub budgets: crate::budget::Budgets,
     /// Seats for long synchronous request work.
@@ -108,8 +109,10 @@ impl AppState {
             store,
             Arc::new(move |key: &str, revision| observer.observe_write(key, revision)),
         ));
+        let rbac = crate::reviews::Rbac::new(store.clone(), policies.clone());
         Arc::new_cyclic(|weak| AppState {
             policies,
+            rbac,
             budgets: crate::budget::Budgets::new(options.budgets),
             heavy: crate::heavy::HeavyWork::default(),
             namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
@@ -118,14 +121,24 @@ impl AppState {
                 options.max_requests_in_flight.max(1),
             )),
             authn: options.authn,
-            max_objects_per_workspace: options.max_objects_per_workspace,
+
             request_timeout: options.request_timeout,
-            object_counts: Default::default(),
+            object_limit: crate::limits::ObjectLimit::new(options.max_objects_per_workspace),
             store,
             catalog,
             metrics: Metrics::with_extra(options.extra_metrics.as_ref()),
             advertise_address: options.advertise_address,
         })
+    }
+}
+
+impl AppState {
+    /// The store and the built-in types, for the service-account code.
+    pub fn objects(&self) -> crate::serviceaccounts::Objects<'_> {
+        crate::serviceaccounts::Objects {
+            store: self.store.as_ref(),
+            catalog: &self.catalog,
+        }
     }
 }
 
@@ -251,10 +264,13 @@ async fn route(
         Ok(i) => i,
         Err(e) => return error_response(&e),
     };
-    let identity = match crate::authn::authenticate(state, &peer, &mut parts.headers).await {
-        Ok(id) => id,
-        Err(e) => return error_response(&e),
-    };
+    let identity =
+        match crate::authn::authenticate(&state.authn, state.objects(), &peer, &mut parts.headers)
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => return error_response(&e),
+        };
     if identity.is_none() && !is_public(&info.target) {
         return error_response(&ApiError::unauthorized());
     }
@@ -277,7 +293,8 @@ async fn route(
     };
     let identity = match identity {
         Some(id) => {
-            match crate::reviews::impersonate(state, scope.cluster(), &id, &mut parts.headers).await
+            match crate::reviews::impersonate(&state.rbac, scope.cluster(), &id, &mut parts.headers)
+                .await
             {
                 Ok(Some(other)) => Some(Arc::new(other)),
                 Ok(None) => Some(id),
@@ -293,7 +310,8 @@ async fn route(
     ) {
         let verb = parts.method.as_str().to_ascii_lowercase();
         if let Err(e) =
-            crate::reviews::authorize_non_resource(state, scope, id, &verb, parts.uri.path()).await
+            crate::reviews::authorize_non_resource(&state.rbac, scope, id, &verb, parts.uri.path())
+                .await
         {
             return error_response(&e);
         }
@@ -306,7 +324,8 @@ async fn route(
         };
         let verb = parts.method.as_str().to_ascii_lowercase();
         if let Err(e) =
-            crate::reviews::authorize_root_non_resource(state, id, &verb, parts.uri.path()).await
+            crate::reviews::authorize_root_non_resource(&state.rbac, id, &verb, parts.uri.path())
+                .await
         {
             return error_response(&e);
         }
@@ -317,7 +336,7 @@ async fn route(
         (&info.virtual_workspace, identity.as_deref(), &info.target)
     {
         if let Err(e) = crate::reviews::authorize_export_content(
-            state,
+            &state.rbac,
             id,
             export_cluster,
             export,
@@ -385,15 +404,24 @@ async fn route(
                 let Some(id) = identity.as_deref() else {
                     return error_response(&ApiError::unauthorized());
                 };
-                return crate::reviews::serve(state, info.cluster.name(), id, &rr, &body).await;
+                return crate::reviews::serve(&state.rbac, info.cluster.name(), id, &rr, &body)
+                    .await;
             }
             if let Some(id) = identity.as_deref() {
-                if let Err(e) = crate::reviews::authorize(state, scope, id, &rr).await {
+                if let Err(e) = crate::reviews::authorize(&state.rbac, scope, id, &rr).await {
                     return error_response(&e);
                 }
             }
             if crate::reviews::is_special(&rr) && info.virtual_workspace.is_none() {
-                return crate::reviews::serve_special(state, info.cluster.name(), &rr, &body).await;
+                return crate::reviews::serve_special(
+                    &state.rbac,
+                    &state.authn,
+                    state.objects(),
+                    info.cluster.name(),
+                    &rr,
+                    &body,
+                )
+                .await;
             }
             let call = ResourceCall {
                 state: state.clone(),

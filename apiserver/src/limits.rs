@@ -8,17 +8,27 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::dispatch::AppState;
+use crate::catalog::ApiView;
 use crate::status::{ApiError, GroupResource};
-use crate::storage::ListOptions;
+use crate::storage::{ListOptions, Store};
 
-/// Upper bounds of object counts per logical cluster.
+/// The object limit of every workspace, with an upper bound of each one's object count.
 #[derive(Debug, Default)]
-pub struct ObjectCounts {
+pub struct ObjectLimit {
+    /// Objects one workspace may hold; 0 is no limit.
+    max: usize,
     bounds: Mutex<HashMap<String, usize>>,
 }
 
-impl ObjectCounts {
+impl ObjectLimit {
+    /// A limit of `max` objects per workspace (0: none).
+    pub fn new(max: usize) -> Self {
+        ObjectLimit {
+            max,
+            bounds: Mutex::default(),
+        }
+    }
+
     fn bound(&self, cluster: &str) -> Option<usize> {
         self.bounds.lock().ok()?.get(cluster).copied()
     }
@@ -39,9 +49,14 @@ impl ObjectCounts {
     }
 }
 
-/// Counts the objects of `cluster`, stopping once `stop_at` are found.
-async fn count(state: &AppState, cluster: &str, stop_at: usize) -> Result<usize, ApiError> {
-    let view = state.catalog.view(cluster);
+/// Counts the objects of `cluster` (of the types `view` serves), stopping once `stop_at` are
+/// found.
+async fn count(
+    store: &dyn Store,
+    view: &ApiView,
+    cluster: &str,
+    stop_at: usize,
+) -> Result<usize, ApiError> {
     let mut prefixes: Vec<String> = view
         .registry
         .resources()
@@ -54,8 +69,7 @@ async fn count(state: &AppState, cluster: &str, stop_at: usize) -> Result<usize,
     for prefix in prefixes {
         let mut after: Option<String> = None;
         loop {
-            let page = state
-                .store
+            let page = store
                 .list(ListOptions {
                     prefix: &prefix,
                     start_after: after.as_deref(),
@@ -77,31 +91,35 @@ async fn count(state: &AppState, cluster: &str, stop_at: usize) -> Result<usize,
     Ok(total)
 }
 
-/// Refuses a create in `cluster` when the workspace already holds the most objects allowed.
-pub async fn check_create(
-    state: &AppState,
-    cluster: &str,
-    gr: &GroupResource,
-    name: &str,
-) -> Result<(), ApiError> {
-    let max = state.max_objects_per_workspace;
-    if max == 0 {
-        return Ok(());
-    }
-    let known = state.object_counts.bound(cluster);
-    let n = match known {
-        Some(n) if n < max => n,
-        _ => {
-            let n = count(state, cluster, max).await?;
-            state.object_counts.set(cluster, n);
-            n
+impl ObjectLimit {
+    /// Refuses a create in `cluster` (whose types `view` describes) when the workspace already
+    /// holds the most objects allowed.
+    pub async fn check_create(
+        &self,
+        store: &dyn Store,
+        view: &ApiView,
+        cluster: &str,
+        gr: &GroupResource,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let max = self.max;
+        if max == 0 {
+            return Ok(());
         }
-    };
-    if n >= max {
-        return Err(ApiError::forbidden(format!(
-            "{gr} \"{name}\" is forbidden: the workspace holds {n} objects and \
-             --max-objects-per-workspace allows {max}"
-        )));
+        let n = match self.bound(cluster) {
+            Some(n) if n < max => n,
+            _ => {
+                let n = count(store, view, cluster, max).await?;
+                self.set(cluster, n);
+                n
+            }
+        };
+        if n >= max {
+            return Err(ApiError::forbidden(format!(
+                "{gr} \"{name}\" is forbidden: the workspace holds {n} objects and \
+                 --max-objects-per-workspace allows {max}"
+            )));
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -11,13 +11,13 @@ use serde_json::{json, Value};
 use crate::auth::{Attributes, RbacPolicy, UserInfo};
 use crate::authn::{header_values, AUTHENTICATED_GROUP};
 use crate::body::Body;
-use crate::dispatch::AppState;
 use crate::identity::Identity;
 use crate::objects;
 use crate::request_info::{ResourceRequest, Verb};
 use crate::response::{error_response, json_response};
 use crate::status::ApiError;
 use crate::storage::list_all;
+use crate::storage::Store;
 
 /// Whether a resource request is one of the self reviews.
 pub fn is_review(rr: &ResourceRequest) -> bool {
@@ -63,46 +63,62 @@ pub fn user_info(identity: &Identity, cluster: Option<&str>) -> UserInfo {
     }
 }
 
-/// The RBAC policy of one logical cluster: the kept one while its RBAC objects are unchanged,
-/// else read from the store (the watch cache's lists) and kept.
-pub async fn policy_of(state: &AppState, cluster: &str) -> Result<Arc<RbacPolicy>, ApiError> {
-    if let Some(policy) = state.policies.get(cluster) {
-        return Ok(policy);
+/// RBAC authorization of every workspace: the RBAC objects in the store, decoded once per
+/// workspace and kept in the policy cache until one of them changes. A narrow handle, not the
+/// whole server.
+#[derive(Clone)]
+pub struct Rbac {
+    store: Arc<dyn Store>,
+    policies: Arc<crate::auth::PolicyCache>,
+}
+
+impl Rbac {
+    /// Authorization over `store`, keeping policies in `policies`.
+    pub fn new(store: Arc<dyn Store>, policies: Arc<crate::auth::PolicyCache>) -> Self {
+        Rbac { store, policies }
     }
-    let mut sets: Vec<Vec<Value>> = Vec::new();
-    // Each kind is listed at its own revision: the policy counts as read at the oldest, so a
-    // change that slipped in between invalidates it.
-    let mut read_at = u64::MAX;
-    for plural in [
-        "roles",
-        "clusterroles",
-        "rolebindings",
-        "clusterrolebindings",
-    ] {
-        let (items, revision) = list_all(
-            state.store.as_ref(),
-            &format!("{}{plural}/{cluster}/", crate::auth::RBAC_PREFIX),
-        )
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-        read_at = read_at.min(revision);
-        sets.push(
-            items
-                .iter()
-                .filter_map(|kv| objects::decode_stored(&kv.value).ok())
-                .collect(),
-        );
+
+    /// The RBAC policy of one logical cluster: the kept one while its RBAC objects are
+    /// unchanged, else read from the store (the watch cache's lists) and kept.
+    pub async fn policy_of(&self, cluster: &str) -> Result<Arc<RbacPolicy>, ApiError> {
+        if let Some(policy) = self.policies.get(cluster) {
+            return Ok(policy);
+        }
+        let mut sets: Vec<Vec<Value>> = Vec::new();
+        // Each kind is listed at its own revision: the policy counts as read at the oldest, so
+        // a change that slipped in between invalidates it.
+        let mut read_at = u64::MAX;
+        for plural in [
+            "roles",
+            "clusterroles",
+            "rolebindings",
+            "clusterrolebindings",
+        ] {
+            let (items, revision) = list_all(
+                self.store.as_ref(),
+                &format!("{}{plural}/{cluster}/", crate::auth::RBAC_PREFIX),
+            )
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+            read_at = read_at.min(revision);
+            sets.push(
+                items
+                    .iter()
+                    .filter_map(|kv| objects::decode_stored(&kv.value).ok())
+                    .collect(),
+            );
+        }
+        let policy = Arc::new(RbacPolicy::from_objects(
+            &sets[0], &sets[1], &sets[2], &sets[3],
+        ));
+        self.policies.put(cluster, read_at, policy.clone());
+        Ok(policy)
     }
-    let policy = Arc::new(RbacPolicy::from_objects(
-        &sets[0], &sets[1], &sets[2], &sets[3],
-    ));
-    state.policies.put(cluster, read_at, policy.clone());
-    Ok(policy)
 }
 
 /// Answers a self review.
 pub async fn serve(
-    state: &AppState,
+    rbac: &Rbac,
     cluster: Option<&str>,
     identity: &Identity,
     rr: &ResourceRequest,
@@ -136,7 +152,7 @@ pub async fn serve(
                     "reviews need one logical cluster, not /clusters/*",
                 ));
             };
-            let policy = match policy_of(state, cluster).await {
+            let policy = match rbac.policy_of(cluster).await {
                 Ok(p) => p,
                 Err(e) => return error_response(&e),
             };
@@ -203,7 +219,7 @@ fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
 /// Authorizes a virtual-workspace request: the user must hold the request's verb on the
 /// export's `apiexports/content` in the export's workspace (kcp's rule).
 pub async fn authorize_export_content(
-    state: &AppState,
+    rbac: &Rbac,
     identity: &Identity,
     export_cluster: &str,
     export: &str,
@@ -215,7 +231,7 @@ pub async fn authorize_export_content(
     let attrs = Attributes::resource(user, verb, "apis.kcp.io", "apiexports", None)
         .with_name(export)
         .with_subresource("content");
-    let policy = policy_of(state, export_cluster).await?;
+    let policy = rbac.policy_of(export_cluster).await?;
     let decision = policy.authorize(&attrs);
     if !decision.is_allowed() && !policy.is_bound(&attrs.user) {
         // Not a member of the export's workspace: the same answer whether the workspace or the
@@ -243,13 +259,13 @@ fn decide(attrs: &Attributes, decision: crate::auth::Decision) -> Result<(), Api
 /// lookup. Wildcard (`/clusters/*`) requests are for `system:masters` only; virtual-workspace
 /// requests need `apiexports/content` on the export.
 pub async fn authorize(
-    state: &AppState,
+    rbac: &Rbac,
     scope: Scope<'_>,
     identity: &Identity,
     rr: &ResourceRequest,
 ) -> Result<(), ApiError> {
     if let Scope::VirtualWorkspace(cluster, export) = scope {
-        return authorize_export_content(state, identity, cluster, export, rr.verb.as_str()).await;
+        return authorize_export_content(rbac, identity, cluster, export, rr.verb.as_str()).await;
     }
     let cluster = scope.cluster();
     let Some(user) = unless_master(identity, cluster) else {
@@ -269,7 +285,7 @@ pub async fn authorize(
     }
     let decision = match cluster {
         Some(c) => {
-            let policy = policy_of(state, c).await?;
+            let policy = rbac.policy_of(c).await?;
             let decision = policy.authorize(&attrs);
             if !decision.is_allowed()
                 && c != crate::request_info::ROOT_CLUSTER
@@ -293,14 +309,14 @@ pub async fn authorize(
 /// (access to the workspace, as kcp's workspace content authorizer). Other workspaces are closed,
 /// so their APIs stay private.
 pub async fn authorize_non_resource(
-    state: &AppState,
+    rbac: &Rbac,
     scope: Scope<'_>,
     identity: &Identity,
     verb: &str,
     path: &str,
 ) -> Result<(), ApiError> {
     if let Scope::VirtualWorkspace(cluster, export) = scope {
-        return authorize_export_content(state, identity, cluster, export, "get").await;
+        return authorize_export_content(rbac, identity, cluster, export, "get").await;
     }
     let cluster = scope.cluster();
     if cluster == Some(crate::request_info::ROOT_CLUSTER) {
@@ -311,7 +327,7 @@ pub async fn authorize_non_resource(
     };
     let attrs = Attributes::non_resource(user, verb, path);
     if let Some(c) = cluster {
-        let policy = policy_of(state, c).await?;
+        let policy = rbac.policy_of(c).await?;
         if policy.is_bound(&attrs.user) || policy.authorize(&attrs).is_allowed() {
             return Ok(());
         }
@@ -322,7 +338,7 @@ pub async fn authorize_non_resource(
 /// Whether RBAC of `cluster` lets `identity` do `verb` on the named resource (`system:masters`
 /// may do anything): for checks beyond the request's own, such as `bind` on an APIExport.
 pub async fn allowed(
-    state: &AppState,
+    rbac: &Rbac,
     cluster: &str,
     identity: &Identity,
     verb: &str,
@@ -334,7 +350,8 @@ pub async fn allowed(
         return Ok(true);
     };
     let attrs = Attributes::resource(user, verb, group, resource, None).with_name(name);
-    Ok(policy_of(state, cluster)
+    Ok(rbac
+        .policy_of(cluster)
         .await?
         .authorize(&attrs)
         .is_allowed())
@@ -343,7 +360,7 @@ pub async fn allowed(
 /// Authorizes a non-resource URL that is not about any one workspace (`/metrics`) with the RBAC
 /// of `root`, where the platform's operators are bound.
 pub async fn authorize_root_non_resource(
-    state: &AppState,
+    rbac: &Rbac,
     identity: &Identity,
     verb: &str,
     path: &str,
@@ -353,14 +370,14 @@ pub async fn authorize_root_non_resource(
         return Ok(());
     };
     let attrs = Attributes::non_resource(user, verb, path);
-    decide(&attrs, policy_of(state, root).await?.authorize(&attrs))
+    decide(&attrs, rbac.policy_of(root).await?.authorize(&attrs))
 }
 
 /// Applies `Impersonate-*` headers: the authenticated user must be allowed to `impersonate`
 /// each requested user (or service account), group, uid and extra value in the request's
 /// workspace. The headers are removed. `Ok(None)` when none were sent.
 pub async fn impersonate(
-    state: &AppState,
+    rbac: &Rbac,
     cluster: Option<&str>,
     identity: &Identity,
     headers: &mut http::HeaderMap,
@@ -383,7 +400,7 @@ pub async fn impersonate(
     };
     let me = user_info(identity, cluster);
     let policy = match cluster {
-        Some(c) if !me.is_master() => Some(policy_of(state, c).await?),
+        Some(c) if !me.is_master() => Some(rbac.policy_of(c).await?),
         _ => None,
     };
     let check = |group: &str, resource: &str, sub: &str, ns: Option<&str>, name: &str| {
@@ -456,7 +473,9 @@ pub fn is_special(rr: &ResourceRequest) -> bool {
 
 /// Serves the requests of [`is_special`].
 pub async fn serve_special(
-    state: &AppState,
+    rbac: &Rbac,
+    authn: &crate::authn::Authn,
+    objects: crate::serviceaccounts::Objects<'_>,
     cluster: Option<&str>,
     rr: &ResourceRequest,
     body: &[u8],
@@ -466,7 +485,14 @@ pub async fn serve_special(
         return error_response(&ApiError::method_not_allowed(rr.verb.as_str(), &gr));
     };
     if rr.resource == "serviceaccounts" {
-        return crate::serviceaccounts::token_request(state, cluster, rr, body).await;
+        return crate::serviceaccounts::token_request(
+            objects,
+            authn.service_accounts.as_ref(),
+            cluster,
+            rr,
+            body,
+        )
+        .await;
     }
     if rr.verb != Verb::Create || rr.name.is_some() {
         return error_response(&ApiError::method_not_allowed(rr.verb.as_str(), &gr));
@@ -495,7 +521,7 @@ pub async fn serve_special(
             ));
         };
         let audiences: Vec<String> = crate::objects::str_list(spec.get("audiences"));
-        crate::authn::review_token(state, cluster, token, &audiences).await
+        crate::authn::review_token(authn, objects, cluster, token, &audiences).await
     } else {
         let groups: Vec<String> = crate::objects::str_list(spec.get("groups"));
         let extra = serde_json::from_value(spec["extra"].clone()).unwrap_or_default();
@@ -514,7 +540,7 @@ pub async fn serve_special(
                 "spec.resourceAttributes or spec.nonResourceAttributes is required",
             ));
         };
-        let policy = match policy_of(state, cluster).await {
+        let policy = match rbac.policy_of(cluster).await {
             Ok(p) => p,
             Err(e) => return error_response(&e),
         };
@@ -539,7 +565,7 @@ pub async fn serve_special(
 /// Refuses a Role, ClusterRole or binding that would grant its writer permissions it does not
 /// hold (unless it may `escalate` or `bind`), as kube-apiserver's RBAC admission does.
 pub async fn check_rbac_write(
-    state: &AppState,
+    rbac: &Rbac,
     cluster: &str,
     identity: Option<&Identity>,
     resource: &crate::registry::Resource,
@@ -555,7 +581,7 @@ pub async fn check_rbac_write(
     if user.is_master() {
         return Ok(());
     }
-    let policy = policy_of(state, cluster).await?;
+    let policy = rbac.policy_of(cluster).await?;
     let checked = if resource.ty.kind.ends_with("Binding") {
         crate::auth::check_binding_write(&user, &policy, obj)
     } else {

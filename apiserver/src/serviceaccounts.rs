@@ -30,13 +30,14 @@ use serde_json::{json, Value};
 use sha2::Digest;
 
 use crate::body::Body;
-use crate::dispatch::AppState;
+use crate::catalog::Catalog;
 use crate::field_error::FieldError;
 use crate::identity::Identity;
 use crate::objects;
 use crate::request_info::ResourceRequest;
 use crate::response::{error_response, json_response};
 use crate::status::{ApiError, Cause, GroupResource};
+use crate::storage::Store;
 
 /// The issuer kube-apiserver clusters use by default.
 pub const DEFAULT_ISSUER: &str = "https://kubernetes.default.svc";
@@ -333,8 +334,18 @@ impl ServiceAccountTokens {
     }
 }
 
+/// What the service-account code reads: the store, and the built-in types to find
+/// ServiceAccounts and Secrets in it. A narrow handle, not the whole server.
+#[derive(Clone, Copy)]
+pub struct Objects<'a> {
+    /// The store objects live in.
+    pub store: &'a dyn Store,
+    /// What every logical cluster serves.
+    pub catalog: &'a Catalog,
+}
+
 fn core_resource(
-    state: &AppState,
+    state: Objects<'_>,
     plural: &str,
 ) -> Result<std::sync::Arc<crate::registry::Resource>, ApiError> {
     state
@@ -348,7 +359,7 @@ fn core_resource(
 
 /// Reads one namespaced core object.
 async fn read_core(
-    state: &AppState,
+    state: Objects<'_>,
     plural: &str,
     cluster: &str,
     namespace: &str,
@@ -369,7 +380,7 @@ fn uid_of(obj: &Value) -> &str {
 
 /// Verifies a token completely, the service account (and Secret) included.
 pub async fn verify_token(
-    state: &AppState,
+    state: Objects<'_>,
     signer: &ServiceAccountTokens,
     token: &str,
     audiences: &[String],
@@ -470,19 +481,21 @@ pub(crate) fn decode_request(body: &[u8], kind: &str) -> Result<Value, ApiError>
 /// `POST .../namespaces/<ns>/serviceaccounts/<name>/token` (TokenRequest). The caller has
 /// already been authorized for `create serviceaccounts/token`.
 pub async fn token_request(
-    state: &AppState,
+    state: Objects<'_>,
+    signer: Option<&ServiceAccountTokens>,
     cluster: &str,
     rr: &ResourceRequest,
     body: &[u8],
 ) -> Response<Body> {
-    match token_request_inner(state, cluster, rr, body).await {
+    match token_request_inner(state, signer, cluster, rr, body).await {
         Ok(v) => json_response(StatusCode::CREATED, &v),
         Err(e) => error_response(&e),
     }
 }
 
 async fn token_request_inner(
-    state: &AppState,
+    state: Objects<'_>,
+    signer: Option<&ServiceAccountTokens>,
     cluster: &str,
     rr: &ResourceRequest,
     body: &[u8],
@@ -494,7 +507,7 @@ async fn token_request_inner(
     let (Some(ns), Some(name)) = (rr.namespace.as_deref(), rr.name.as_deref()) else {
         return Err(ApiError::path_not_found());
     };
-    let Some(signer) = state.authn.service_accounts.as_ref() else {
+    let Some(signer) = signer else {
         return Err(ApiError::new(
             503,
             "ServiceUnavailable",
@@ -626,7 +639,8 @@ async fn token_request_inner(
 /// `token`, `ca.crt` and `namespace`, as kube's token controller does, and records the
 /// ServiceAccount's uid. A Secret whose ServiceAccount does not exist yet is left unfilled.
 pub async fn fill_legacy_secret(
-    state: &AppState,
+    state: Objects<'_>,
+    signer: Option<&ServiceAccountTokens>,
     cluster: &str,
     secret: &mut Value,
 ) -> Result<(), ApiError> {
@@ -649,7 +663,7 @@ pub async fn fill_legacy_secret(
             ))],
         ));
     }
-    let Some(signer) = state.authn.service_accounts.as_ref() else {
+    let Some(signer) = signer else {
         return Ok(());
     };
     let ns = objects::meta_str(secret, "namespace")

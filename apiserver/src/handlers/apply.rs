@@ -188,7 +188,7 @@ pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiErro
             if ctx.dry_run()? {
                 return Ok(ctx.respond_value(StatusCode::CREATED, &obj));
             }
-            crate::limits::check_create(&ctx.state, &cluster, ctx.gr(), ctx.name()).await?;
+            ctx.check_object_limit(&cluster, ctx.name()).await?;
             let key = ctx.key()?;
             match ctx.state.store.create(&key, objects::encoder(obj)).await {
                 Ok(kv) => Ok(ctx.created(&cluster, kv).await),

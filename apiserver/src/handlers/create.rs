@@ -106,7 +106,8 @@ pub(super) async fn create(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     ctx.prepare_new(&cluster, &mut obj).await?;
     let dry_run = ctx.dry_run()?;
     if !dry_run {
-        crate::limits::check_create(&ctx.state, &cluster, ctx.gr(), objects::name(&obj)).await?;
+        ctx.check_object_limit(&cluster, objects::name(&obj))
+            .await?;
     }
     let mut attempt = 0;
     loop {

@@ -77,14 +77,20 @@ impl Ctx {
     pub(super) async fn prepare_new(&self, cluster: &str, obj: &mut Value) -> Result<(), ApiError> {
         let resource = &self.resource;
         if resource.ty.group.is_empty() && resource.ty.kind == "Secret" {
-            crate::serviceaccounts::fill_legacy_secret(&self.state, cluster, obj).await?;
+            crate::serviceaccounts::fill_legacy_secret(
+                self.state.objects(),
+                self.state.authn.service_accounts.as_ref(),
+                cluster,
+                obj,
+            )
+            .await?;
         }
         self.state
             .tenancy
             .prepare_as(resource, cluster, obj, None, self.identity.as_deref())
             .await?;
         crate::reviews::check_rbac_write(
-            &self.state,
+            &self.state.rbac,
             cluster,
             self.identity.as_deref(),
             resource,
@@ -111,13 +117,32 @@ impl Ctx {
         ))
     }
 
+    /// Refuses a create beyond the workspace's object limit.
+    pub(super) async fn check_object_limit(
+        &self,
+        cluster: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let state = &self.state;
+        state
+            .object_limit
+            .check_create(
+                state.store.as_ref(),
+                &state.catalog.view(cluster),
+                cluster,
+                self.gr(),
+                name,
+            )
+            .await
+    }
+
     /// The answer to a stored create: the object counted and the tenancy hooks run.
     pub(super) async fn created(
         &self,
         cluster: &str,
         kv: crate::storage::KeyValue,
     ) -> Response<Body> {
-        self.state.object_counts.created(cluster);
+        self.state.object_limit.created(cluster);
         self.state
             .tenancy
             .after_write_bytes(&self.resource, cluster, &kv.value, false)

@@ -103,7 +103,7 @@ pub(super) async fn write_loop(
             )
             .await?;
         crate::reviews::check_rbac_write(
-            &ctx.state,
+            &ctx.state.rbac,
             &cluster,
             ctx.identity.as_deref(),
             &resource,

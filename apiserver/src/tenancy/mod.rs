@@ -323,7 +323,7 @@ impl Tenancy {
             },
         };
         match crate::reviews::allowed(
-            &state,
+            &state.rbac,
             &export_cluster,
             who,
             "bind",
@@ -366,7 +366,7 @@ impl Tenancy {
             return Ok(());
         }
         let allowed = crate::reviews::allowed(
-            &state,
+            &state.rbac,
             &type_cluster,
             who,
             "use",
