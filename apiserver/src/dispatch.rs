@@ -36,7 +36,7 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 pub struct AppState {
     pub store: Arc<dyn Store>,
     /// What every logical cluster serves.
-    pub catalog: Catalog,
+    pub catalog: Arc<Catalog>,
     pub metrics: Metrics,
     /// `host:port` clients reach the server at (for `/api`).
     pub advertise_address: String,
@@ -100,7 +100,7 @@ pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 400;
 
 impl AppState {
     pub fn new(store: Arc<dyn Store>, registry: Registry, options: StateOptions) -> Arc<Self> {
-        let catalog = Catalog::new(registry.resources().to_vec());
+        let catalog = Arc::new(Catalog::new(registry.resources().to_vec()));
         // Every write made through this process invalidates the policies it changes before it
         // is acknowledged, so a client's next request is authorized by its own RBAC change.
         let policies = Arc::new(crate::auth::PolicyCache::new());
@@ -115,7 +115,7 @@ impl AppState {
             rbac,
             budgets: crate::budget::Budgets::new(options.budgets),
             heavy: crate::heavy::HeavyWork::default(),
-            namespaces: namespaces::NamespaceLifecycle::new(weak.clone()),
+            namespaces: namespaces::NamespaceLifecycle::new(store.clone(), catalog.clone()),
             tenancy: crate::tenancy::Tenancy::new(weak.clone()),
             in_flight: Arc::new(tokio::sync::Semaphore::new(
                 options.max_requests_in_flight.max(1),

@@ -2,29 +2,35 @@
 //! missing or terminating namespaces, and emptying a namespace before it goes.
 
 use std::collections::HashSet;
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::dispatch::AppState;
+use crate::catalog::Catalog;
 use crate::objects::{self, meta_mut};
 use crate::registry::Resource;
 use crate::status::{ApiError, GroupResource};
-use crate::storage::list_all;
-use crate::storage::StorageError;
+use crate::storage::{list_all, StorageError, Store};
 
 /// The namespace every logical cluster has.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// Namespace bookkeeping shared by the handlers.
 pub struct NamespaceLifecycle {
-    state: Weak<AppState>,
+    inner: Arc<Inner>,
+    /// Wakes terminating namespaces when something was removed.
+    removed: Arc<Notify>,
+}
+
+/// What the lifecycle reads and writes: the store and the types each cluster serves. Sweeps of
+/// terminating namespaces hold it weakly, so they end with the server.
+struct Inner {
+    store: Arc<dyn Store>,
+    catalog: Arc<Catalog>,
     /// Clusters whose `default` namespace is known to have been created.
     initialized: Mutex<HashSet<String>>,
-    /// Wakes terminating namespaces when something was removed.
-    removed: std::sync::Arc<Notify>,
 }
 
 fn namespaces_gr() -> GroupResource {
@@ -36,15 +42,19 @@ fn namespace_key(cluster: &str, name: &str) -> String {
 }
 
 impl NamespaceLifecycle {
-    pub fn new(state: Weak<AppState>) -> Self {
+    /// The lifecycle of the namespaces in `store`, whose types `catalog` describes.
+    pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>) -> Self {
         NamespaceLifecycle {
-            state,
-            initialized: Mutex::new(HashSet::new()),
-            removed: std::sync::Arc::new(Notify::new()),
+            inner: Arc::new(Inner {
+                store,
+                catalog,
+                initialized: Mutex::new(HashSet::new()),
+            }),
+            removed: Arc::new(Notify::new()),
         }
     }
 
-    fn namespaces(state: &AppState) -> Option<std::sync::Arc<Resource>> {
+    fn namespaces(state: &Inner) -> Option<Arc<Resource>> {
         state
             .catalog
             .builtin_view()
@@ -55,7 +65,8 @@ impl NamespaceLifecycle {
 
     /// Makes sure the cluster has its `default` namespace (created on first use).
     pub async fn ensure_cluster(&self, cluster: &str) -> Result<(), ApiError> {
-        if self
+        let state = &self.inner;
+        if state
             .initialized
             .lock()
             .map(|s| s.contains(cluster))
@@ -63,10 +74,7 @@ impl NamespaceLifecycle {
         {
             return Ok(());
         }
-        let Some(state) = self.state.upgrade() else {
-            return Ok(());
-        };
-        let Some(ns) = Self::namespaces(&state) else {
+        let Some(ns) = Self::namespaces(state) else {
             return Ok(());
         };
         let key = namespace_key(cluster, DEFAULT_NAMESPACE);
@@ -84,7 +92,7 @@ impl NamespaceLifecycle {
                 Err(e) => return Err(ApiError::internal(e.to_string())),
             }
         }
-        if let Ok(mut s) = self.initialized.lock() {
+        if let Ok(mut s) = state.initialized.lock() {
             s.insert(cluster.to_string());
         }
         Ok(())
@@ -92,17 +100,15 @@ impl NamespaceLifecycle {
 
     /// Forgets a cluster that was deleted (its `default` namespace is gone with it).
     pub fn forget_cluster(&self, cluster: &str) {
-        if let Ok(mut s) = self.initialized.lock() {
+        if let Ok(mut s) = self.inner.initialized.lock() {
             s.remove(cluster);
         }
     }
 
     /// Refuses creating content in a namespace that does not exist (404) or is terminating (403).
     pub async fn check_for_create(&self, cluster: &str, namespace: &str) -> Result<(), ApiError> {
-        let Some(state) = self.state.upgrade() else {
-            return Ok(());
-        };
-        let kv = state
+        let kv = self
+            .inner
             .store
             .get_cached(&namespace_key(cluster, namespace))
             .await
@@ -124,7 +130,7 @@ impl NamespaceLifecycle {
     /// Starts emptying a namespace marked for deletion; it is removed once empty.
     pub fn terminate(&self, cluster: &str, name: &str) {
         let (cluster, name) = (cluster.to_string(), name.to_string());
-        let state = self.state.clone();
+        let state = Arc::downgrade(&self.inner);
         let removed = self.removed.clone();
         tokio::spawn(async move {
             loop {
@@ -148,10 +154,7 @@ impl NamespaceLifecycle {
 
     /// Resumes the cleanup of namespaces that were terminating when the server stopped.
     pub async fn resume(&self) -> Result<(), StorageError> {
-        let Some(state) = self.state.upgrade() else {
-            return Ok(());
-        };
-        let (items, _) = list_all(state.store.as_ref(), "/core/namespaces/").await?;
+        let (items, _) = list_all(self.inner.store.as_ref(), "/core/namespaces/").await?;
         for kv in items {
             let Ok(obj) = objects::decode_stored(&kv.value) else {
                 continue;
@@ -168,7 +171,7 @@ impl NamespaceLifecycle {
 }
 
 /// One pass over a terminating namespace: deletes what it can; true once the namespace is gone.
-async fn sweep(state: &AppState, cluster: &str, namespace: &str) -> Result<bool, StorageError> {
+async fn sweep(state: &Inner, cluster: &str, namespace: &str) -> Result<bool, StorageError> {
     let mut remaining = 0usize;
     let view = state.catalog.view(cluster);
     for r in view.registry.resources().iter().filter(|r| r.ty.namespaced) {
@@ -239,7 +242,7 @@ async fn sweep(state: &AppState, cluster: &str, namespace: &str) -> Result<bool,
     {
         Ok(_) | Err(StorageError::NotFound(_)) => {
             if namespace == DEFAULT_NAMESPACE {
-                if let Ok(mut s) = state.namespaces.initialized.lock() {
+                if let Ok(mut s) = state.initialized.lock() {
                     s.remove(cluster);
                 }
             }
