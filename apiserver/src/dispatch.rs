@@ -40,9 +40,9 @@ pub struct AppState {
     pub metrics: Metrics,
     /// `host:port` clients reach the server at (for `/api`).
     pub advertise_address: String,
-    pub namespaces: namespaces::NamespaceLifecycle,
+    pub namespaces: Arc<namespaces::NamespaceLifecycle>,
     /// The workspace tree and the hooks of the tenancy types.
-    pub tenancy: crate::tenancy::Tenancy,
+    pub tenancy: Arc<crate::tenancy::Tenancy>,
     /// Short requests being served at once; beyond the limit the server answers 429.
     in_flight: Arc<tokio::sync::Semaphore>,
     /// How requests authenticate.
@@ -110,13 +110,25 @@ impl AppState {
             Arc::new(move |key: &str, revision| observer.observe_write(key, revision)),
         ));
         let rbac = crate::reviews::Rbac::new(store.clone(), policies.clone());
-        Arc::new_cyclic(|weak| AppState {
+        let namespaces = Arc::new(namespaces::NamespaceLifecycle::new(
+            store.clone(),
+            catalog.clone(),
+        ));
+        let tenancy = crate::tenancy::Tenancy::new(crate::tenancy::TenancyDeps {
+            store: store.clone(),
+            catalog: catalog.clone(),
+            advertise_address: options.advertise_address.clone(),
+            rbac: rbac.clone(),
+            namespaces: namespaces.clone(),
+            policies: policies.clone(),
+        });
+        Arc::new(AppState {
             policies,
             rbac,
             budgets: crate::budget::Budgets::new(options.budgets),
             heavy: crate::heavy::HeavyWork::default(),
-            namespaces: namespaces::NamespaceLifecycle::new(store.clone(), catalog.clone()),
-            tenancy: crate::tenancy::Tenancy::new(weak.clone()),
+            namespaces,
+            tenancy,
             in_flight: Arc::new(tokio::sync::Semaphore::new(
                 options.max_requests_in_flight.max(1),
             )),
@@ -352,7 +364,7 @@ async fn route(
     if let (Some((export_cluster, export)), ClusterTarget::Name(c)) =
         (&info.virtual_workspace, &info.cluster)
     {
-        match crate::tenancy::is_bound(state, c, export_cluster, export).await {
+        match crate::tenancy::is_bound(&state.tenancy, c, export_cluster, export).await {
             Ok(true) => {}
             Ok(false) => return error_response(&ApiError::workspace_forbidden()),
             Err(e) => return error_response(&e),
@@ -362,7 +374,7 @@ async fn route(
     let mut forced_selector = None;
     let view = match &info.virtual_workspace {
         Some((export_cluster, export)) => {
-            match crate::tenancy::export_view(state, export_cluster, export).await {
+            match crate::tenancy::export_view(&state.tenancy, export_cluster, export).await {
                 Ok((view, identity)) => {
                     forced_selector = Some(format!(
                         "{}={}",

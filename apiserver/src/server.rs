@@ -404,7 +404,7 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
     state.tenancy.bootstrap().await?;
     state.namespaces.resume().await?;
     if let Some(revision) = follow_from {
-        crate::tenancy::follow(&state, revision);
+        crate::tenancy::follow(&state.tenancy, revision);
     }
     let kubeconfig = opts.data_dir.join("admin.kubeconfig");
     certs::write_kubeconfig(

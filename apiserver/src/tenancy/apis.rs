@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::dispatch::AppState;
+use super::Tenancy;
 use crate::objects;
 use crate::registry::{Resource, TypeInfo};
 use crate::status::{ApiError, Cause};
@@ -166,7 +166,7 @@ fn types_from_spec(spec: &Value) -> Vec<TypeInfo> {
 }
 
 /// Recomputes the types a cluster serves beyond the built-ins: its CRDs and bound APIs.
-pub async fn reload_cluster_types(state: &AppState, cluster: &str) {
+pub async fn reload_cluster_types(state: &Tenancy, cluster: &str) {
     let mut extra = Vec::new();
     if let Ok((crds, _)) = list_all(
         state.store.as_ref(),
@@ -232,7 +232,7 @@ pub async fn reload_cluster_types(state: &AppState, cluster: &str) {
 /// The API surface of an APIExport's virtual workspace: the exported resources (stored under
 /// the export's identity) and the export's APIBindings (read-only, selected by label).
 pub async fn export_view(
-    state: &AppState,
+    state: &Tenancy,
     export_cluster: &str,
     export: &str,
 ) -> Result<(Arc<crate::catalog::ApiView>, String), ApiError> {
@@ -290,7 +290,7 @@ pub async fn export_view(
 /// `export`: what lets the export's virtual workspace reach it. The binding's status is the
 /// server's (recomputed on every write) and creating it took `bind` on the export.
 pub async fn is_bound(
-    state: &AppState,
+    state: &Tenancy,
     cluster: &str,
     export_cluster: &str,
     export: &str,
@@ -311,7 +311,7 @@ pub async fn is_bound(
 }
 
 /// Clusters with an APIBinding to the export `cluster`/`name`.
-pub async fn bound_clusters(state: &AppState, cluster: &str, name: &str) -> Vec<String> {
+pub async fn bound_clusters(state: &Tenancy, cluster: &str, name: &str) -> Vec<String> {
     let mut out = Vec::new();
     if let Ok((bindings, _)) = list_all(state.store.as_ref(), "/apis.kcp.io/apibindings/").await {
         for kv in bindings {
@@ -332,7 +332,7 @@ pub async fn bound_clusters(state: &AppState, cluster: &str, name: &str) -> Vec<
 
 /// The APIResourceSchemas an APIExport lists, by name, as stored in the export's cluster.
 pub(super) async fn exported_schemas(
-    state: &AppState,
+    state: &Tenancy,
     export_cluster: &str,
     export: &Value,
 ) -> Vec<(String, Value)> {

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 
+use super::Tenancy;
 use super::{reload_cluster_types, workspace_key, WORKSPACES_PREFIX};
-use crate::dispatch::AppState;
 use crate::objects;
 use crate::storage::{Event, EventType, Revision};
 
@@ -21,11 +21,11 @@ const CRDS: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
 const BINDINGS: &str = "/apis.kcp.io/apibindings/";
 
 /// Follows the store from `after` on, for as long as the state lives.
-pub fn follow(state: &Arc<AppState>, after: Revision) -> tokio::task::JoinHandle<()> {
+pub fn follow(state: &Arc<Tenancy>, after: Revision) -> tokio::task::JoinHandle<()> {
     tokio::spawn(run(Arc::downgrade(state), after))
 }
 
-async fn run(state: Weak<AppState>, mut after: Revision) {
+async fn run(state: Weak<Tenancy>, mut after: Revision) {
     loop {
         let Some(s) = state.upgrade() else { return };
         let mut watches = Vec::new();
@@ -59,7 +59,7 @@ async fn run(state: Weak<AppState>, mut after: Revision) {
             Ok(rev) => {
                 after = rev;
                 s.policies.clear();
-                if let Err(e) = s.tenancy.reindex(&s).await {
+                if let Err(e) = s.reindex(&s).await {
                     tracing::warn!(error = %e, "tenancy follower: re-reading failed");
                 }
             }
@@ -73,7 +73,7 @@ fn cluster_of<'a>(key: &'a str, prefix: &str) -> Option<&'a str> {
     key.strip_prefix(prefix)?.split('/').next()
 }
 
-async fn apply(state: &AppState, event: &Event) {
+async fn apply(state: &Tenancy, event: &Event) {
     // The path index follows Workspaces (the server's placement records), never annotations.
     if let Some((parent, name)) = workspace_key(&event.key) {
         let Ok(ws) = objects::decode_stored(&event.value) else {
@@ -83,12 +83,10 @@ async fn apply(state: &AppState, event: &Event) {
             return;
         };
         if event.kind == EventType::Delete {
-            state.tenancy.forget(child);
+            state.forget(child);
             state.namespaces.forget_cluster(child);
-        } else if let Some(parent_path) = state.tenancy.path_of(parent) {
-            state
-                .tenancy
-                .register(&format!("{parent_path}:{name}"), child);
+        } else if let Some(parent_path) = state.path_of(parent) {
+            state.register(&format!("{parent_path}:{name}"), child);
         }
         return;
     }

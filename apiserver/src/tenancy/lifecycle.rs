@@ -4,7 +4,7 @@
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::dispatch::AppState;
+use super::Tenancy;
 use crate::objects::{self, meta_mut};
 use crate::storage::list_all;
 use crate::storage::StorageError;
@@ -27,7 +27,7 @@ pub(super) fn cluster_name_for(path: &str) -> String {
 }
 
 pub(super) async fn ensure_logical_cluster(
-    state: &AppState,
+    state: &Tenancy,
     name: &str,
     path: &str,
     type_ref: &super::TypeRef,
@@ -59,7 +59,7 @@ pub(super) async fn ensure_logical_cluster(
 }
 
 async fn set_phase(
-    state: &AppState,
+    state: &Tenancy,
     cluster: &str,
     name: &str,
     phase: &str,
@@ -91,7 +91,7 @@ async fn set_phase(
 
 /// Scheduling → Initializing → Ready: the logical cluster with its path, then Ready.
 pub(super) async fn initialize_workspace(
-    state: &AppState,
+    state: &Tenancy,
     cluster: &str,
     name: &str,
     child: &str,
@@ -117,7 +117,7 @@ pub(super) async fn initialize_workspace(
 /// Deletes everything in logical cluster `child` (child workspaces first), then lets the
 /// Workspace go by removing its finalizer.
 pub(super) async fn finish_workspace_deletion(
-    state: &AppState,
+    state: &Tenancy,
     cluster: &str,
     name: &str,
     child: &str,
@@ -160,7 +160,7 @@ pub(super) async fn finish_workspace_deletion(
 
 /// Removes every object of a logical cluster and of the workspaces below it.
 pub fn delete_cluster<'a>(
-    state: &'a AppState,
+    state: &'a Tenancy,
     cluster: &'a str,
 ) -> futures::future::BoxFuture<'a, ()> {
     Box::pin(async move {
@@ -214,7 +214,7 @@ pub fn delete_cluster<'a>(
         use futures::StreamExt;
         while deletes.next().await.is_some() {}
         state.catalog.set_cluster_resources(cluster, Vec::new());
-        state.tenancy.forget(cluster);
+        state.forget(cluster);
         state.namespaces.forget_cluster(cluster);
     })
 }
@@ -222,15 +222,15 @@ pub fn delete_cluster<'a>(
 /// Creates the APIBindings (`spec.defaultAPIBindings`) of a workspace's type and of every type
 /// it extends.
 async fn bind_defaults(
-    state: &AppState,
+    state: &Tenancy,
     child: &str,
     type_ref: &super::TypeRef,
 ) -> Result<(), StorageError> {
-    let Some(wt) = state.tenancy.workspace_type_at(state, type_ref).await else {
+    let Some(wt) = state.workspace_type_at(state, type_ref).await else {
         return Ok(());
     };
     let mut defaults: Vec<serde_json::Value> = Vec::new();
-    for (_, t) in state.tenancy.extended(state, type_ref, &wt).await {
+    for (_, t) in state.extended(state, type_ref, &wt).await {
         for d in t["spec"]["defaultAPIBindings"]
             .as_array()
             .into_iter()
@@ -265,7 +265,6 @@ async fn bind_defaults(
         });
         objects::prepare_for_create(&mut binding, &res, child);
         if state
-            .tenancy
             .prepare(&res, child, &mut binding, None)
             .await
             .is_err()

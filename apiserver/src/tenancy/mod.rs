@@ -19,14 +19,15 @@ use lifecycle::{
     cluster_name_for, ensure_logical_cluster, finish_workspace_deletion, initialize_workspace,
 };
 
-use crate::dispatch::AppState;
+use crate::catalog::Catalog;
 use crate::identity::Identity;
+use crate::namespaces::NamespaceLifecycle;
 use crate::objects::{self, meta_mut};
 use crate::registry::Resource;
 use crate::request_info::{ClusterTarget, ROOT_CLUSTER};
 use crate::status::{ApiError, Cause};
-use crate::storage::StorageError;
 use crate::storage::{key_cluster, list_all};
+use crate::storage::{StorageError, Store};
 
 /// Finalizer that holds a Workspace until its logical cluster is emptied.
 pub const WORKSPACE_FINALIZER: &str = "tenancy.kcp.io/logical-cluster";
@@ -85,23 +86,53 @@ fn invalid(r: &Resource, name: &str, field: &str, message: String) -> ApiError {
     )
 }
 
+/// What the tenancy works with: narrow handles, not the whole server.
+pub struct TenancyDeps {
+    /// The store every object lives in.
+    pub store: Arc<dyn Store>,
+    /// What every logical cluster serves (its CRDs and bindings change it).
+    pub catalog: Arc<Catalog>,
+    /// `host:port` clients reach the server at (workspace URLs, endpoint slices).
+    pub advertise_address: String,
+    /// RBAC, for kcp's `bind` and `use` permissions.
+    pub rbac: crate::reviews::Rbac,
+    /// Namespace bookkeeping, told when a logical cluster is gone.
+    pub namespaces: Arc<NamespaceLifecycle>,
+    /// The kept RBAC policies, invalidated by other replicas' changes ([`follow`]).
+    pub policies: Arc<crate::auth::PolicyCache>,
+}
+
 /// The workspace tree and the hooks of the tenancy types.
 pub struct Tenancy {
-    state: Weak<AppState>,
+    /// Itself, for the work it spawns (which ends when the tenancy is dropped).
+    state: Weak<Tenancy>,
+    store: Arc<dyn Store>,
+    catalog: Arc<Catalog>,
+    advertise_address: String,
+    rbac: crate::reviews::Rbac,
+    namespaces: Arc<NamespaceLifecycle>,
+    policies: Arc<crate::auth::PolicyCache>,
     /// path → logical cluster name, and back.
     paths: RwLock<(HashMap<String, String>, HashMap<String, String>)>,
 }
 
 impl Tenancy {
-    pub fn new(state: Weak<AppState>) -> Self {
+    /// The tenancy of a server, knowing only `root` until [`Tenancy::bootstrap`].
+    pub fn new(deps: TenancyDeps) -> Arc<Self> {
         let mut by_path = HashMap::new();
         let mut by_name = HashMap::new();
         by_path.insert(ROOT_CLUSTER.to_string(), ROOT_CLUSTER.to_string());
         by_name.insert(ROOT_CLUSTER.to_string(), ROOT_CLUSTER.to_string());
-        Tenancy {
-            state,
+        Arc::new_cyclic(|me| Tenancy {
+            state: me.clone(),
+            store: deps.store,
+            catalog: deps.catalog,
+            advertise_address: deps.advertise_address,
+            rbac: deps.rbac,
+            namespaces: deps.namespaces,
+            policies: deps.policies,
             paths: RwLock::new((by_path, by_name)),
-        }
+        })
     }
 
     pub(crate) fn register(&self, path: &str, name: &str) {
@@ -152,7 +183,7 @@ impl Tenancy {
         self.paths.read().map(|p| p.1.len()).unwrap_or(0)
     }
 
-    fn state(&self) -> Option<Arc<AppState>> {
+    fn state(&self) -> Option<Arc<Tenancy>> {
         self.state.upgrade()
     }
 
@@ -501,7 +532,7 @@ impl Tenancy {
     }
 
     /// The type of the workspace that is logical cluster `cluster` (`root` for root).
-    async fn workspace_type_of(&self, state: &AppState, cluster: &str) -> TypeRef {
+    async fn workspace_type_of(&self, state: &Tenancy, cluster: &str) -> TypeRef {
         let universal = TypeRef::new("universal", "");
         if cluster == ROOT_CLUSTER {
             return TypeRef::new("root", "");
@@ -534,7 +565,7 @@ impl Tenancy {
     }
 
     /// The WorkspaceType a reference names, in the workspace of its path.
-    pub(crate) async fn workspace_type_at(&self, state: &AppState, t: &TypeRef) -> Option<Value> {
+    pub(crate) async fn workspace_type_at(&self, state: &Tenancy, t: &TypeRef) -> Option<Value> {
         let ClusterTarget::Name(cluster) =
             self.resolve(ClusterTarget::Name(t.path.clone())).ok()?
         else {
@@ -553,7 +584,7 @@ impl Tenancy {
 
     /// A type and the types it extends (transitively, `extend.with`), as type names; the type
     /// itself first.
-    async fn aliases(&self, state: &AppState, t: &TypeRef, wt: &Value) -> Vec<String> {
+    async fn aliases(&self, state: &Tenancy, t: &TypeRef, wt: &Value) -> Vec<String> {
         self.extended(state, t, wt)
             .await
             .into_iter()
@@ -565,7 +596,7 @@ impl Tenancy {
     /// or a chain deeper than a few levels ends the walk).
     pub(crate) async fn extended(
         &self,
-        state: &AppState,
+        state: &Tenancy,
         t: &TypeRef,
         wt: &Value,
     ) -> Vec<(TypeRef, Value)> {
@@ -756,7 +787,7 @@ impl Tenancy {
 
     /// Moves APIBindings still in phase Binding that name `export` to Bound if their export
     /// now resolves.
-    async fn retry_waiting_bindings(&self, state: &AppState, export: &str) {
+    async fn retry_waiting_bindings(&self, state: &Tenancy, export: &str) {
         let Ok((bindings, _)) = list_all(state.store.as_ref(), "/apis.kcp.io/apibindings/").await
         else {
             return;
@@ -840,7 +871,7 @@ impl Tenancy {
 
     /// Re-reads the workspace tree and every cluster's types from the store (after a replica
     /// lost track of the store's changes).
-    pub(crate) async fn reindex(&self, state: &AppState) -> Result<(), StorageError> {
+    pub(crate) async fn reindex(&self, state: &Tenancy) -> Result<(), StorageError> {
         self.index_paths(state).await?;
         self.reload_types(state).await
     }
@@ -850,7 +881,7 @@ impl Tenancy {
     /// carries the child cluster the server assigned (`spec.cluster`, which clients cannot
     /// set). Annotations, which tenants can write, play no part. The index is rebuilt whole, so
     /// entries of workspaces that are gone disappear.
-    async fn index_paths(&self, state: &AppState) -> Result<(), StorageError> {
+    async fn index_paths(&self, state: &Tenancy) -> Result<(), StorageError> {
         let (workspaces, _) = list_all(state.store.as_ref(), WORKSPACES_PREFIX).await?;
         let mut children: HashMap<String, Vec<(String, String)>> = HashMap::new();
         for kv in workspaces {
@@ -875,7 +906,7 @@ impl Tenancy {
     }
 
     /// The workspace types and initial workspaces of the root cluster.
-    async fn ensure_root_content(&self, state: &AppState) -> Result<(), StorageError> {
+    async fn ensure_root_content(&self, state: &Tenancy) -> Result<(), StorageError> {
         for (t, parents, children) in WORKSPACE_TYPES {
             let key = format!("/tenancy.kcp.io/workspacetypes/{ROOT_CLUSTER}/{t}");
             if state.store.get(&key).await?.is_none() {
@@ -944,7 +975,7 @@ impl Tenancy {
     }
 
     /// Loads the types of every cluster with CRDs or bindings.
-    async fn reload_types(&self, state: &AppState) -> Result<(), StorageError> {
+    async fn reload_types(&self, state: &Tenancy) -> Result<(), StorageError> {
         let mut with_types = std::collections::BTreeSet::new();
         for prefix in [
             "/apiextensions.k8s.io/customresourcedefinitions/",
