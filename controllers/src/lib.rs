@@ -13,6 +13,3 @@ pub mod providers;
 pub mod runtime;
 pub mod templates;
 pub mod tenants;
-
-#[cfg(test)]
-pub(crate) mod e2e;

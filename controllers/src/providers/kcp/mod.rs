@@ -4,10 +4,6 @@
 pub mod apiexport;
 pub mod path_aware;
 
-// Needs the APIExport virtual workspace of the server; see the module's docs.
-#[cfg(test)]
-mod e2e_apiexport_against_server;
-
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::Value;
 

@@ -15,11 +15,11 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{eventually, TestServer};
-use crate::broker::generic::Brokered;
-use crate::broker::wiring::{Broker, BrokerOptions};
-use crate::broker::{parse_kind, GENERIC_FINALIZER, PROVIDER_CLUSTER};
-use crate::providers::FixedClusters;
-use crate::runtime::Cluster;
+use controllers::broker::generic::Brokered;
+use controllers::broker::wiring::{Broker, BrokerOptions};
+use controllers::broker::{parse_kind, GENERIC_FINALIZER, PROVIDER_CLUSTER};
+use controllers::providers::FixedClusters;
+use controllers::runtime::Cluster;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -487,7 +487,7 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let org_remote = format!(
         "{}-org",
-        crate::broker::cluster_hash(&format!("consumer#{CONSUMER}"))
+        controllers::broker::cluster_hash(&format!("consumer#{CONSUMER}"))
     );
     assert!(!exists(&internal, &org_remote).await && !exists(&external, &org_remote).await);
     create_accept_api(
@@ -585,7 +585,7 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
         .expect("create vm");
     let remote = format!(
         "{}-test-vm",
-        crate::broker::cluster_hash(&format!("consumer#{CONSUMER}"))
+        controllers::broker::cluster_hash(&format!("consumer#{CONSUMER}"))
     );
     let x86: Api<DynamicObject> = Api::namespaced_with(env.provider("x86"), "default", &vm_api);
     let arm: Api<DynamicObject> = Api::namespaced_with(env.provider("arm64"), "default", &vm_api);
@@ -815,7 +815,7 @@ async fn certs_are_brokered_between_kcp_workspaces_of_one_server() {
         parse_kind("Certificate.v1alpha1.example.platform-mesh.io").expect("kind"),
         None,
     );
-    let options = crate::broker::kcp::options(
+    let options = controllers::broker::kcp::options(
         &ts.root_config().await,
         "root:platform",
         "certificates",
@@ -834,8 +834,10 @@ async fn certs_are_brokered_between_kcp_workspaces_of_one_server() {
         .create(&PostParams::default(), &cert)
         .await
         .expect("create cert");
-    let remote =
-        crate::broker::provider_name(&format!("consumer#{consumer_id}"), "cert-from-consumer");
+    let remote = controllers::broker::provider_name(
+        &format!("consumer#{consumer_id}"),
+        "cert-from-consumer",
+    );
     let internal: Api<DynamicObject> =
         Api::namespaced_with(providers[0].clone(), "default", &certs);
     let external: Api<DynamicObject> =

@@ -2,6 +2,7 @@
 //! in-process on 127.0.0.1 with an in-memory store and client-certificate auth.
 
 mod accounts;
+mod apiexport_against_server;
 mod broker;
 mod deploy;
 mod events;

@@ -6,7 +6,7 @@ use super::TestServer;
 
 #[tokio::test]
 async fn events_are_recorded_in_the_objects_own_cluster() {
-    use crate::runtime::events::{EventRecorder, EventType, Regarding};
+    use controllers::runtime::events::{EventRecorder, EventType, Regarding};
     let ts = TestServer::start().await;
     let client = ts.client("root").await;
     let cms: Api<DynamicObject> = Api::namespaced_with(

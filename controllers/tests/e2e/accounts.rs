@@ -10,13 +10,13 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{eventually, TestServer};
-use crate::account::{
+use controllers::account::{
     account_infos, accounts, condition_true, workspace_types, workspaces, INFO_FINALIZER,
     WORKSPACE_FINALIZER, WORKSPACE_TYPE_FINALIZER,
 };
-use crate::platformmesh::kcp::Kcp;
-use crate::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
-use crate::runtime::{Manager, ManagerOptions};
+use controllers::platformmesh::kcp::Kcp;
+use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
+use controllers::runtime::{Manager, ManagerOptions};
 
 /// The server and the workspace controllers running against it.
 pub(super) struct Env {
@@ -35,7 +35,7 @@ impl Env {
                 .expect("kcp access"),
         );
         let manager = Manager::new(ManagerOptions::default());
-        crate::tenants::add(&manager, kcp.clone(), workers).unwrap();
+        controllers::tenants::add(&manager, kcp.clone(), workers).unwrap();
         let provider = Arc::new(PathAware::new(ApiExportProvider::new(
             ts.root_config().await,
             ApiExportOptions::every_workspace(vec![ts.root_url()]),

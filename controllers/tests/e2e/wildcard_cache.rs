@@ -10,8 +10,8 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use tokio_util::sync::CancellationToken;
 
 use super::{create_config_map, eventually, TestServer};
-use crate::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
-use crate::runtime::{
+use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
+use controllers::runtime::{
     Action, ClusterContext, ClusterName, Controller, Manager, ManagerOptions, Reconciler, Request,
 };
 
@@ -45,7 +45,7 @@ struct Record {
 }
 
 impl Reconciler for Record {
-    type Error = crate::runtime::CacheError;
+    type Error = controllers::runtime::CacheError;
 
     async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, Self::Error> {
         let cm: Option<ConfigMap> = ctx.get_cached(req.namespace.as_deref(), &req.name).await?;

@@ -27,8 +27,8 @@ use super::sample_controller::{
     widgets, Log, ObjectKey,
 };
 use super::{eventually, TestServer};
-use crate::providers::FixedClusters;
-use crate::runtime::{Cluster, Manager, ManagerOptions};
+use controllers::providers::FixedClusters;
+use controllers::runtime::{Cluster, Manager, ManagerOptions};
 
 /// A TCP proxy in front of the server.
 struct Proxy {

@@ -11,9 +11,9 @@ use serde_json::json;
 use super::accounts::Env;
 use super::eventually;
 use super::platformmesh::kubectl;
-use crate::account::{condition_true, workspaces};
-use crate::platformmesh::api_resource;
-use crate::provider::{providers, KUBECONFIG_FINALIZER, WORKSPACE_FINALIZER};
+use controllers::account::{condition_true, workspaces};
+use controllers::platformmesh::api_resource;
+use controllers::provider::{providers, KUBECONFIG_FINALIZER, WORKSPACE_FINALIZER};
 
 const EXPORT: &str = r#"{"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
   "metadata": {"name": "widgets.example.io"}, "spec": {}}"#;

@@ -12,8 +12,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use tokio_util::sync::CancellationToken;
 
 use super::{create_config_map, eventually, TestServer};
-use crate::providers::KubeconfigProvider;
-use crate::runtime::{
+use controllers::providers::KubeconfigProvider;
+use controllers::runtime::{
     Action, ClusterContext, ClusterEvent, ClusterProvider, ClusterSink, Controller, Manager,
     ManagerOptions, Reconciler, Request,
 };

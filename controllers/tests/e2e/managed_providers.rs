@@ -15,16 +15,16 @@ use tokio_util::sync::CancellationToken;
 use super::accounts::Env;
 use super::eventually;
 use super::platformmesh::{kubectl, open_crd};
-use crate::account::{condition_true, workspaces};
-use crate::platformmesh::api_resource;
-use crate::platformmesh::controller::platform_meshes;
-use crate::provider::managed::{
+use controllers::account::{condition_true, workspaces};
+use controllers::platformmesh::api_resource;
+use controllers::platformmesh::controller::platform_meshes;
+use controllers::provider::managed::{
     controller, helm_releases, helm_repositories, managed_providers, oci_repositories, ocm,
     DEPLOY_FINALIZER, KUBECONFIG_FINALIZER, PROVIDER_FINALIZER,
 };
-use crate::provider::providers;
-use crate::providers::fixed::FixedClusters;
-use crate::runtime::{Cluster, Manager, ManagerOptions};
+use controllers::provider::providers;
+use controllers::providers::fixed::FixedClusters;
+use controllers::runtime::{Cluster, Manager, ManagerOptions};
 
 const NS: &str = "platform-mesh-system";
 

@@ -20,9 +20,9 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use tokio_util::sync::CancellationToken;
 
 use super::{eventually, TestServer};
-use crate::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
-use crate::providers::KubeconfigProvider;
-use crate::runtime::{
+use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
+use controllers::providers::KubeconfigProvider;
+use controllers::runtime::{
     Action, ClusterContext, ClusterName, Controller, Manager, ManagerOptions, Reconciler, Request,
     ResourceKind,
 };

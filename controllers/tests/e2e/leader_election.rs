@@ -7,7 +7,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use tokio_util::sync::CancellationToken;
 
 use super::TestServer;
-use crate::runtime::leader::{LeaderElectionConfig, LeaderElector};
+use controllers::runtime::leader::{LeaderElectionConfig, LeaderElector};
 
 fn fast(identity: &str) -> LeaderElectionConfig {
     LeaderElectionConfig {
@@ -130,7 +130,7 @@ async fn a_leader_whose_lease_was_taken_notices_the_loss() {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), "default");
     let patch = serde_json::json!({"spec": {"holderIdentity": "intruder",
-        "renewTime": crate::runtime::lease::now_micro()}});
+        "renewTime": controllers::runtime::lease::now_micro()}});
     leases
         .patch(
             "e2e-leader",
@@ -151,7 +151,7 @@ async fn leader_election_master_status_follows_leadership() {
     let ts = TestServer::start().await;
     let client = ts.client("root").await;
     let stop = CancellationToken::new();
-    let status = crate::runtime::leader::LeaderStatus::default();
+    let status = controllers::runtime::leader::LeaderStatus::default();
     let mut registry = prometheus_client::registry::Registry::default();
     status.register(&mut registry);
     let elector = LeaderElector::new(client, fast("only")).with_status(status.clone());
@@ -181,19 +181,19 @@ struct RecordAs {
     seen: std::sync::Arc<std::sync::Mutex<Vec<(&'static str, String)>>>,
 }
 
-impl crate::runtime::Reconciler for RecordAs {
+impl controllers::runtime::Reconciler for RecordAs {
     type Error = std::convert::Infallible;
 
     async fn reconcile(
         &self,
-        req: crate::runtime::Request,
-        _ctx: crate::runtime::ClusterContext,
-    ) -> Result<crate::runtime::Action, Self::Error> {
+        req: controllers::runtime::Request,
+        _ctx: controllers::runtime::ClusterContext,
+    ) -> Result<controllers::runtime::Action, Self::Error> {
         self.seen
             .lock()
             .unwrap()
             .push((self.identity, req.name.clone()));
-        Ok(crate::runtime::Action::await_change())
+        Ok(controllers::runtime::Action::await_change())
     }
 }
 
@@ -206,8 +206,8 @@ fn candidate(
     leading_since: std::sync::Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
     kill: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    use crate::providers::FixedClusters;
-    use crate::runtime::{Cluster, Controller, Manager, ManagerOptions};
+    use controllers::providers::FixedClusters;
+    use controllers::runtime::{Cluster, Controller, Manager, ManagerOptions};
     let provider = std::sync::Arc::new(FixedClusters::new([Cluster::new("root", client.clone())]));
     let _ = ts;
     tokio::spawn(async move {

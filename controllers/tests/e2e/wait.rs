@@ -8,9 +8,9 @@ use serde_json::json;
 
 use super::deploy::install_helm_release_crd;
 use super::TestServer;
-use crate::lifecycle::{Step, Subroutine};
-use crate::platformmesh::deployment::{Clusters, Context};
-use crate::platformmesh::wait::Wait;
+use controllers::lifecycle::{Step, Subroutine};
+use controllers::platformmesh::deployment::{Clusters, Context};
+use controllers::platformmesh::wait::Wait;
 
 fn helm_releases() -> ApiResource {
     ApiResource {

@@ -1,5 +1,5 @@
 //! End-to-end test of the APIExport provider through a real endpoint slice and the APIExport
-//! virtual workspace; runs with `cargo test -p controllers`.
+//! virtual workspace; runs with `cargo test -p controllers --test e2e`.
 //!
 //! What it needs from the server: the endpoint slice kcp creates for an APIExport (served),
 //! list/watch with `fieldSelector=metadata.name=`, the virtual workspace at
@@ -12,9 +12,11 @@ use std::time::Duration;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use tokio_util::sync::CancellationToken;
 
-use crate::e2e::{eventually, TestServer};
-use crate::providers::kcp::{api_binding_kind, ApiExportOptions, ApiExportProvider, PathAware};
-use crate::runtime::{
+use crate::{eventually, TestServer};
+use controllers::providers::kcp::{
+    api_binding_kind, ApiExportOptions, ApiExportProvider, PathAware,
+};
+use controllers::runtime::{
     Action, ClusterContext, ClusterName, Controller, Manager, ManagerOptions, Reconciler, Request,
 };
 

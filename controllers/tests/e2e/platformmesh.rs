@@ -19,15 +19,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::deploy::writes;
 use super::{eventually, TestServer};
-use crate::lifecycle::drive;
-use crate::platformmesh::api_resource as res;
-use crate::platformmesh::controller::{controller, lifecycle, platform_meshes, ready_condition};
-use crate::platformmesh::deployment::{Clusters, Context};
-use crate::platformmesh::kcp::Kcp;
-use crate::platformmesh::vars::Render;
-use crate::providers::fixed::FixedClusters;
-use crate::runtime::{Cluster, Manager, ManagerOptions};
-use crate::templates::Engine;
+use controllers::lifecycle::drive;
+use controllers::platformmesh::api_resource as res;
+use controllers::platformmesh::controller::{
+    controller, lifecycle, platform_meshes, ready_condition,
+};
+use controllers::platformmesh::deployment::{Clusters, Context};
+use controllers::platformmesh::kcp::Kcp;
+use controllers::platformmesh::vars::Render;
+use controllers::providers::fixed::FixedClusters;
+use controllers::runtime::{Cluster, Manager, ManagerOptions};
+use controllers::templates::Engine;
 
 const NS: &str = "platform-mesh-system";
 
@@ -510,7 +512,7 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
 
     // Every default Secret: admin ones have every right in their workspace, scoped ones exactly
     // the export's; the two raw paths point at virtual workspaces other components serve.
-    for c in crate::platformmesh::providersecret::default_connections() {
+    for c in controllers::platformmesh::providersecret::default_connections() {
         let text = env.secret_kubeconfig(&c.secret).await;
         let kc: Kubeconfig = Kubeconfig::from_yaml(&text).unwrap();
         let server = kc.clusters[0]

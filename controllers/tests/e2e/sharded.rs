@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{eventually, TestServer};
-use crate::providers::FixedClusters;
-use crate::runtime::sharding::{owner_of, Sharded, ShardingConfig};
-use crate::runtime::{Cluster, ClusterEvent, ClusterProvider, ClusterSink};
+use controllers::providers::FixedClusters;
+use controllers::runtime::sharding::{owner_of, Sharded, ShardingConfig};
+use controllers::runtime::{Cluster, ClusterEvent, ClusterProvider, ClusterSink};
 
 fn config(identity: &str) -> ShardingConfig {
     ShardingConfig {
@@ -61,7 +61,7 @@ async fn replica(ts: &TestServer, identity: &str, clusters: &[String]) -> Replic
     }
 }
 
-fn set(names: Vec<crate::runtime::ClusterName>) -> BTreeSet<String> {
+fn set(names: Vec<controllers::runtime::ClusterName>) -> BTreeSet<String> {
     names.into_iter().map(|n| n.to_string()).collect()
 }
 
