@@ -55,7 +55,7 @@ pub struct AppState {
     /// The decoded RBAC policy of each workspace, kept until its RBAC objects change.
     pub policies: Arc<crate::auth::PolicyCache>,
     /// RBAC authorization over the store and those policies.
-    pub rbac: crate::reviews::Rbac,
+    pub rbac: crate::authz::Rbac,
     /// What each user may make the server hold: unread list answers, open watches.
     pub budgets: crate::budget::Budgets,
     /// Seats for long synchronous request work.
@@ -109,7 +109,7 @@ impl AppState {
             store,
             Arc::new(move |key: &str, revision| observer.observe_write(key, revision)),
         ));
-        let rbac = crate::reviews::Rbac::new(store.clone(), policies.clone());
+        let rbac = crate::authz::Rbac::new(store.clone(), policies.clone());
         let namespaces = Arc::new(namespaces::NamespaceLifecycle::new(
             store.clone(),
             catalog.clone(),
@@ -299,13 +299,13 @@ async fn route(
     }
     // Impersonation is checked in the addressed workspace (the export's, for a virtual workspace).
     let scope = match (&info.virtual_workspace, &info.cluster) {
-        (Some((c, e)), _) => crate::reviews::Scope::VirtualWorkspace(c, e),
-        (None, ClusterTarget::Name(c)) => crate::reviews::Scope::Cluster(c),
-        (None, ClusterTarget::Wildcard) => crate::reviews::Scope::Wildcard,
+        (Some((c, e)), _) => crate::authz::Scope::VirtualWorkspace(c, e),
+        (None, ClusterTarget::Name(c)) => crate::authz::Scope::Cluster(c),
+        (None, ClusterTarget::Wildcard) => crate::authz::Scope::Wildcard,
     };
     let identity = match identity {
         Some(id) => {
-            match crate::reviews::impersonate(&state.rbac, scope.cluster(), &id, &mut parts.headers)
+            match crate::authz::impersonate(&state.rbac, scope.cluster(), &id, &mut parts.headers)
                 .await
             {
                 Ok(Some(other)) => Some(Arc::new(other)),
@@ -322,7 +322,7 @@ async fn route(
     ) {
         let verb = parts.method.as_str().to_ascii_lowercase();
         if let Err(e) =
-            crate::reviews::authorize_non_resource(&state.rbac, scope, id, &verb, parts.uri.path())
+            crate::authz::authorize_non_resource(&state.rbac, scope, id, &verb, parts.uri.path())
                 .await
         {
             return error_response(&e);
@@ -336,7 +336,7 @@ async fn route(
         };
         let verb = parts.method.as_str().to_ascii_lowercase();
         if let Err(e) =
-            crate::reviews::authorize_root_non_resource(&state.rbac, id, &verb, parts.uri.path())
+            crate::authz::authorize_root_non_resource(&state.rbac, id, &verb, parts.uri.path())
                 .await
         {
             return error_response(&e);
@@ -347,7 +347,7 @@ async fn route(
     if let (Some((export_cluster, export)), Some(id), Target::Resource(rr)) =
         (&info.virtual_workspace, identity.as_deref(), &info.target)
     {
-        if let Err(e) = crate::reviews::authorize_export_content(
+        if let Err(e) = crate::authz::authorize_export_content(
             &state.rbac,
             id,
             export_cluster,
@@ -420,7 +420,7 @@ async fn route(
                     .await;
             }
             if let Some(id) = identity.as_deref() {
-                if let Err(e) = crate::reviews::authorize(&state.rbac, scope, id, &rr).await {
+                if let Err(e) = crate::authz::authorize(&state.rbac, scope, id, &rr).await {
                     return error_response(&e);
                 }
             }

@@ -3,6 +3,7 @@ pub mod admission;
 pub mod apply;
 pub mod auth;
 pub mod authn;
+pub mod authz;
 pub mod body;
 pub mod budget;
 pub mod catalog;

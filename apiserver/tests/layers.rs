@@ -57,11 +57,11 @@ const LAYERS: &[(&str, &[&str])] = &[
             "authn",
             "serviceaccounts",
             "auth",
-            "reviews",
+            "authz",
             "budget",
         ],
     ),
-    ("endpoints", &["handlers", "dispatch", "webhook"]),
+    ("endpoints", &["handlers", "dispatch", "webhook", "reviews"]),
     ("server", &["server"]),
 ];
 

@@ -89,7 +89,7 @@ impl Ctx {
             .tenancy
             .prepare_as(resource, cluster, obj, None, self.identity.as_deref())
             .await?;
-        crate::reviews::check_rbac_write(
+        crate::authz::check_rbac_write(
             &self.state.rbac,
             cluster,
             self.identity.as_deref(),

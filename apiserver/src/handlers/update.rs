@@ -102,7 +102,7 @@ pub(super) async fn write_loop(
                 ctx.identity.as_deref(),
             )
             .await?;
-        crate::reviews::check_rbac_write(
+        crate::authz::check_rbac_write(
             &ctx.state.rbac,
             &cluster,
             ctx.identity.as_deref(),

@@ -95,7 +95,7 @@ pub struct TenancyDeps {
     /// `host:port` clients reach the server at (workspace URLs, endpoint slices).
     pub advertise_address: String,
     /// RBAC, for kcp's `bind` and `use` permissions.
-    pub rbac: crate::reviews::Rbac,
+    pub rbac: crate::authz::Rbac,
     /// Namespace bookkeeping, told when a logical cluster is gone.
     pub namespaces: Arc<NamespaceLifecycle>,
     /// The kept RBAC policies, invalidated by other replicas' changes ([`follow`]).
@@ -109,7 +109,7 @@ pub struct Tenancy {
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
     advertise_address: String,
-    rbac: crate::reviews::Rbac,
+    rbac: crate::authz::Rbac,
     namespaces: Arc<NamespaceLifecycle>,
     policies: Arc<crate::auth::PolicyCache>,
     /// path → logical cluster name, and back.
@@ -353,7 +353,7 @@ impl Tenancy {
                 _ => return Err(refused()),
             },
         };
-        match crate::reviews::allowed(
+        match crate::authz::allowed(
             &state.rbac,
             &export_cluster,
             who,
@@ -396,7 +396,7 @@ impl Tenancy {
         if type_cluster == ROOT_CLUSTER {
             return Ok(());
         }
-        let allowed = crate::reviews::allowed(
+        let allowed = crate::authz::allowed(
             &state.rbac,
             &type_cluster,
             who,

@@ -1,0 +1,406 @@
+//! Authorization: RBAC of the addressed logical cluster (with the per-workspace policy cache),
+//! the workspace access kcp requires beyond it, the APIExport virtual workspace's rule,
+//! impersonation, and the escalation check on RBAC writes.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::auth::{Attributes, RbacPolicy, UserInfo};
+use crate::authn::{header_values, AUTHENTICATED_GROUP};
+use crate::identity::Identity;
+use crate::objects;
+use crate::request_info::ResourceRequest;
+use crate::status::ApiError;
+use crate::storage::{list_all, Store};
+
+/// The user RBAC sees for `identity` in `cluster`. A service account used outside its own
+/// logical cluster is `system:kcp:serviceaccount:<cluster>:<ns>:<name>` there, with no
+/// service-account groups (kcp's rule), so another workspace's bindings for
+/// `system:serviceaccounts` or for a same-named account do not reach it.
+pub fn user_info(identity: &Identity, cluster: Option<&str>) -> UserInfo {
+    let foreign = identity
+        .home_cluster
+        .as_deref()
+        .is_some_and(|home| Some(home) != cluster);
+    let (name, mut groups) = match (
+        foreign,
+        identity.user.strip_prefix("system:serviceaccount:"),
+    ) {
+        (true, Some(rest)) => (
+            format!(
+                "system:kcp:serviceaccount:{}:{rest}",
+                identity.home_cluster.as_deref().unwrap_or_default()
+            ),
+            Vec::new(),
+        ),
+        _ => (identity.user.clone(), identity.groups.clone()),
+    };
+    if name != "system:anonymous" && !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+        groups.push(AUTHENTICATED_GROUP.into());
+    }
+    UserInfo {
+        name,
+        groups,
+        extra: identity.extra.clone(),
+    }
+}
+
+/// RBAC authorization of every workspace: the RBAC objects in the store, decoded once per
+/// workspace and kept in the policy cache until one of them changes. A narrow handle, not the
+/// whole server.
+#[derive(Clone)]
+pub struct Rbac {
+    store: Arc<dyn Store>,
+    policies: Arc<crate::auth::PolicyCache>,
+}
+
+impl Rbac {
+    /// Authorization over `store`, keeping policies in `policies`.
+    pub fn new(store: Arc<dyn Store>, policies: Arc<crate::auth::PolicyCache>) -> Self {
+        Rbac { store, policies }
+    }
+
+    /// The RBAC policy of one logical cluster: the kept one while its RBAC objects are
+    /// unchanged, else read from the store (the watch cache's lists) and kept.
+    pub async fn policy_of(&self, cluster: &str) -> Result<Arc<RbacPolicy>, ApiError> {
+        if let Some(policy) = self.policies.get(cluster) {
+            return Ok(policy);
+        }
+        let mut sets: Vec<Vec<Value>> = Vec::new();
+        // Each kind is listed at its own revision: the policy counts as read at the oldest, so
+        // a change that slipped in between invalidates it.
+        let mut read_at = u64::MAX;
+        for plural in [
+            "roles",
+            "clusterroles",
+            "rolebindings",
+            "clusterrolebindings",
+        ] {
+            let (items, revision) = list_all(
+                self.store.as_ref(),
+                &format!("{}{plural}/{cluster}/", crate::auth::RBAC_PREFIX),
+            )
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+            read_at = read_at.min(revision);
+            sets.push(
+                items
+                    .iter()
+                    .filter_map(|kv| objects::decode_stored(&kv.value).ok())
+                    .collect(),
+            );
+        }
+        let policy = Arc::new(RbacPolicy::from_objects(
+            &sets[0], &sets[1], &sets[2], &sets[3],
+        ));
+        self.policies.put(cluster, read_at, policy.clone());
+        Ok(policy)
+    }
+}
+
+/// Where a request is evaluated: one logical cluster, every cluster, or an APIExport's virtual
+/// workspace (`(export cluster, export name)`).
+#[derive(Clone, Copy, Debug)]
+pub enum Scope<'a> {
+    Cluster(&'a str),
+    Wildcard,
+    VirtualWorkspace(&'a str, &'a str),
+}
+
+impl Scope<'_> {
+    /// The one logical cluster whose RBAC applies (the export's for a virtual workspace).
+    pub fn cluster(&self) -> Option<&str> {
+        match self {
+            Scope::Cluster(c) | Scope::VirtualWorkspace(c, _) => Some(c),
+            Scope::Wildcard => None,
+        }
+    }
+}
+
+fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
+    let mut e = ApiError::forbidden(crate::auth::forbidden_message(attrs, reason));
+    if attrs.resource_request {
+        e.details = Some(Box::new(crate::status::Details {
+            name: attrs.name.clone(),
+            group: attrs.api_group.clone(),
+            kind: attrs.resource.clone(),
+            ..Default::default()
+        }));
+    }
+    e
+}
+
+/// Authorizes a virtual-workspace request: the user must hold the request's verb on the
+/// export's `apiexports/content` in the export's workspace (kcp's rule).
+pub async fn authorize_export_content(
+    rbac: &Rbac,
+    identity: &Identity,
+    export_cluster: &str,
+    export: &str,
+    verb: &str,
+) -> Result<(), ApiError> {
+    let Some(user) = unless_master(identity, Some(export_cluster)) else {
+        return Ok(());
+    };
+    let attrs = Attributes::resource(user, verb, "apis.kcp.io", "apiexports", None)
+        .with_name(export)
+        .with_subresource("content");
+    let policy = rbac.policy_of(export_cluster).await?;
+    let decision = policy.authorize(&attrs);
+    if !decision.is_allowed() && !policy.is_bound(&attrs.user) {
+        // Not a member of the export's workspace: the same answer whether the workspace or the
+        // export exist or not.
+        return Err(ApiError::workspace_forbidden());
+    }
+    decide(&attrs, decision)
+}
+
+/// The user RBAC sees in `cluster` (`None`: across all), or `None` for `system:masters`, who
+/// skip authorization.
+fn unless_master(identity: &Identity, cluster: Option<&str>) -> Option<UserInfo> {
+    Some(user_info(identity, cluster)).filter(|u| !u.is_master())
+}
+
+fn decide(attrs: &Attributes, decision: crate::auth::Decision) -> Result<(), ApiError> {
+    if decision.is_allowed() {
+        Ok(())
+    } else {
+        Err(forbidden(attrs, decision.reason()))
+    }
+}
+
+/// Authorizes a resource request with the RBAC objects of its cluster. `system:masters` skip the
+/// lookup. Wildcard (`/clusters/*`) requests are for `system:masters` only; virtual-workspace
+/// requests need `apiexports/content` on the export.
+pub async fn authorize(
+    rbac: &Rbac,
+    scope: Scope<'_>,
+    identity: &Identity,
+    rr: &ResourceRequest,
+) -> Result<(), ApiError> {
+    if let Scope::VirtualWorkspace(cluster, export) = scope {
+        return authorize_export_content(rbac, identity, cluster, export, rr.verb.as_str()).await;
+    }
+    let cluster = scope.cluster();
+    let Some(user) = unless_master(identity, cluster) else {
+        return Ok(());
+    };
+    let name = rr.name.clone().unwrap_or_default();
+    let mut attrs = Attributes::resource(
+        user,
+        rr.verb.as_str(),
+        &rr.group,
+        &rr.resource,
+        rr.namespace.as_deref(),
+    )
+    .with_name(&name);
+    if let Some(sub) = &rr.subresource {
+        attrs = attrs.with_subresource(sub);
+    }
+    let decision = match cluster {
+        Some(c) => {
+            let policy = rbac.policy_of(c).await?;
+            let decision = policy.authorize(&attrs);
+            if !decision.is_allowed()
+                && c != crate::request_info::ROOT_CLUSTER
+                && !policy.is_bound(&attrs.user)
+            {
+                // Not a member: the answer of a workspace that does not exist.
+                return Err(ApiError::workspace_forbidden());
+            }
+            decision
+        }
+        None => crate::auth::Decision::Deny(
+            "only system:masters may list or watch across all workspaces".into(),
+        ),
+    };
+    decide(&attrs, decision)
+}
+
+/// Authorizes a non-resource request (discovery, OpenAPI) in a workspace: allowed in `root` (where
+/// every kubeconfig starts; kube-apiserver's `system:discovery` role opens the same to every
+/// authenticated user), and elsewhere when RBAC allows the path or the user has any binding there
+/// (access to the workspace, as kcp's workspace content authorizer). Other workspaces are closed,
+/// so their APIs stay private.
+pub async fn authorize_non_resource(
+    rbac: &Rbac,
+    scope: Scope<'_>,
+    identity: &Identity,
+    verb: &str,
+    path: &str,
+) -> Result<(), ApiError> {
+    if let Scope::VirtualWorkspace(cluster, export) = scope {
+        return authorize_export_content(rbac, identity, cluster, export, "get").await;
+    }
+    let cluster = scope.cluster();
+    if cluster == Some(crate::request_info::ROOT_CLUSTER) {
+        return Ok(());
+    }
+    let Some(user) = unless_master(identity, cluster) else {
+        return Ok(());
+    };
+    let attrs = Attributes::non_resource(user, verb, path);
+    if let Some(c) = cluster {
+        let policy = rbac.policy_of(c).await?;
+        if policy.is_bound(&attrs.user) || policy.authorize(&attrs).is_allowed() {
+            return Ok(());
+        }
+    }
+    Err(ApiError::workspace_forbidden())
+}
+
+/// Whether RBAC of `cluster` lets `identity` do `verb` on the named resource (`system:masters`
+/// may do anything): for checks beyond the request's own, such as `bind` on an APIExport.
+pub async fn allowed(
+    rbac: &Rbac,
+    cluster: &str,
+    identity: &Identity,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    name: &str,
+) -> Result<bool, ApiError> {
+    let Some(user) = unless_master(identity, Some(cluster)) else {
+        return Ok(true);
+    };
+    let attrs = Attributes::resource(user, verb, group, resource, None).with_name(name);
+    Ok(rbac
+        .policy_of(cluster)
+        .await?
+        .authorize(&attrs)
+        .is_allowed())
+}
+
+/// Authorizes a non-resource URL that is not about any one workspace (`/metrics`) with the RBAC
+/// of `root`, where the platform's operators are bound.
+pub async fn authorize_root_non_resource(
+    rbac: &Rbac,
+    identity: &Identity,
+    verb: &str,
+    path: &str,
+) -> Result<(), ApiError> {
+    let root = crate::request_info::ROOT_CLUSTER;
+    let Some(user) = unless_master(identity, Some(root)) else {
+        return Ok(());
+    };
+    let attrs = Attributes::non_resource(user, verb, path);
+    decide(&attrs, rbac.policy_of(root).await?.authorize(&attrs))
+}
+
+/// Applies `Impersonate-*` headers: the authenticated user must be allowed to `impersonate`
+/// each requested user (or service account), group, uid and extra value in the request's
+/// workspace. The headers are removed. `Ok(None)` when none were sent.
+pub async fn impersonate(
+    rbac: &Rbac,
+    cluster: Option<&str>,
+    identity: &Identity,
+    headers: &mut http::HeaderMap,
+) -> Result<Option<Identity>, ApiError> {
+    let first = |name: &str| header_values(headers, name).into_iter().next();
+    let user = first("impersonate-user");
+    let uid = first("impersonate-uid");
+    let groups = header_values(headers, "impersonate-group");
+    let extra = crate::authn::take_prefixed(headers, &["impersonate-extra-"]);
+    for h in ["impersonate-user", "impersonate-uid", "impersonate-group"] {
+        headers.remove(h);
+    }
+    let Some(user) = user else {
+        if groups.is_empty() && uid.is_none() && extra.is_empty() {
+            return Ok(None);
+        }
+        return Err(ApiError::bad_request(
+            "Impersonate-Group, Impersonate-Uid and Impersonate-Extra need an Impersonate-User header",
+        ));
+    };
+    let me = user_info(identity, cluster);
+    let policy = match cluster {
+        Some(c) if !me.is_master() => Some(rbac.policy_of(c).await?),
+        _ => None,
+    };
+    let check = |group: &str, resource: &str, sub: &str, ns: Option<&str>, name: &str| {
+        if me.is_master() {
+            return Ok(());
+        }
+        let mut attrs =
+            Attributes::resource(me.clone(), "impersonate", group, resource, ns).with_name(name);
+        if !sub.is_empty() {
+            attrs = attrs.with_subresource(sub);
+        }
+        let decision = match &policy {
+            Some(p) => p.authorize(&attrs),
+            None => crate::auth::Decision::Deny(String::new()),
+        };
+        decide(&attrs, decision)
+    };
+    let mut out_groups = groups.clone();
+    match UserInfo::new(user.clone(), &[]).service_account_parts() {
+        Some((ns, name)) => {
+            check("", "serviceaccounts", "", Some(ns), name)?;
+            for g in [
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{ns}"),
+            ] {
+                if !out_groups.contains(&g) {
+                    out_groups.push(g);
+                }
+            }
+        }
+        None => check("", "users", "", None, &user)?,
+    }
+    for g in &groups {
+        check("", "groups", "", None, g)?;
+    }
+    if let Some(uid) = &uid {
+        check("authentication.k8s.io", "uids", "", None, uid)?;
+    }
+    for (key, vals) in &extra {
+        for v in vals {
+            check("authentication.k8s.io", "userextras", key, None, v)?;
+        }
+    }
+    if user != "system:anonymous" && !out_groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+        out_groups.push(AUTHENTICATED_GROUP.into());
+    }
+    Ok(Some(Identity {
+        user,
+        groups: out_groups,
+        uid: uid.unwrap_or_default(),
+        extra,
+        home_cluster: cluster.map(str::to_string),
+    }))
+}
+
+/// Refuses a Role, ClusterRole or binding that would grant its writer permissions it does not
+/// hold (unless it may `escalate` or `bind`), as kube-apiserver's RBAC admission does.
+pub async fn check_rbac_write(
+    rbac: &Rbac,
+    cluster: &str,
+    identity: Option<&Identity>,
+    resource: &crate::registry::Resource,
+    obj: &Value,
+) -> Result<(), ApiError> {
+    if resource.ty.group != crate::auth::RBAC_GROUP {
+        return Ok(());
+    }
+    let Some(identity) = identity else {
+        return Ok(());
+    };
+    let user = user_info(identity, Some(cluster));
+    if user.is_master() {
+        return Ok(());
+    }
+    let policy = rbac.policy_of(cluster).await?;
+    let checked = if resource.ty.kind.ends_with("Binding") {
+        crate::auth::check_binding_write(&user, &policy, obj)
+    } else {
+        crate::auth::check_role_write(&user, &policy, obj)
+    };
+    checked.map_err(|why| {
+        ApiError::forbidden(format!(
+            "{} \"{}\" is forbidden: {why}",
+            resource.gr,
+            objects::name(obj)
+        ))
+    })
+}
