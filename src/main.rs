@@ -518,7 +518,7 @@ fn main() -> anyhow::Result<()> {
                 }
             });
             let out = controllers::platformmesh::review::render_yaml(
-                &controllers::templates::Engine::default(),
+                &gotemplate::Engine::default(),
                 &read(&platform_mesh)?,
                 &read(&profile)?,
                 remote.as_ref(),
@@ -534,7 +534,7 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("reading {}", values.display()))?;
             let name = file.display().to_string();
             let out = controllers::platformmesh::review::template(
-                &controllers::templates::Engine::default(),
+                &gotemplate::Engine::default(),
                 &name,
                 &text,
                 &data,

@@ -393,7 +393,7 @@ async fn run(
         remote,
         kcp: Some(kcp),
     });
-    let engine: Arc<dyn Render + Send + Sync> = Arc::new(controllers::templates::Engine::default());
+    let engine: Arc<dyn Render + Send + Sync> = Arc::new(gotemplate::Engine::default());
     let manager = Manager::new(ManagerOptions::default());
     manager
         .add(controller(engine, clusters))

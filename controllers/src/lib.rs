@@ -11,5 +11,4 @@ pub mod platformmesh;
 pub mod provider;
 pub mod providers;
 pub mod runtime;
-pub mod templates;
 pub mod tenants;

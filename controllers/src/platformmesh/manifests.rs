@@ -330,7 +330,7 @@ pub fn toggles_with_manifests() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::templates::Engine;
+    use gotemplate::Engine;
 
     #[test]
     fn the_compiled_list_is_the_directories() {

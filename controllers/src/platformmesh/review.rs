@@ -153,7 +153,7 @@ pub fn template(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::templates::Engine;
+    use gotemplate::Engine;
 
     fn reference(file: &str) -> String {
         let path = format!(

@@ -260,6 +260,12 @@ pub trait Render {
     fn render(&self, name: &str, text: &str, data: &Value) -> Result<String, String>;
 }
 
+impl Render for gotemplate::Engine {
+    fn render(&self, name: &str, text: &str, data: &Value) -> Result<String, String> {
+        gotemplate::Engine::render(self, name, text, data).map_err(|e| e.to_string())
+    }
+}
+
 fn render_components(
     render: &dyn Render,
     profile: &Profile,

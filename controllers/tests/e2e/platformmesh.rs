@@ -29,7 +29,7 @@ use controllers::platformmesh::kcp::Kcp;
 use controllers::platformmesh::vars::Render;
 use controllers::providers::fixed::FixedClusters;
 use controllers::runtime::{Cluster, Manager, ManagerOptions};
-use controllers::templates::Engine;
+use gotemplate::Engine;
 
 const NS: &str = "platform-mesh-system";
 

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::{render, MissingKey, Options};
+use gotemplate::{render, Error, MissingKey, Options};
 
 fn corpus() -> (Vec<Value>, Vec<Value>) {
     let dir = concat!(
@@ -65,7 +65,7 @@ fn go_options(case: &Value) -> Options {
 }
 
 /// Whether `result` is what Go produced for the case.
-fn matches(result: &Result<String, super::Error>, golden: &Value) -> Result<(), String> {
+fn matches(result: &Result<String, Error>, golden: &Value) -> Result<(), String> {
     match (result, golden["error"].as_bool().unwrap_or(false)) {
         (Ok(out), false) if Some(out.as_str()) == golden["output"].as_str() => Ok(()),
         (Err(e), true) => {

@@ -676,7 +676,7 @@ mod tests {
             "toYaml",
             &[V::from_json(
                 &serde_json::json!({"b": [1, 2], "a": {"c": "x"}}),
-                super::super::value::Numbers::Exact,
+                crate::value::Numbers::Exact,
             )],
             false,
         )
