@@ -86,38 +86,64 @@ impl Options {
     }
 }
 
-/// A parse or execution error, worded as Go words them:
-/// `template: NAME:LINE:COL: executing "NAME" at <SRC>: MESSAGE`.
+/// A parse or execution error. Its text is worded as Go words it:
+/// `template: NAME:LINE: MESSAGE` for a parse error and
+/// `template: NAME:LINE:COL: executing "NAME" at <SRC>: MESSAGE` for an execution error.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Error(String);
+pub enum Error {
+    /// The text is not a valid template.
+    #[error("template: {template}{}: {message}", line_part(.line))]
+    Parse {
+        /// The template's name.
+        template: String,
+        /// The line the error is on, when it is on one.
+        line: Option<usize>,
+        /// What is wrong, in Go's words.
+        message: String,
+    },
+    /// Running the template failed.
+    #[error("template: {template}:{line}:{col}: executing {template:?}{}: {message}", at_part(.at))]
+    Exec {
+        /// The template's name.
+        template: String,
+        /// The line of the failing action.
+        line: usize,
+        /// The column of the failing action.
+        col: usize,
+        /// The source of the failing action (`.config.port`), when there is one.
+        at: Option<String>,
+        /// What went wrong, in Go's words.
+        message: String,
+    },
+}
+
+fn line_part(line: &Option<usize>) -> String {
+    line.map(|l| format!(":{l}")).unwrap_or_default()
+}
+
+fn at_part(at: &Option<String>) -> String {
+    at.as_ref()
+        .map(|a| format!(" at <{a}>"))
+        .unwrap_or_default()
+}
 
 impl Error {
     fn parse(name: &str, line: usize, message: &str) -> Error {
-        if line == 0 {
-            Error(format!("template: {name}: {message}"))
-        } else {
-            Error(format!("template: {name}:{line}: {message}"))
+        Error::Parse {
+            template: name.to_string(),
+            line: (line != 0).then_some(line),
+            message: message.to_string(),
         }
     }
 
     fn exec(name: &str, pos: parse::Pos, src: &str, message: impl Into<String>) -> Error {
-        let message = message.into();
-        if src.is_empty() {
-            return Error(format!(
-                "template: {name}:{}:{}: executing {name:?}: {message}",
-                pos.line, pos.col
-            ));
+        Error::Exec {
+            template: name.to_string(),
+            line: pos.line,
+            col: pos.col,
+            at: (!src.is_empty()).then(|| src.to_string()),
+            message: message.into(),
         }
-        Error(format!(
-            "template: {name}:{}:{}: executing {name:?} at <{src}>: {message}",
-            pos.line, pos.col
-        ))
-    }
-
-    /// The whole message.
-    pub fn message(&self) -> &str {
-        &self.0
     }
 }
 
@@ -197,6 +223,30 @@ mod tests {
         assert!(err.contains("\"$.values.x\""), "{err}");
         let err = strict("{{ .n }}", json!({"n": null})).expect_err("null");
         assert!(err.contains("the value is null"), "{err}");
+    }
+
+    #[test]
+    fn errors_read_as_gos() {
+        assert_eq!(
+            strict("a\n{{ if 1 }}", json!({})).expect_err("eof"),
+            "template: t:2: unexpected EOF"
+        );
+        let err = Template::parse("t", "{{ end }}").expect_err("end");
+        assert_eq!(err.to_string(), "template: t: unexpected {{end}}");
+        assert!(matches!(err, Error::Parse { line: None, .. }), "{err:?}");
+        let err =
+            render("t", "{{ .a.b }}", &json!({"a": {}}), &Options::default()).expect_err("missing");
+        let Error::Exec { line, col, at, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!((*line, *col, at.as_deref()), (1, 4, Some(".a.b")));
+        let big = strict(
+            &format!("{{{{ range 1000000 }}}}{}{{{{ end }}}}", "x".repeat(80)),
+            json!({}),
+        )
+        .expect_err("output");
+        assert!(big.starts_with("template: t:"), "{big}");
+        assert!(big.contains(": executing \"t\": output exceeds"), "{big}");
     }
 
     #[test]

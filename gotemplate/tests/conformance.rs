@@ -77,10 +77,10 @@ fn matches(result: &Result<String, Error>, golden: &Value) -> Result<(), String>
                 None => want.rsplit_once(": ").map(|x| x.1).unwrap_or(want),
             };
             let first = tail.split(':').next().unwrap_or(tail);
-            if e.message().contains(first) {
+            if e.to_string().contains(first) {
                 Ok(())
             } else {
-                Err(format!("error {:?}, Go's: {want:?}", e.message()))
+                Err(format!("error {:?}, Go's: {want:?}", e.to_string()))
             }
         }
         (r, _) => Err(format!("got {r:?}, Go's: {golden}")),
@@ -136,8 +136,8 @@ fn the_projects_mode_differs_only_where_it_says_so() {
             if reason.starts_with("printing") {
                 let err = result.as_ref().expect_err(reason);
                 assert!(
-                    err.message().contains(&format!("template: {name}:1:"))
-                        && err.message().contains("printing it would write"),
+                    err.to_string().contains(&format!("template: {name}:1:"))
+                        && err.to_string().contains("printing it would write"),
                     "{name}: {err}"
                 );
             }
