@@ -22,7 +22,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use controllers::providers::kcp::{endpoint_urls, ApiExportOptions, ApiExportProvider, PathAware};
 use controllers::runtime::client::{cluster_prefix, pooled_client, scoped_client};
 use controllers::runtime::{
-    Action, ClusterContext, Controller, Manager, ManagerOptions, Reconciler, Request, ResourceKind,
+    Action, CacheError, ClusterContext, Controller, Manager, ManagerOptions, Reconciler, Request,
+    ResourceKind,
 };
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
@@ -117,14 +118,11 @@ struct Measure {
 }
 
 impl Reconciler for Measure {
-    type Error = String;
+    type Error = CacheError;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, CacheError> {
         let at = now_ns();
-        let cache = ctx
-            .cache(&ResourceKind::dynamic(widgets(), true))
-            .await
-            .map_err(|e| e.to_string())?;
+        let cache = ctx.cache(&ResourceKind::dynamic(widgets(), true)).await?;
         let obj = cache.get(ctx.cluster_name(), req.namespace.as_deref(), &req.name);
         let mut s = self.stats.lock().unwrap();
         if s.first_full_sync.is_none()

@@ -22,6 +22,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 
+use crate::runtime::{kube_error_is_transient, ReconcileError};
+
 /// What a subroutine reports when it did not fail.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
@@ -71,9 +73,10 @@ impl Step {
     }
 }
 
-/// One step of a chain over a context `C` (the object and the clients it needs).
+/// One step of a chain over a context `C` (the object and the clients it needs), failing with
+/// `E` (the error type of the chain's reconciler).
 #[async_trait::async_trait]
-pub trait Subroutine<C: Sync>: Send + Sync {
+pub trait Subroutine<C: Sync, E: Send>: Send + Sync {
     /// The condition type of this step.
     fn name(&self) -> &'static str;
     /// Every finalizer this step may put on an object (none by default); on deletion the step
@@ -87,22 +90,22 @@ pub trait Subroutine<C: Sync>: Send + Sync {
         self.finalizers()
     }
     /// Brings the world towards the object.
-    async fn process(&self, ctx: &C) -> Result<Step, String>;
+    async fn process(&self, ctx: &C) -> Result<Step, E>;
     /// Cleans up on deletion.
-    async fn finalize(&self, _ctx: &C) -> Result<Step, String> {
+    async fn finalize(&self, _ctx: &C) -> Result<Step, E> {
         Ok(Step::done())
     }
 }
 
 /// The result of running a chain once.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Run {
+pub struct Run<E> {
     /// The conditions after the run (existing ones updated in place).
     pub conditions: Vec<Condition>,
     /// The shortest requeue any step asked for.
     pub requeue: Option<Duration>,
     /// The first error, which stopped the chain.
-    pub error: Option<String>,
+    pub error: Option<E>,
     /// Finalizers whose finalize completed and which may now be removed.
     pub release: Vec<&'static str>,
 }
@@ -110,25 +113,25 @@ pub struct Run {
 /// The aggregate condition type.
 pub const READY: &str = "Ready";
 
-/// An ordered chain of subroutines.
-pub struct Lifecycle<C> {
-    steps: Vec<Box<dyn Subroutine<C>>>,
+/// An ordered chain of subroutines over a context `C`, failing with `E`.
+pub struct Lifecycle<C, E> {
+    steps: Vec<Box<dyn Subroutine<C, E>>>,
 }
 
-impl<C: Sync> Default for Lifecycle<C> {
+impl<C: Sync, E: Send> Default for Lifecycle<C, E> {
     fn default() -> Self {
         Lifecycle { steps: Vec::new() }
     }
 }
 
-impl<C: Sync> Lifecycle<C> {
+impl<C: Sync, E: std::fmt::Display + Send> Lifecycle<C, E> {
     /// An empty chain.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Appends a step.
-    pub fn step(mut self, s: impl Subroutine<C> + 'static) -> Self {
+    pub fn step(mut self, s: impl Subroutine<C, E> + 'static) -> Self {
         self.steps.push(Box::new(s));
         self
     }
@@ -163,7 +166,7 @@ impl<C: Sync> Lifecycle<C> {
         present: &[String],
         generation: Option<i64>,
         existing: &[Condition],
-    ) -> Run {
+    ) -> Run<E> {
         let now = Time(Timestamp::now());
         let mut conditions = existing.to_vec();
         let suffix = if deleting { "Finalize" } else { "" };
@@ -187,7 +190,7 @@ impl<C: Sync> Lifecycle<C> {
                 );
             }
         }
-        let order: Vec<&dyn Subroutine<C>> = if deleting {
+        let order: Vec<&dyn Subroutine<C, E>> = if deleting {
             self.steps.iter().rev().map(|s| s.as_ref()).collect()
         } else {
             self.steps.iter().map(|s| s.as_ref()).collect()
@@ -223,7 +226,7 @@ impl<C: Sync> Lifecycle<C> {
                         &name,
                         "False",
                         "Error",
-                        &e,
+                        &e.to_string(),
                         generation,
                         &now,
                     );
@@ -427,40 +430,84 @@ impl StatusFields {
 
 /// Why driving an object failed.
 #[derive(Debug, thiserror::Error)]
-pub enum DriveError {
-    /// A subroutine failed (retried with backoff).
+pub enum DriveError<E> {
+    /// A subroutine failed.
     #[error("{0}")]
-    Subroutine(String),
+    Subroutine(E),
     /// Writing the object failed.
-    #[error("updating {what}: {source}")]
-    Write {
-        /// `finalizers` or `status`.
-        what: &'static str,
-        /// The client error.
-        source: Box<kube::Error>,
-    },
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+/// Writing the driven object's finalizers or status failed.
+#[derive(Debug, thiserror::Error)]
+#[error("updating {what}: {source}")]
+pub struct WriteError {
+    /// `finalizers` or `status`.
+    pub what: &'static str,
+    /// The client error.
+    #[source]
+    pub source: Box<kube::Error>,
+}
+
+impl ReconcileError for WriteError {
+    fn is_transient(&self) -> bool {
+        kube_error_is_transient(&self.source)
+    }
+}
+
+impl<E> DriveError<E> {
+    /// Writing the finalizers failed.
+    fn finalizers(source: kube::Error) -> Self {
+        DriveError::Write(WriteError {
+            what: "finalizers",
+            source: Box::new(source),
+        })
+    }
+
+    /// The subroutine's error as it is, a write error as `E`: the error of a reconciler that
+    /// drives a chain of subroutines failing with `E`.
+    pub fn flatten(self) -> E
+    where
+        E: From<WriteError>,
+    {
+        match self {
+            DriveError::Subroutine(e) => e,
+            DriveError::Write(w) => w.into(),
+        }
+    }
+}
+
+impl<E: ReconcileError> ReconcileError for DriveError<E> {
+    /// A subroutine's error as it classifies itself, a failed write as its client error.
+    fn is_transient(&self) -> bool {
+        match self {
+            DriveError::Subroutine(e) => e.is_transient(),
+            DriveError::Write(w) => w.is_transient(),
+        }
+    }
 }
 
 /// Runs `lifecycle` for `obj` and writes what changed: finalizers first (and nothing else that
 /// time), then the status, then released finalizers. Returns when to reconcile again.
-pub async fn drive<C: Sync>(
-    lifecycle: &Lifecycle<C>,
+pub async fn drive<C: Sync, E: std::fmt::Display + Send>(
+    lifecycle: &Lifecycle<C, E>,
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     ctx: &C,
-) -> Result<Option<Duration>, DriveError> {
+) -> Result<Option<Duration>, DriveError<E>> {
     drive_with_status(lifecycle, api, obj, ctx, |_| serde_json::Map::new()).await
 }
 
 /// [`drive`] for kinds whose steps also report other status fields (such as `phase`): `fields`
 /// gives them after the run, and they are written with the conditions when they differ.
-pub async fn drive_with_status<C: Sync>(
-    lifecycle: &Lifecycle<C>,
+pub async fn drive_with_status<C: Sync, E: std::fmt::Display + Send>(
+    lifecycle: &Lifecycle<C, E>,
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     ctx: &C,
     fields: impl Fn(&C) -> serde_json::Map<String, Value>,
-) -> Result<Option<Duration>, DriveError> {
+) -> Result<Option<Duration>, DriveError<E>> {
     let name = obj.metadata.name.clone().unwrap_or_default();
     let deleting = obj.metadata.deletion_timestamp.is_some();
     let present = obj.metadata.finalizers.clone().unwrap_or_default();
@@ -483,7 +530,9 @@ pub async fn drive_with_status<C: Sync>(
         if !missing.is_empty() {
             let mut all = present.clone();
             all.extend(missing.iter().map(|m| m.to_string()));
-            patch_finalizers(api, &name, obj, all).await?;
+            patch_finalizers(api, &name, obj, all)
+                .await
+                .map_err(DriveError::finalizers)?;
             return Ok(None);
         }
     } else if wanted.is_empty() {
@@ -522,10 +571,10 @@ pub async fn drive_with_status<C: Sync>(
             Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Some(Duration::from_secs(1))),
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
             Err(source) => {
-                return Err(DriveError::Write {
+                return Err(DriveError::Write(WriteError {
                     what: "status",
                     source: Box::new(source),
-                })
+                }))
             }
         }
     }
@@ -535,7 +584,9 @@ pub async fn drive_with_status<C: Sync>(
             .filter(|p| !run.release.contains(&p.as_str()))
             .cloned()
             .collect();
-        patch_finalizers(api, &name, obj, keep).await?;
+        patch_finalizers(api, &name, obj, keep)
+            .await
+            .map_err(DriveError::finalizers)?;
     }
     match run.error {
         Some(e) => Err(DriveError::Subroutine(e)),
@@ -564,7 +615,7 @@ pub async fn patch_finalizers(
     name: &str,
     obj: &DynamicObject,
     finalizers: Vec<String>,
-) -> Result<(), DriveError> {
+) -> Result<(), kube::Error> {
     // The resourceVersion makes this a compare-and-swap: a finalizer added meanwhile is not lost.
     let patch = json!({"metadata": {
         "finalizers": finalizers,
@@ -576,10 +627,7 @@ pub async fn patch_finalizers(
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(source) => Err(DriveError::Write {
-            what: "finalizers",
-            source: Box::new(source),
-        }),
+        Err(source) => Err(source),
     }
 }
 
@@ -599,7 +647,7 @@ mod tests {
     struct Seen(Mutex<Vec<String>>);
 
     #[async_trait::async_trait]
-    impl Subroutine<Seen> for Fixed {
+    impl Subroutine<Seen, String> for Fixed {
         fn name(&self) -> &'static str {
             self.name
         }
@@ -629,7 +677,7 @@ mod tests {
         }
     }
 
-    fn cond<'a>(run: &'a Run, t: &str) -> (&'a str, &'a str) {
+    fn cond<'a>(run: &'a Run<String>, t: &str) -> (&'a str, &'a str) {
         let c = run.conditions.iter().find(|c| c.type_ == t).expect(t);
         (c.status.as_str(), c.reason.as_str())
     }

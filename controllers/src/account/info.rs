@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams};
 
-use super::{account_infos, accounts};
+use super::{account_infos, accounts, AccountError};
 use crate::lifecycle::patch_finalizers;
 use crate::runtime::{Action, ClusterContext, Controller, Reconciler, Request, ResourceKind};
 
@@ -20,22 +20,25 @@ async fn set_finalizers(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     finalizers: Vec<String>,
-) -> Result<(), String> {
+) -> Result<(), AccountError> {
     let name = obj.metadata.name.as_deref().unwrap_or_default();
     patch_finalizers(api, name, obj, finalizers)
         .await
-        .map_err(|e| format!("AccountInfo {name}: {e}"))
+        .map_err(|source| AccountError::InfoFinalizers {
+            name: name.to_string(),
+            source,
+        })
 }
 
 impl Reconciler for AccountInfoReconciler {
-    type Error = String;
+    type Error = AccountError;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, AccountError> {
         let api: Api<DynamicObject> = ctx.cluster().dynamic_api(&account_infos(), None);
         let Some(info) = api
             .get_opt(&req.name)
             .await
-            .map_err(|e| format!("reading AccountInfo {req}: {e}"))?
+            .map_err(|e| AccountError::kube(format!("reading AccountInfo {req}"), e))?
         else {
             return Ok(Action::await_change());
         };
@@ -59,7 +62,7 @@ impl Reconciler for AccountInfoReconciler {
         {
             Ok(list) => list.items.len(),
             Err(kube::Error::Api(s)) if s.code == 404 => 0,
-            Err(e) => return Err(format!("listing child accounts: {e}")),
+            Err(e) => return Err(AccountError::kube("listing child accounts", e)),
         };
         if children > 0 {
             return Ok(Action::requeue_after(Duration::from_secs(2)));

@@ -19,11 +19,13 @@ use std::time::Duration;
 use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 
-use crate::lifecycle::{drive, DriveError, Lifecycle};
+use crate::ensure::EnsureError;
+use crate::lifecycle::{drive, Lifecycle, WriteError};
 use crate::platformmesh::api_resource;
 use crate::platformmesh::kcp::Kcp;
 use crate::runtime::{
-    Action, ClusterContext, ClusterName, Controller, Reconciler, Request, ResourceKind,
+    kube_error_is_transient, Action, ClusterContext, ClusterName, Controller, ReconcileError,
+    Reconciler, Request, ResourceKind,
 };
 
 pub use info::{info_controller, AccountInfoReconciler, INFO_FINALIZER};
@@ -71,6 +73,101 @@ pub fn workspace_types() -> ApiResource {
     )
 }
 
+/// Why reconciling an Account or an AccountInfo failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AccountError {
+    /// A call to the API server failed; `context` says which.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What was being done.
+        context: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the Account's own Workspace failed (it may not be visible yet).
+    #[error("getting Account's Workspace: {0}")]
+    Workspace(#[source] kube::Error),
+    /// Creating or updating a WorkspaceType or the Workspace failed.
+    #[error(transparent)]
+    Ensure(#[from] EnsureError),
+    /// Creating or updating an object failed; `context` says where or which.
+    #[error("{context}: {source}")]
+    EnsureIn {
+        /// Where or which object.
+        context: String,
+        /// The failure.
+        #[source]
+        source: Box<EnsureError>,
+    },
+    /// The Account's owner reference does not decode (a bug).
+    #[error("{0}")]
+    OwnerReference(#[source] serde_json::Error),
+    /// A Workspace of the Account's name exists with another type, which cannot change.
+    #[error("Workspace {name} exists with type {have}, the account needs {wanted} (a workspace's type cannot change)")]
+    WorkspaceType {
+        /// The Workspace.
+        name: String,
+        /// Its type, `path:name`.
+        have: String,
+        /// The type the Account needs, `path:name`.
+        wanted: String,
+    },
+    /// The Account's Workspace has no usable URL yet.
+    #[error("workspace URL is {0}")]
+    WorkspaceUrl(&'static str),
+    /// The Account's Workspace has no logical cluster yet.
+    #[error("the Account's Workspace has no logical cluster yet")]
+    NoLogicalCluster,
+    /// Updating an AccountInfo's finalizers failed.
+    #[error("AccountInfo {name}: updating finalizers: {source}")]
+    InfoFinalizers {
+        /// The AccountInfo.
+        name: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the Account's finalizers or status failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+impl AccountError {
+    /// A failed API call, with what it was doing.
+    pub fn kube(context: impl Into<String>, source: kube::Error) -> Self {
+        AccountError::Kube {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl ReconcileError for AccountError {
+    /// Client errors as [`kube_error_is_transient`] says, except that the Account's Workspace
+    /// and the AccountInfo inside it may not be visible yet (404 while kcp sets the workspace
+    /// up is retried). A Workspace of the wrong type is retried too: it is not watched, so its
+    /// deletion would bring no event. An undecodable owner reference is fatal.
+    fn is_transient(&self) -> bool {
+        match self {
+            AccountError::Kube { source, .. } | AccountError::InfoFinalizers { source, .. } => {
+                kube_error_is_transient(source)
+            }
+            AccountError::Workspace(source) => {
+                matches!(source, kube::Error::Api(s) if s.code == 404)
+                    || kube_error_is_transient(source)
+            }
+            AccountError::Ensure(e) => e.is_transient(),
+            AccountError::EnsureIn { source, .. } => source.is_not_found() || source.is_transient(),
+            AccountError::OwnerReference(_) => false,
+            AccountError::WorkspaceType { .. }
+            | AccountError::WorkspaceUrl(_)
+            | AccountError::NoLogicalCluster => true,
+            AccountError::Write(e) => e.is_transient(),
+        }
+    }
+}
+
 /// What a step of an Account sees.
 pub struct AccountContext {
     /// The Account as read at the start of the reconcile.
@@ -112,19 +209,19 @@ impl AccountContext {
 
 /// Reconciles Accounts in every engaged workspace.
 pub struct AccountReconciler {
-    lifecycle: Lifecycle<AccountContext>,
+    lifecycle: Lifecycle<AccountContext, AccountError>,
     kcp: Arc<Kcp>,
 }
 
 impl Reconciler for AccountReconciler {
-    type Error = String;
+    type Error = AccountError;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, AccountError> {
         let api: Api<DynamicObject> = ctx.cluster().dynamic_api(&accounts(), None);
         let Some(account) = api
             .get_opt(&req.name)
             .await
-            .map_err(|e| format!("reading Account {req}: {e}"))?
+            .map_err(|e| AccountError::kube(format!("reading Account {req}"), e))?
         else {
             return Ok(Action::await_change());
         };
@@ -137,14 +234,13 @@ impl Reconciler for AccountReconciler {
         match drive(&self.lifecycle, &api, &account, &context).await {
             Ok(Some(after)) => Ok(Action::requeue_after(after)),
             Ok(None) => Ok(Action::await_change()),
-            Err(DriveError::Subroutine(e)) => Err(e),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.flatten()),
         }
     }
 }
 
 /// The steps of an Account, in order (reversed on deletion).
-pub fn lifecycle() -> Lifecycle<AccountContext> {
+pub fn lifecycle() -> Lifecycle<AccountContext, AccountError> {
     Lifecycle::new()
         .step(WorkspaceTypeStep)
         .step(WorkspaceStep)

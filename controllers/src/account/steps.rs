@@ -5,8 +5,8 @@ use kube::api::{DeleteParams, DynamicObject};
 use serde_json::{json, Value};
 
 use super::{
-    account_infos, condition_true, workspace_types, workspaces, AccountContext, INFO_NAME,
-    INFO_WAIT, ORGS_PATH, WAIT,
+    account_infos, condition_true, workspace_types, workspaces, AccountContext, AccountError,
+    INFO_NAME, INFO_WAIT, ORGS_PATH, WAIT,
 };
 use crate::ensure::ensure;
 use crate::lifecycle::{Step, Subroutine};
@@ -52,7 +52,11 @@ fn workspace_type_spec(org: &str, base: &str) -> Value {
 
 /// Creates a WorkspaceType, or sets the controller's fields on it (others' fields and labels
 /// are kept); writes only when something differs.
-async fn ensure_workspace_type(ctx: &AccountContext, org: &str, base: &str) -> Result<(), String> {
+async fn ensure_workspace_type(
+    ctx: &AccountContext,
+    org: &str,
+    base: &str,
+) -> Result<(), AccountError> {
     let owned = workspace_type_spec(org, base);
     let wanted = json!({
         "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
@@ -81,7 +85,10 @@ async fn ensure_workspace_type(ctx: &AccountContext, org: &str, base: &str) -> R
     )
     .await
     .map(|_| ())
-    .map_err(|e| format!("in {ORGS_PATH}: {e}"))
+    .map_err(|source| AccountError::EnsureIn {
+        context: format!("in {ORGS_PATH}"),
+        source: Box::new(source),
+    })
 }
 
 /// `WorkspaceTypeSubroutine`: an organisation gets WorkspaceTypes `<org>-org` and
@@ -89,7 +96,7 @@ async fn ensure_workspace_type(ctx: &AccountContext, org: &str, base: &str) -> R
 pub struct WorkspaceTypeStep;
 
 #[async_trait::async_trait]
-impl Subroutine<AccountContext> for WorkspaceTypeStep {
+impl Subroutine<AccountContext, AccountError> for WorkspaceTypeStep {
     fn name(&self) -> &'static str {
         "WorkspaceTypeSubroutine"
     }
@@ -106,7 +113,7 @@ impl Subroutine<AccountContext> for WorkspaceTypeStep {
         }
     }
 
-    async fn process(&self, ctx: &AccountContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &AccountContext) -> Result<Step, AccountError> {
         if !ctx.is_org() {
             return Ok(Step::done());
         }
@@ -115,7 +122,7 @@ impl Subroutine<AccountContext> for WorkspaceTypeStep {
         Ok(Step::done())
     }
 
-    async fn finalize(&self, ctx: &AccountContext) -> Result<Step, String> {
+    async fn finalize(&self, ctx: &AccountContext) -> Result<Step, AccountError> {
         if !ctx.is_org() {
             return Ok(Step::done());
         }
@@ -125,7 +132,12 @@ impl Subroutine<AccountContext> for WorkspaceTypeStep {
             match api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(format!("deleting WorkspaceType {ORGS_PATH}:{name}: {e}")),
+                Err(e) => {
+                    return Err(AccountError::kube(
+                        format!("deleting WorkspaceType {ORGS_PATH}:{name}"),
+                        e,
+                    ))
+                }
             }
         }
         Ok(Step::done())
@@ -134,12 +146,14 @@ impl Subroutine<AccountContext> for WorkspaceTypeStep {
 
 /// The organisation of an account, from the AccountInfo of the workspace holding it; a stop
 /// step while that is not written yet.
-async fn organisation_of_parent(ctx: &AccountContext) -> Result<Result<String, Step>, String> {
+async fn organisation_of_parent(
+    ctx: &AccountContext,
+) -> Result<Result<String, Step>, AccountError> {
     let info = ctx
         .api(&account_infos())
         .get_opt(INFO_NAME)
         .await
-        .map_err(|e| format!("getting parent AccountInfo: {e}"))?;
+        .map_err(|e| AccountError::kube("getting parent AccountInfo", e))?;
     let Some(info) = info else {
         return Ok(Err(stop("AccountInfo not found yet")));
     };
@@ -154,7 +168,7 @@ async fn organisation_of_parent(ctx: &AccountContext) -> Result<Result<String, S
 pub struct WorkspaceStep;
 
 #[async_trait::async_trait]
-impl Subroutine<AccountContext> for WorkspaceStep {
+impl Subroutine<AccountContext, AccountError> for WorkspaceStep {
     fn name(&self) -> &'static str {
         "WorkspaceSubroutine"
     }
@@ -163,7 +177,7 @@ impl Subroutine<AccountContext> for WorkspaceStep {
         &[WORKSPACE_FINALIZER]
     }
 
-    async fn process(&self, ctx: &AccountContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &AccountContext) -> Result<Step, AccountError> {
         let type_name = if ctx.is_org() {
             workspace_type_name(ctx.name(), "org")
         } else {
@@ -176,7 +190,9 @@ impl Subroutine<AccountContext> for WorkspaceStep {
             .api_at(ORGS_PATH, &workspace_types())
             .get_opt(&type_name)
             .await
-            .map_err(|e| format!("getting WorkspaceType {ORGS_PATH}:{type_name}: {e}"))?;
+            .map_err(|e| {
+                AccountError::kube(format!("getting WorkspaceType {ORGS_PATH}:{type_name}"), e)
+            })?;
         if !wst.is_some_and(|t| condition_true(&t.data, "Ready")) {
             return Ok(stop("Workspace type not ready yet"));
         }
@@ -185,7 +201,7 @@ impl Subroutine<AccountContext> for WorkspaceStep {
         let owner = json!({"apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "Account",
             "name": name, "uid": uid});
         let owner_ref: OwnerReference =
-            serde_json::from_value(owner.clone()).map_err(|e| e.to_string())?;
+            serde_json::from_value(owner.clone()).map_err(AccountError::OwnerReference)?;
         let wanted_type = json!({"name": type_name, "path": ORGS_PATH});
         let same_type = |ws: &DynamicObject| ws.data["spec"]["type"]["name"] == wanted_type["name"];
         let ws = ensure(
@@ -214,23 +230,27 @@ impl Subroutine<AccountContext> for WorkspaceStep {
         .await?;
         if !same_type(&ws) {
             let have = &ws.data["spec"]["type"];
-            return Err(format!(
-                "Workspace {name} exists with type {}:{}, the account needs {ORGS_PATH}:{type_name} (a workspace's type cannot change)",
-                have["path"].as_str().unwrap_or("root"),
-                have["name"].as_str().unwrap_or("")
-            ));
+            return Err(AccountError::WorkspaceType {
+                name: name.to_string(),
+                have: format!(
+                    "{}:{}",
+                    have["path"].as_str().unwrap_or("root"),
+                    have["name"].as_str().unwrap_or("")
+                ),
+                wanted: format!("{ORGS_PATH}:{type_name}"),
+            });
         }
         Ok(Step::done())
     }
 
-    async fn finalize(&self, ctx: &AccountContext) -> Result<Step, String> {
+    async fn finalize(&self, ctx: &AccountContext) -> Result<Step, AccountError> {
         let api = ctx.api(&workspaces());
         let name = ctx.name();
         let ws = match api.get_opt(name).await {
             Ok(ws) => ws,
             // The kind is not served (any more): nothing to wait for.
             Err(kube::Error::Api(s)) if s.code == 404 => None,
-            Err(e) => return Err(format!("getting Workspace {name}: {e}")),
+            Err(e) => return Err(AccountError::kube(format!("getting Workspace {name}"), e)),
         };
         let Some(ws) = ws else {
             return Ok(Step::done());
@@ -239,7 +259,7 @@ impl Subroutine<AccountContext> for WorkspaceStep {
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Step::done()),
-                Err(e) => return Err(format!("deleting Workspace {name}: {e}")),
+                Err(e) => return Err(AccountError::kube(format!("deleting Workspace {name}"), e)),
             }
         }
         Ok(stop("Waiting for Workspace deletion"))
@@ -248,26 +268,26 @@ impl Subroutine<AccountContext> for WorkspaceStep {
 
 /// The Account's Workspace, for the steps after it; an error when missing (the workspace step
 /// before made it).
-async fn account_workspace(ctx: &AccountContext) -> Result<DynamicObject, String> {
+async fn account_workspace(ctx: &AccountContext) -> Result<DynamicObject, AccountError> {
     ctx.api(&workspaces())
         .get(ctx.name())
         .await
-        .map_err(|e| format!("getting Account's Workspace: {e}"))
+        .map_err(AccountError::Workspace)
 }
 
 /// Where an account is: `path` and `url` from its Workspace's URL.
-fn location(ctx: &AccountContext, ws: &DynamicObject) -> Result<Value, String> {
+fn location(ctx: &AccountContext, ws: &DynamicObject) -> Result<Value, AccountError> {
     let url = ws.data["spec"]["URL"].as_str().unwrap_or("");
     if url.is_empty() {
-        return Err("workspace URL is empty".into());
+        return Err(AccountError::WorkspaceUrl("empty"));
     }
     let parts: Vec<&str> = url.split('/').collect();
     if parts.len() < 3 {
-        return Err("workspace URL is invalid".into());
+        return Err(AccountError::WorkspaceUrl("invalid"));
     }
     let path = parts.last().copied().unwrap_or("").trim();
     if path.is_empty() {
-        return Err("workspace URL is empty".into());
+        return Err(AccountError::WorkspaceUrl("empty"));
     }
     Ok(json!({
         "name": ctx.name(),
@@ -284,12 +304,12 @@ fn location(ctx: &AccountContext, ws: &DynamicObject) -> Result<Value, String> {
 pub struct ManageAccountInfo;
 
 #[async_trait::async_trait]
-impl Subroutine<AccountContext> for ManageAccountInfo {
+impl Subroutine<AccountContext, AccountError> for ManageAccountInfo {
     fn name(&self) -> &'static str {
         "ManageAccountInfoSubroutine"
     }
 
-    async fn process(&self, ctx: &AccountContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &AccountContext) -> Result<Step, AccountError> {
         let ws = account_workspace(ctx).await?;
         let phase = ws.data["status"]["phase"].as_str().unwrap_or("");
         if phase != "Initializing" && phase != "Ready" {
@@ -298,7 +318,7 @@ impl Subroutine<AccountContext> for ManageAccountInfo {
         let me = location(ctx, &ws)?;
         let cluster = ws.data["spec"]["cluster"].as_str().unwrap_or("");
         if cluster.is_empty() {
-            return Err("the Account's Workspace has no logical cluster yet".into());
+            return Err(AccountError::NoLogicalCluster);
         }
         // The fields this step owns, set (or removed when None); the FGA store and OIDC
         // settings of an organisation are others' to write and kept as found.
@@ -314,7 +334,7 @@ impl Subroutine<AccountContext> for ManageAccountInfo {
                 .api(&account_infos())
                 .get_opt(INFO_NAME)
                 .await
-                .map_err(|e| format!("getting parent AccountInfo: {e}"))?;
+                .map_err(|e| AccountError::kube("getting parent AccountInfo", e))?;
             let Some(parent) = parent else {
                 return Ok(Step::stop(
                     "Parent AccountInfo does not exist yet",
@@ -360,7 +380,10 @@ impl Subroutine<AccountContext> for ManageAccountInfo {
             },
         )
         .await
-        .map_err(|e| format!("creating or updating AccountInfo: {e}"))?;
+        .map_err(|source| AccountError::EnsureIn {
+            context: "creating or updating AccountInfo".into(),
+            source: Box::new(source),
+        })?;
         Ok(Step::done())
     }
 }
@@ -369,12 +392,12 @@ impl Subroutine<AccountContext> for ManageAccountInfo {
 pub struct WorkspaceReady;
 
 #[async_trait::async_trait]
-impl Subroutine<AccountContext> for WorkspaceReady {
+impl Subroutine<AccountContext, AccountError> for WorkspaceReady {
     fn name(&self) -> &'static str {
         "WorkspaceReadySubroutine"
     }
 
-    async fn process(&self, ctx: &AccountContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &AccountContext) -> Result<Step, AccountError> {
         let ws = account_workspace(ctx).await?;
         if ws.data["status"]["phase"] != "Ready" {
             return Ok(stop("Workspace not ready yet"));

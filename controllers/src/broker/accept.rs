@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::set_finalizer;
+use super::{set_finalizer, BrokerError};
 use crate::lifecycle;
 use crate::runtime::{Action, ClusterContext, ClusterName, Reconciler, Request};
 
@@ -364,13 +364,13 @@ pub struct AcceptApiReconciler {
 }
 
 impl Reconciler for AcceptApiReconciler {
-    type Error = String;
+    type Error = BrokerError;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, BrokerError> {
         let namespace = req.namespace.clone().unwrap_or_default();
         let api: Api<AcceptAPI> = ctx.namespaced(&namespace);
         let cluster = ctx.cluster_name().clone();
-        let Some(obj) = api.get_opt(&req.name).await.map_err(|e| e.to_string())? else {
+        let Some(obj) = api.get_opt(&req.name).await.map_err(BrokerError::Read)? else {
             self.registry.remove(&cluster, &namespace, &req.name);
             return Ok(Action::await_change());
         };
@@ -418,7 +418,7 @@ async fn set_condition(
     status: &str,
     reason: &str,
     message: &str,
-) -> Result<(), String> {
+) -> Result<(), BrokerError> {
     let mut conditions = obj
         .status
         .as_ref()
@@ -446,7 +446,7 @@ async fn set_condition(
     )
     .await
     .map(|_| ())
-    .map_err(|e| format!("writing status: {e}"))
+    .map_err(|e| BrokerError::kube("writing status", e))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::{CONSUMER_CLUSTER, CONSUMER_NAME, GENERIC_FINALIZER};
+use super::{BrokerError, CONSUMER_CLUSTER, CONSUMER_NAME, GENERIC_FINALIZER};
 
 /// The top-level fields a copy carries: everything but `metadata` and `status`.
 pub fn content(obj: &Value) -> Map<String, Value> {
@@ -166,7 +166,7 @@ pub struct Copied {
 }
 
 /// The related resources of a provider object, or why an entry is unusable.
-pub fn related(provider_obj: &Value) -> Result<Vec<Related>, String> {
+pub fn related(provider_obj: &Value) -> Result<Vec<Related>, BrokerError> {
     let Some(map) = provider_obj["status"]["relatedResources"].as_object() else {
         return Ok(Vec::new());
     };
@@ -180,9 +180,9 @@ pub fn related(provider_obj: &Value) -> Result<Vec<Related>, String> {
             text("name"),
         );
         if version.is_empty() || kind.is_empty() || name.is_empty() {
-            return Err(format!(
+            return Err(BrokerError::RelatedResources(format!(
                 "status.relatedResources.{key} needs name, gvk.version and gvk.kind"
-            ));
+            )));
         }
         let group = gvk["group"].as_str().unwrap_or_default();
         out.push(Related {

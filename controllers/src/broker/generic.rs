@@ -33,8 +33,9 @@ use super::accept::{gvr_text, Registry};
 use super::copy::{self, Copied};
 use super::migration::{self, Configurations};
 use super::{
-    cluster_hash, provider_name, CONSUMER_CLUSTER, CONSUMER_NAME, CONSUMER_PREFIX,
-    GENERIC_FINALIZER, NEW_PROVIDER_CLUSTER, PROVIDER_CLUSTER, PROVIDER_PREFIX, RELATED_RESOURCES,
+    cluster_hash, provider_name, BrokerError, RelatedError, CONSUMER_CLUSTER, CONSUMER_NAME,
+    CONSUMER_PREFIX, GENERIC_FINALIZER, NEW_PROVIDER_CLUSTER, PROVIDER_CLUSTER, PROVIDER_PREFIX,
+    RELATED_RESOURCES,
 };
 use crate::runtime::client::{cluster_prefix, scoped_client};
 use crate::runtime::{
@@ -56,7 +57,7 @@ impl Discovery {
         &self,
         client: &kube::Client,
         gvk: &GroupVersionKind,
-    ) -> Result<(ApiResource, bool), String> {
+    ) -> Result<(ApiResource, bool), BrokerError> {
         if let Some(found) = self
             .known
             .lock()
@@ -68,7 +69,10 @@ impl Discovery {
         let key = kube::core::GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
         let (ar, caps) = kube::discovery::pinned_kind(client, &key)
             .await
-            .map_err(|e| format!("finding the API of {}: {e}", kind_text(gvk)))?;
+            .map_err(|source| BrokerError::Discovery {
+                kind: kind_text(gvk),
+                source,
+            })?;
         let found = (ar, caps.scope == kube::discovery::Scope::Namespaced);
         self.known
             .lock()
@@ -166,16 +170,16 @@ struct Item {
     prefix: String,
 }
 
-fn api_error(what: &str) -> impl Fn(kube::Error) -> String + '_ {
-    move |e| format!("{what}: {e}")
+fn api_error(what: &str) -> impl Fn(kube::Error) -> BrokerError + '_ {
+    move |e| BrokerError::kube(what, e)
 }
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
-fn to_dynamic(v: Value) -> Result<DynamicObject, String> {
-    serde_json::from_value(v).map_err(|e| format!("building object: {e}"))
+fn to_dynamic(v: Value) -> Result<DynamicObject, BrokerError> {
+    serde_json::from_value(v).map_err(BrokerError::Build)
 }
 
 fn to_value(o: &DynamicObject) -> Value {
@@ -183,11 +187,11 @@ fn to_value(o: &DynamicObject) -> Value {
 }
 
 impl Reconciler for GenericReconciler {
-    type Error = String;
+    type Error = BrokerError;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, BrokerError> {
         let kind = &self.brokered.kind;
-        let cache = ctx.cache(kind).await.map_err(|e| e.to_string())?;
+        let cache = ctx.cache(kind).await?;
         let consumer = format!("{CONSUMER_PREFIX}{}", ctx.cluster_name());
         let remote = provider_name(&consumer, &req.name);
         let prefix = format!("{}-", cluster_hash(&consumer));
@@ -238,7 +242,7 @@ impl Reconciler for GenericReconciler {
                 return self.serve(&item, first.as_str()).await;
             };
             if self.provider(&current).is_none() {
-                return Err(format!("provider cluster {current} is not connected"));
+                return Err(BrokerError::NotConnected(current));
             }
             let still = accepting.iter().any(|p| p.as_str() == current);
             let target = match &moving {
@@ -258,7 +262,7 @@ impl Reconciler for GenericReconciler {
             match item.api.get_opt(&item.name).await {
                 Ok(Some(o)) => item.obj = to_value(&o),
                 Ok(None) => return Ok(Action::await_change()),
-                Err(e) => return Err(format!("reading the consumer object: {e}")),
+                Err(e) => return Err(BrokerError::kube("reading the consumer object", e)),
             }
         };
         if let Some(abandoned) = moving.as_ref().filter(|m| Some(*m) != target.as_ref()) {
@@ -304,7 +308,7 @@ impl GenericReconciler {
     }
 
     /// Why no provider takes the object, for the reconcile error.
-    fn nobody_accepts(&self, item: &Item) -> String {
+    fn nobody_accepts(&self, item: &Item) -> BrokerError {
         let gvr = &self.brokered.gvr;
         let providers = self.shared.providers.engaged_clusters();
         let reasons: Vec<String> = providers
@@ -320,16 +324,15 @@ impl GenericReconciler {
                     })
             })
             .collect();
-        format!(
-            "no provider accepts {} {}: {}",
-            gvr_text(gvr),
-            item.name,
-            if reasons.is_empty() {
+        BrokerError::NobodyAccepts {
+            gvr: gvr_text(gvr),
+            name: item.name.clone(),
+            reasons: if reasons.is_empty() {
                 "no provider clusters".to_string()
             } else {
                 reasons.join(" | ")
-            }
-        )
+            },
+        }
     }
 
     /// Writes the finalizer and the provider annotations of the consumer object when they differ.
@@ -338,7 +341,7 @@ impl GenericReconciler {
         item: &Item,
         provider: Option<&str>,
         moving: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), BrokerError> {
         let want = |p: Option<&str>| p.map(|p| format!("{PROVIDER_PREFIX}{p}"));
         let (provider, moving) = (want(provider), want(moving));
         let same = copy::has_finalizer(&item.obj, GENERIC_FINALIZER)
@@ -360,10 +363,10 @@ impl GenericReconciler {
     }
 
     /// Creates or updates the copy on `provider`; returns it as stored.
-    async fn ensure_copy(&self, item: &Item, provider: &str) -> Result<Value, String> {
+    async fn ensure_copy(&self, item: &Item, provider: &str) -> Result<Value, BrokerError> {
         let cluster = self
             .provider(provider)
-            .ok_or_else(|| format!("provider cluster {provider} is not connected"))?;
+            .ok_or_else(|| BrokerError::NotConnected(provider.to_string()))?;
         let api = self.copy_api(&cluster, item);
         let wanted = copy::provider_copy(
             &item.obj,
@@ -376,7 +379,7 @@ impl GenericReconciler {
         match api
             .get_opt(&item.remote)
             .await
-            .map_err(|e| format!("reading {}: {e}", what()))?
+            .map_err(|e| BrokerError::kube(format!("reading {}", what()), e))?
         {
             Some(stored) => {
                 let stored = to_value(&stored);
@@ -386,7 +389,7 @@ impl GenericReconciler {
                         .replace(&item.remote, &PostParams::default(), &to_dynamic(updated)?)
                         .await
                         .map(|o| to_value(&o))
-                        .map_err(|e| format!("updating {}: {e}", what())),
+                        .map_err(|e| BrokerError::kube(format!("updating {}", what()), e)),
                 }
             }
             None => {
@@ -397,12 +400,15 @@ impl GenericReconciler {
                         let ns = item.namespace.clone().unwrap_or_default();
                         let namespaces: Api<Namespace> = Api::all(cluster.client());
                         let made = serde_json::from_value(json!({"metadata": {"name": ns}}))
-                            .map_err(|e| e.to_string())?;
+                            .map_err(BrokerError::Json)?;
                         match namespaces.create(&PostParams::default(), &made).await {
                             Ok(_) => {}
                             Err(e) if is_status(&e, 409) => {}
                             Err(e) => {
-                                return Err(format!("creating namespace {ns} on {provider}: {e}"))
+                                return Err(BrokerError::kube(
+                                    format!("creating namespace {ns} on {provider}"),
+                                    e,
+                                ))
                             }
                         }
                         api.create(&PostParams::default(), &obj).await
@@ -411,12 +417,12 @@ impl GenericReconciler {
                 };
                 created
                     .map(|o| to_value(&o))
-                    .map_err(|e| format!("creating {}: {e}", what()))
+                    .map_err(|e| BrokerError::kube(format!("creating {}", what()), e))
             }
         }
     }
 
-    async fn get_copy(&self, item: &Item, provider: &str) -> Result<Option<Value>, String> {
+    async fn get_copy(&self, item: &Item, provider: &str) -> Result<Option<Value>, BrokerError> {
         let Some(cluster) = self.provider(provider) else {
             return Ok(None);
         };
@@ -424,11 +430,13 @@ impl GenericReconciler {
             .get_opt(&item.remote)
             .await
             .map(|o| o.as_ref().map(to_value))
-            .map_err(|e| format!("reading the copy {} on {provider}: {e}", item.remote))
+            .map_err(|e| {
+                BrokerError::kube(format!("reading the copy {} on {provider}", item.remote), e)
+            })
     }
 
     /// Releases and deletes the copy on `provider`; returns whether it is gone.
-    async fn delete_copy(&self, item: &Item, provider: &str) -> Result<bool, String> {
+    async fn delete_copy(&self, item: &Item, provider: &str) -> Result<bool, BrokerError> {
         let Some(cluster) = self.provider(provider) else {
             return Ok(true);
         };
@@ -436,14 +444,19 @@ impl GenericReconciler {
     }
 
     /// Serves the object from `provider`: copy, status back, related resources.
-    async fn serve(&self, item: &Item, provider: &str) -> Result<Action, String> {
+    async fn serve(&self, item: &Item, provider: &str) -> Result<Action, BrokerError> {
         let remote = self.ensure_copy(item, provider).await?;
         self.bring_back(item, provider, &remote).await?;
         Ok(Action::await_change())
     }
 
     /// Status and (once the provider is past provisioning) related resources from a copy.
-    async fn bring_back(&self, item: &Item, provider: &str, remote: &Value) -> Result<(), String> {
+    async fn bring_back(
+        &self,
+        item: &Item,
+        provider: &str,
+        remote: &Value,
+    ) -> Result<(), BrokerError> {
         self.sync_status(item, remote).await?;
         if copy::provider_state(remote).is_some_and(copy::still_provisioning) {
             return Ok(());
@@ -451,7 +464,7 @@ impl GenericReconciler {
         self.sync_related(item, provider, remote).await
     }
 
-    async fn sync_status(&self, item: &Item, remote: &Value) -> Result<(), String> {
+    async fn sync_status(&self, item: &Item, remote: &Value) -> Result<(), BrokerError> {
         let Some(status) = remote.get("status").filter(|s| !s.is_null()) else {
             return Ok(());
         };
@@ -475,10 +488,10 @@ impl GenericReconciler {
         item: &Item,
         provider: &str,
         remote: &Value,
-    ) -> Result<(), String> {
+    ) -> Result<(), BrokerError> {
         let cluster = self
             .provider(provider)
-            .ok_or_else(|| format!("provider cluster {provider} is not connected"))?;
+            .ok_or_else(|| BrokerError::NotConnected(provider.to_string()))?;
         let consumer = self.consumer_client(item);
         let mut copied: BTreeSet<Copied> = BTreeSet::new();
         let mut errors = Vec::new();
@@ -505,11 +518,20 @@ impl GenericReconciler {
             {
                 Ok(Some(o)) => to_value(&o),
                 Ok(None) => {
-                    errors.push(format!("{} {} is not on {provider} yet", r.kind, r.name));
+                    errors.push(RelatedError::Missing {
+                        kind: r.kind.clone(),
+                        name: r.name.clone(),
+                        provider: provider.to_string(),
+                    });
                     continue;
                 }
-                Err(e) => {
-                    errors.push(format!("reading {} {} on {provider}: {e}", r.kind, r.name));
+                Err(source) => {
+                    errors.push(RelatedError::Read {
+                        kind: r.kind.clone(),
+                        name: r.name.clone(),
+                        provider: provider.to_string(),
+                        source,
+                    });
                     continue;
                 }
             };
@@ -528,7 +550,7 @@ impl GenericReconciler {
                             .replace(&name, &PostParams::default(), &o)
                             .await
                             .map(|_| ())
-                            .map_err(|e| e.to_string()),
+                            .map_err(BrokerError::Read),
                         Err(e) => Err(e),
                     },
                 },
@@ -537,10 +559,10 @@ impl GenericReconciler {
                         .create(&PostParams::default(), &o)
                         .await
                         .map(|_| ())
-                        .map_err(|e| e.to_string()),
+                        .map_err(BrokerError::Read),
                     Err(e) => Err(e),
                 },
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(BrokerError::Read(e)),
             };
             match written {
                 Ok(()) => {
@@ -550,18 +572,22 @@ impl GenericReconciler {
                         name,
                     });
                 }
-                Err(e) => errors.push(format!("copying {} {name} to the consumer: {e}", r.kind)),
+                Err(e) => errors.push(RelatedError::Copy {
+                    kind: r.kind.clone(),
+                    name,
+                    source: Box::new(e),
+                }),
             }
         }
         if !errors.is_empty() {
-            return Err(errors.join("; "));
+            return Err(BrokerError::Related(errors));
         }
         let before = recorded(&item.obj);
         for stale in before.difference(&copied) {
             self.delete_related(item, stale).await?;
         }
         if before != copied {
-            let text = serde_json::to_string(&copied).map_err(|e| e.to_string())?;
+            let text = serde_json::to_string(&copied).map_err(BrokerError::Json)?;
             let patch = json!({"metadata": {"annotations": {RELATED_RESOURCES: text}}});
             item.api
                 .patch(&item.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -572,7 +598,7 @@ impl GenericReconciler {
     }
 
     /// Deletes one related-resource copy of the consumer when the consumer object owns it.
-    async fn delete_related(&self, item: &Item, c: &Copied) -> Result<(), String> {
+    async fn delete_related(&self, item: &Item, c: &Copied) -> Result<(), BrokerError> {
         let consumer = self.consumer_client(item);
         let (group, version) = c
             .api_version
@@ -594,16 +620,22 @@ impl GenericReconciler {
                 match api.delete(&c.name, &DeleteParams::default()).await {
                     Ok(_) => Ok(()),
                     Err(e) if is_status(&e, 404) => Ok(()),
-                    Err(e) => Err(format!("deleting {} {}: {e}", c.kind, c.name)),
+                    Err(e) => Err(BrokerError::kube(
+                        format!("deleting {} {}", c.kind, c.name),
+                        e,
+                    )),
                 }
             }
             Ok(_) => Ok(()),
-            Err(e) => Err(format!("reading {} {}: {e}", c.kind, c.name)),
+            Err(e) => Err(BrokerError::kube(
+                format!("reading {} {}", c.kind, c.name),
+                e,
+            )),
         }
     }
 
     /// Moves the object from `old` to `new`.
-    async fn move_to(&self, item: &Item, old: &str, new: &str) -> Result<Action, String> {
+    async fn move_to(&self, item: &Item, old: &str, new: &str) -> Result<Action, BrokerError> {
         let new_copy = self.ensure_copy(item, new).await?;
         let old_copy = self.get_copy(item, old).await?;
         let config = self
@@ -675,7 +707,7 @@ impl GenericReconciler {
         item: &Item,
         old: &str,
         new: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, BrokerError> {
         let api = self.migration_api(coordination, item);
         let name = self.migration_name(item);
         let (from, to) = (
@@ -703,23 +735,27 @@ impl GenericReconciler {
                 CONSUMER_KIND: kind_text(&self.brokered.gvk)}},
             "spec": {"from": side(&from), "to": side(&to)},
         }))
-        .map_err(|e| e.to_string())?;
+        .map_err(BrokerError::Json)?;
         match api.create(&PostParams::default(), &m).await {
             Ok(_) => Ok(String::new()),
             Err(e) if is_status(&e, 409) => Ok(String::new()),
             Err(e) if is_status(&e, 404) => {
                 let namespaces: Api<Namespace> = Api::all(coordination.clone());
                 let made = serde_json::from_value(json!({"metadata": {"name": namespace}}))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(BrokerError::Json)?;
                 match namespaces.create(&PostParams::default(), &made).await {
                     Ok(_) => Ok(String::new()),
                     Err(e) if is_status(&e, 409) => Ok(String::new()),
-                    Err(e) => Err(format!(
-                        "creating namespace {namespace} for the Migration: {e}"
+                    Err(e) => Err(BrokerError::kube(
+                        format!("creating namespace {namespace} for the Migration"),
+                        e,
                     )),
                 }
             }
-            Err(e) => Err(format!("creating the Migration {name}: {e}")),
+            Err(e) => Err(BrokerError::kube(
+                format!("creating the Migration {name}"),
+                e,
+            )),
         }
     }
 
@@ -727,7 +763,7 @@ impl GenericReconciler {
         &self,
         coordination: &kube::Client,
         item: &Item,
-    ) -> Result<(), String> {
+    ) -> Result<(), BrokerError> {
         match self
             .migration_api(coordination, item)
             .delete(&self.migration_name(item), &DeleteParams::default())
@@ -735,7 +771,7 @@ impl GenericReconciler {
         {
             Ok(_) => Ok(()),
             Err(e) if is_status(&e, 404) => Ok(()),
-            Err(e) => Err(format!("deleting the Migration: {e}")),
+            Err(e) => Err(BrokerError::kube("deleting the Migration", e)),
         }
     }
 
@@ -745,7 +781,7 @@ impl GenericReconciler {
         &self,
         item: &Item,
         providers: [Option<String>; 2],
-    ) -> Result<Action, String> {
+    ) -> Result<Action, BrokerError> {
         if !copy::has_finalizer(&item.obj, GENERIC_FINALIZER) {
             return Ok(Action::await_change());
         }
@@ -774,7 +810,7 @@ impl GenericReconciler {
         {
             Ok(_) => Ok(Action::await_change()),
             Err(e) if is_status(&e, 404) => Ok(Action::await_change()),
-            Err(e) => Err(format!("releasing the consumer object: {e}")),
+            Err(e) => Err(BrokerError::kube("releasing the consumer object", e)),
         }
     }
 
@@ -784,13 +820,13 @@ impl GenericReconciler {
         consumer: &str,
         namespace: Option<&str>,
         remote: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), BrokerError> {
         for name in self.shared.providers.engaged_clusters() {
             let Some(cluster) = self.shared.providers.engaged(&name) else {
                 continue;
             };
             let api = cluster.dynamic_api(&self.brokered.kind.api, namespace);
-            let Some(o) = api.get_opt(remote).await.map_err(|e| e.to_string())? else {
+            let Some(o) = api.get_opt(remote).await.map_err(BrokerError::Read)? else {
                 continue;
             };
             if copy::annotation(&to_value(&o), CONSUMER_CLUSTER) == Some(consumer) {
@@ -809,8 +845,8 @@ fn recorded(obj: &Value) -> BTreeSet<Copied> {
 }
 
 /// Removes the broker's finalizer from `name` and deletes it; returns whether it is gone.
-async fn delete_released(api: &Api<DynamicObject>, name: &str) -> Result<bool, String> {
-    let Some(o) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
+async fn delete_released(api: &Api<DynamicObject>, name: &str) -> Result<bool, BrokerError> {
+    let Some(o) = api.get_opt(name).await.map_err(BrokerError::Read)? else {
         return Ok(true);
     };
     let v = to_value(&o);
@@ -825,20 +861,20 @@ async fn delete_released(api: &Api<DynamicObject>, name: &str) -> Result<bool, S
         {
             Ok(_) => {}
             Err(e) if is_status(&e, 404) => return Ok(true),
-            Err(e) => return Err(format!("releasing {name}: {e}")),
+            Err(e) => return Err(BrokerError::kube(format!("releasing {name}"), e)),
         }
     }
     if v["metadata"]["deletionTimestamp"].is_null() {
         match api.delete(name, &DeleteParams::default()).await {
             Ok(either) => return Ok(either.is_right()),
             Err(e) if is_status(&e, 404) => return Ok(true),
-            Err(e) => return Err(format!("deleting {name}: {e}")),
+            Err(e) => return Err(BrokerError::kube(format!("deleting {name}"), e)),
         }
     }
     Ok(api
         .get_opt(name)
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(BrokerError::Read)?
         .is_none())
 }
 

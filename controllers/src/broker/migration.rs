@@ -32,7 +32,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 
 use super::generic::Discovery;
-use super::set_finalizer;
+use super::{set_finalizer, BrokerError};
 use crate::lifecycle;
 use crate::runtime::{Action, ClusterContext, Manager, Reconciler, Request};
 
@@ -130,12 +130,12 @@ pub struct ConfigurationReconciler {
 pub const MIGRATION_CONTROLLER: &str = "broker-migration";
 
 impl Reconciler for ConfigurationReconciler {
-    type Error = String;
+    type Error = BrokerError;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, BrokerError> {
         let namespace = req.namespace.clone().unwrap_or_default();
         let api: Api<MigrationConfiguration> = ctx.namespaced(&namespace);
-        let obj = api.get_opt(&req.name).await.map_err(|e| e.to_string())?;
+        let obj = api.get_opt(&req.name).await.map_err(BrokerError::Read)?;
         match obj {
             None => self.configurations.remove(&namespace, &req.name),
             Some(obj) if obj.metadata.deletion_timestamp.is_some() => {
@@ -189,12 +189,12 @@ struct Outcome {
 }
 
 impl Reconciler for MigrationReconciler {
-    type Error = String;
+    type Error = BrokerError;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, BrokerError> {
         let namespace = req.namespace.clone().unwrap_or_default();
         let api: Api<Migration> = ctx.namespaced(&namespace);
-        let Some(m) = api.get_opt(&req.name).await.map_err(|e| e.to_string())? else {
+        let Some(m) = api.get_opt(&req.name).await.map_err(BrokerError::Read)? else {
             return Ok(Action::await_change());
         };
         let compute = self.compute.clone().unwrap_or_else(|| ctx.client());
@@ -369,11 +369,11 @@ impl MigrationReconciler {
         compute: &kube::Client,
         template: &Value,
         namespace: &str,
-    ) -> Result<(Api<DynamicObject>, ApiResource), String> {
+    ) -> Result<(Api<DynamicObject>, ApiResource), BrokerError> {
         let api_version = template["apiVersion"].as_str().unwrap_or_default();
         let kind = template["kind"].as_str().unwrap_or_default();
         if api_version.is_empty() || kind.is_empty() {
-            return Err("a template needs apiVersion and kind".into());
+            return Err(BrokerError::Template);
         }
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind {
@@ -402,7 +402,7 @@ impl MigrationReconciler {
         current: &str,
         stages: &[MigrationStage],
         index: usize,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Outcome, BrokerError> {
         let stage = &stages[index];
         let namespace = m.namespace().unwrap_or_default();
         let mut vars: Vec<(String, Value)> = Vec::new();
@@ -418,7 +418,7 @@ impl MigrationReconciler {
                 }
             };
             let name = format!("{id}-{key}");
-            let live = match api.get_opt(&name).await.map_err(|e| e.to_string())? {
+            let live = match api.get_opt(&name).await.map_err(BrokerError::Read)? {
                 Some(o) => o,
                 None => {
                     let mut obj = template.clone();
@@ -449,7 +449,12 @@ impl MigrationReconciler {
                                 ),
                             ))
                         }
-                        Err(e) => return Err(format!("creating stage object {name}: {e}")),
+                        Err(e) => {
+                            return Err(BrokerError::kube(
+                                format!("creating stage object {name}"),
+                                e,
+                            ))
+                        }
                     }
                 }
             };
@@ -527,7 +532,7 @@ impl MigrationReconciler {
         m: &Migration,
         id: &str,
         stage: &MigrationStage,
-    ) -> Result<(), String> {
+    ) -> Result<(), BrokerError> {
         let namespace = m.namespace().unwrap_or_default();
         for (key, template) in stage.templates.iter().flatten() {
             let Ok((api, _)) = self.stage_api(compute, template, &namespace).await else {
@@ -539,7 +544,12 @@ impl MigrationReconciler {
             {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(format!("deleting stage object {id}-{key}: {e}")),
+                Err(e) => {
+                    return Err(BrokerError::kube(
+                        format!("deleting stage object {id}-{key}"),
+                        e,
+                    ))
+                }
             }
         }
         Ok(())
@@ -551,7 +561,7 @@ impl MigrationReconciler {
         m: &Migration,
         id: &str,
         outcome: Outcome,
-    ) -> Result<Action, String> {
+    ) -> Result<Action, BrokerError> {
         let mut status = m.status.clone().unwrap_or_default();
         let before = status.clone();
         status.id = Some(id.to_string());
@@ -581,7 +591,7 @@ impl MigrationReconciler {
                 &Patch::Merge(&patch),
             )
             .await
-            .map_err(|e| format!("writing Migration status: {e}"))?;
+            .map_err(|e| BrokerError::kube("writing Migration status", e))?;
         }
         Ok(match outcome.poll {
             Some(d) => Action::requeue_after(d),

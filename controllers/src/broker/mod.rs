@@ -26,6 +26,8 @@ pub mod wiring;
 
 use api::common::GroupVersionKind;
 use kube::api::{Api, Patch, PatchParams};
+
+use crate::runtime::{kube_error_is_transient, CacheError, ReconcileError};
 use kube::ResourceExt;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -93,13 +95,148 @@ pub fn parse_kind(text: &str) -> Result<GroupVersionKind, String> {
     }
 }
 
+/// Why a reconciler of the broker failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// A call to an API server failed; `context` says which.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What was being done.
+        context: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading an object failed.
+    #[error("{0}")]
+    Read(#[source] kube::Error),
+    /// Discovery did not find the API of a kind (it may be installed later).
+    #[error("finding the API of {kind}: {source}")]
+    Discovery {
+        /// `Kind.version.group`.
+        kind: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The shared cache of the brokered kind is not usable.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// An object could not be built from JSON (a bug).
+    #[error("building object: {0}")]
+    Build(#[source] serde_json::Error),
+    /// JSON could not be encoded or decoded (a bug).
+    #[error("{0}")]
+    Json(#[source] serde_json::Error),
+    /// The provider cluster of an object is not engaged.
+    #[error("provider cluster {0} is not connected")]
+    NotConnected(String),
+    /// No engaged provider accepts the object (yet); `reasons` says why per provider.
+    #[error("no provider accepts {gvr} {name}: {reasons}")]
+    NobodyAccepts {
+        /// The brokered API.
+        gvr: String,
+        /// The consumer object.
+        name: String,
+        /// Each provider's denials.
+        reasons: String,
+    },
+    /// A provider object names related resources badly.
+    #[error("{0}")]
+    RelatedResources(String),
+    /// Some related resources could not be copied to the consumer.
+    #[error("{}", join(.0))]
+    Related(Vec<RelatedError>),
+    /// A stage template of a MigrationConfiguration has no apiVersion or kind.
+    #[error("a template needs apiVersion and kind")]
+    Template,
+}
+
+/// Why one related resource was not copied.
+#[derive(Debug, thiserror::Error)]
+pub enum RelatedError {
+    /// It is not on the provider (yet).
+    #[error("{kind} {name} is not on {provider} yet")]
+    Missing {
+        /// Its kind.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The provider cluster.
+        provider: String,
+    },
+    /// Reading it on the provider failed.
+    #[error("reading {kind} {name} on {provider}: {source}")]
+    Read {
+        /// Its kind.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The provider cluster.
+        provider: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the copy in the consumer cluster failed.
+    #[error("copying {kind} {name} to the consumer: {source}")]
+    Copy {
+        /// Its kind.
+        kind: String,
+        /// The copy's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<BrokerError>,
+    },
+}
+
+fn join(errors: &[RelatedError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl BrokerError {
+    /// A failed API call, with what it was doing.
+    pub fn kube(context: impl Into<String>, source: kube::Error) -> Self {
+        BrokerError::Kube {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl ReconcileError for BrokerError {
+    /// Client errors as [`kube_error_is_transient`] says; kinds not found by discovery, missing
+    /// providers and objects nobody accepts yet are waited for (retried), as related resources
+    /// that are missing or fail to copy; objects that cannot be built and bad templates are
+    /// fatal. A provider's bad related-resource list is retried: the provider may fix it.
+    fn is_transient(&self) -> bool {
+        match self {
+            BrokerError::Kube { source, .. } | BrokerError::Read(source) => {
+                kube_error_is_transient(source)
+            }
+            BrokerError::Cache(e) => e.is_transient(),
+            BrokerError::Build(_) | BrokerError::Json(_) | BrokerError::Template => false,
+            BrokerError::Discovery { .. }
+            | BrokerError::NotConnected(_)
+            | BrokerError::NobodyAccepts { .. }
+            | BrokerError::RelatedResources(_)
+            | BrokerError::Related(_) => true,
+        }
+    }
+}
+
 /// Adds or removes finalizer `f` of a typed object (no write when already so).
 pub(crate) async fn set_finalizer<K>(
     api: &Api<K>,
     obj: &K,
     f: &str,
     present: bool,
-) -> Result<(), String>
+) -> Result<(), BrokerError>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -124,7 +261,7 @@ where
     )
     .await
     .map(|_| ())
-    .map_err(|e| format!("writing finalizers: {e}"))
+    .map_err(|e| BrokerError::kube("writing finalizers", e))
 }
 
 #[cfg(test)]

@@ -53,9 +53,9 @@ pub struct BrokerOptions {
 struct Forwarder;
 
 impl Reconciler for Forwarder {
-    type Error = String;
+    type Error = std::convert::Infallible;
 
-    async fn reconcile(&self, _: Request, _: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(&self, _: Request, _: ClusterContext) -> Result<Action, Self::Error> {
         Ok(Action::await_change())
     }
 }

@@ -13,17 +13,82 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use super::api_resource as resource;
 use serde_json::Value;
 
+use super::deploy::DeployError;
 use super::deployment::{Clusters, Context, Deployment, OWNER_PREFIX};
 use super::features::FeatureToggles;
 use super::kcp::KcpSetup;
 use super::providersecret::ProviderSecret;
 use super::vars::{profile_config_map, Render};
 use super::wait::Wait;
-use crate::lifecycle::{drive, DriveError, Lifecycle};
+use crate::lifecycle::{drive, Lifecycle, WriteError};
 use crate::runtime::mapping::{annotated_target, CrossClusterKeys};
 use crate::runtime::{
-    Action, ClusterContext, ClusterName, Controller, Reconciler, Request, ResourceKind,
+    kube_error_is_transient, Action, ClusterContext, ClusterName, Controller, ReconcileError,
+    Reconciler, Request, ResourceKind,
 };
+
+/// Why reconciling a PlatformMesh failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlatformMeshError {
+    /// A call to an API server failed; `context` says which.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What was being done.
+        context: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Applying or pruning rendered objects failed; `context` says where.
+    #[error("{context}: {source}")]
+    Deploy {
+        /// Where.
+        context: String,
+        /// The failure.
+        #[source]
+        source: DeployError,
+    },
+    /// A step failed for a reason given as text (configuration, rendering, deployment).
+    #[error("{0}")]
+    Step(String),
+    /// Writing the PlatformMesh's finalizers or status failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+impl PlatformMeshError {
+    /// A failed API call, with what it was doing.
+    pub fn kube(context: impl Into<String>, source: kube::Error) -> Self {
+        PlatformMeshError::Kube {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl From<String> for PlatformMeshError {
+    fn from(message: String) -> Self {
+        PlatformMeshError::Step(message)
+    }
+}
+
+impl ReconcileError for PlatformMeshError {
+    /// Client errors as [`kube_error_is_transient`] says, as deployment requests; a kind not
+    /// served yet is waited for, a malformed rendered object is fatal; a step's other failures
+    /// are retried (they were before the classification, and may depend on other clusters).
+    fn is_transient(&self) -> bool {
+        match self {
+            PlatformMeshError::Kube { source, .. } => kube_error_is_transient(source),
+            PlatformMeshError::Deploy { source, .. } => match source {
+                DeployError::Malformed(_) => false,
+                DeployError::UnknownKind { .. } => true,
+                DeployError::Request { source, .. } => kube_error_is_transient(source),
+            },
+            PlatformMeshError::Step(_) => true,
+            PlatformMeshError::Write(e) => e.is_transient(),
+        }
+    }
+}
 
 /// The controller's name.
 pub const CONTROLLER: &str = "PlatformMeshReconciler";
@@ -84,22 +149,26 @@ impl ProfileIndex {
 
 /// Reconciles PlatformMeshes.
 pub struct PlatformMeshReconciler {
-    lifecycle: Lifecycle<Context>,
+    lifecycle: Lifecycle<Context, PlatformMeshError>,
     clusters: Arc<Clusters>,
     profiles: ProfileIndex,
 }
 
 impl Reconciler for PlatformMeshReconciler {
-    type Error = String;
+    type Error = PlatformMeshError;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(
+        &self,
+        req: Request,
+        ctx: ClusterContext,
+    ) -> Result<Action, PlatformMeshError> {
         let api: Api<DynamicObject> = ctx
             .cluster()
             .dynamic_api(&platform_meshes(), req.namespace.as_deref());
         let Some(obj) = api
             .get_opt(&req.name)
             .await
-            .map_err(|e| format!("reading PlatformMesh {req}: {e}"))?
+            .map_err(|e| PlatformMeshError::kube(format!("reading PlatformMesh {req}"), e))?
         else {
             return Ok(Action::await_change());
         };
@@ -120,15 +189,14 @@ impl Reconciler for PlatformMeshReconciler {
         match drive(&self.lifecycle, &api, &obj, &context).await {
             Ok(Some(after)) => Ok(Action::requeue_after(after)),
             Ok(None) => Ok(Action::await_change()),
-            Err(DriveError::Subroutine(e)) => Err(e),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.flatten()),
         }
     }
 }
 
 /// The steps of a PlatformMesh, in order: Deployment, KcpSetup, ProviderSecret, FeatureToggles,
 /// Wait (reversed on deletion).
-pub fn lifecycle(engine: Arc<dyn Render + Send + Sync>) -> Lifecycle<Context> {
+pub fn lifecycle(engine: Arc<dyn Render + Send + Sync>) -> Lifecycle<Context, PlatformMeshError> {
     Lifecycle::new()
         .step(Deployment {
             engine: engine.clone(),

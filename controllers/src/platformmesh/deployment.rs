@@ -9,6 +9,7 @@ use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::controller::PlatformMeshError;
 use super::deploy::{sync, Policy, Target as SyncTarget};
 use super::render::{render_deployment, template_kinds, Inputs, Target};
 use super::vars::{profile_config_map, Profile, RemoteRuntime, Render};
@@ -145,7 +146,7 @@ fn targets(ctx: &Context) -> [(Target, &kube::Client, Vec<GroupVersionKind>); 2]
 }
 
 #[async_trait::async_trait]
-impl Subroutine<Context> for Deployment {
+impl Subroutine<Context, PlatformMeshError> for Deployment {
     fn name(&self) -> &'static str {
         DEPLOYMENT
     }
@@ -155,7 +156,7 @@ impl Subroutine<Context> for Deployment {
     }
 
     /// Removes everything this PlatformMesh deployed to both clusters.
-    async fn finalize(&self, ctx: &Context) -> Result<Step, String> {
+    async fn finalize(&self, ctx: &Context) -> Result<Step, PlatformMeshError> {
         for (target, client, scope) in targets(ctx) {
             sync(
                 &SyncTarget {
@@ -174,7 +175,7 @@ impl Subroutine<Context> for Deployment {
         Ok(Step::done())
     }
 
-    async fn process(&self, ctx: &Context) -> Result<Step, String> {
+    async fn process(&self, ctx: &Context) -> Result<Step, PlatformMeshError> {
         let profile = load_profile(ctx).await?;
         let rendered = render_deployment(
             self.engine.as_ref(),

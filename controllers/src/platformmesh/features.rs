@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::controller::PlatformMeshError;
 use super::deploy::{sync, Policy, Target};
 use super::deployment::Context;
 use super::kcp::{apply_stages, no_kcp, FINALIZER};
@@ -102,7 +103,7 @@ pub struct FeatureToggles {
 }
 
 #[async_trait::async_trait]
-impl Subroutine<Context> for FeatureToggles {
+impl Subroutine<Context, PlatformMeshError> for FeatureToggles {
     fn name(&self) -> &'static str {
         FEATURE_TOGGLES
     }
@@ -111,7 +112,7 @@ impl Subroutine<Context> for FeatureToggles {
         &[FINALIZER]
     }
 
-    async fn process(&self, ctx: &Context) -> Result<Step, String> {
+    async fn process(&self, ctx: &Context) -> Result<Step, PlatformMeshError> {
         let Some(kcp) = ctx.clusters.kcp.as_ref() else {
             return Ok(no_kcp());
         };
@@ -160,7 +161,7 @@ impl Subroutine<Context> for FeatureToggles {
         })
     }
 
-    async fn finalize(&self, ctx: &Context) -> Result<Step, String> {
+    async fn finalize(&self, ctx: &Context) -> Result<Step, PlatformMeshError> {
         if ctx.clusters.kcp.is_none() {
             return Ok(Step::done());
         }

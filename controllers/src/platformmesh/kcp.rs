@@ -16,6 +16,7 @@ use kube::config::Kubeconfig;
 use serde_json::{json, Value};
 
 use super::api_resource;
+use super::controller::PlatformMeshError;
 use super::deploy::{sync, Policy, Target};
 use super::deployment::Context;
 use super::manifests::{kcp_data, plan, IdpSettings, Stage, ROOT_EXPORT_HASHES};
@@ -247,12 +248,12 @@ pub fn kcp_owner(uid: &str) -> String {
 }
 
 #[async_trait::async_trait]
-impl Subroutine<Context> for KcpSetup {
+impl Subroutine<Context, PlatformMeshError> for KcpSetup {
     fn name(&self) -> &'static str {
         KCP_SETUP
     }
 
-    async fn process(&self, ctx: &Context) -> Result<Step, String> {
+    async fn process(&self, ctx: &Context) -> Result<Step, PlatformMeshError> {
         let Some(kcp) = ctx.clusters.kcp.as_ref() else {
             return Ok(no_kcp());
         };

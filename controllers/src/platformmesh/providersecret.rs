@@ -31,6 +31,7 @@ use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
 
 use super::api_resource;
+use super::controller::PlatformMeshError;
 use super::deploy::{sync, Policy, Target};
 use super::deployment::Context;
 use super::kcp::{no_kcp, Kcp, FINALIZER};
@@ -257,8 +258,13 @@ pub(crate) fn token_kubeconfig(server: &str, ca_pem: &str, token: &str) -> Kubec
     }
 }
 
-pub(crate) fn to_text(kc: &Kubeconfig) -> Result<String, String> {
-    serde_json::to_string_pretty(kc).map_err(|e| format!("encoding a kubeconfig: {e}"))
+pub(crate) fn to_text(kc: &Kubeconfig) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(kc)
+}
+
+/// [`to_text`] for this module's text errors.
+fn text(kc: &Kubeconfig) -> Result<String, String> {
+    to_text(kc).map_err(|e| format!("encoding a kubeconfig: {e}"))
 }
 
 /// The claims of a JWT, unverified (only to decide whether to keep a token we issued).
@@ -439,7 +445,7 @@ async fn resolve(
                 }
             },
         };
-        return Ok(Resolved::Kubeconfig(to_text(&admin_kubeconfig(
+        return Ok(Resolved::Kubeconfig(text(&admin_kubeconfig(
             kcp,
             &format!("{base}{url_path}"),
         ))?));
@@ -555,7 +561,7 @@ async fn resolve(
                 })?
         }
     };
-    Ok(Resolved::Kubeconfig(to_text(&token_kubeconfig(
+    Ok(Resolved::Kubeconfig(text(&token_kubeconfig(
         &server,
         &kcp.ca_pem,
         &token,
@@ -570,7 +576,7 @@ fn secret_kinds() -> Vec<GroupVersionKind> {
 pub struct ProviderSecret;
 
 #[async_trait::async_trait]
-impl Subroutine<Context> for ProviderSecret {
+impl Subroutine<Context, PlatformMeshError> for ProviderSecret {
     fn name(&self) -> &'static str {
         PROVIDER_SECRET
     }
@@ -579,7 +585,7 @@ impl Subroutine<Context> for ProviderSecret {
         &[FINALIZER]
     }
 
-    async fn process(&self, ctx: &Context) -> Result<Step, String> {
+    async fn process(&self, ctx: &Context) -> Result<Step, PlatformMeshError> {
         let Some(kcp) = ctx.clusters.kcp.as_ref() else {
             return Ok(no_kcp());
         };
@@ -636,7 +642,7 @@ impl Subroutine<Context> for ProviderSecret {
         })
     }
 
-    async fn finalize(&self, ctx: &Context) -> Result<Step, String> {
+    async fn finalize(&self, ctx: &Context) -> Result<Step, PlatformMeshError> {
         let Some(kcp) = ctx.clusters.kcp.as_ref() else {
             return Ok(Step::done());
         };
@@ -682,7 +688,12 @@ impl Subroutine<Context> for ProviderSecret {
                 Ok(_) => {}
                 // A workspace that is gone took its objects with it.
                 Err(e) if e.to_string().contains("403") || e.to_string().contains("404") => {}
-                Err(e) => return Err(format!("workspace {path}: {e}")),
+                Err(source) => {
+                    return Err(PlatformMeshError::Deploy {
+                        context: format!("workspace {path}"),
+                        source,
+                    })
+                }
             }
         }
         Ok(Step::done())

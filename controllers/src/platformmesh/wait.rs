@@ -10,6 +10,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::controller::PlatformMeshError;
 use super::deployment::Context;
 use crate::lifecycle::{Step, Subroutine};
 
@@ -87,12 +88,12 @@ fn stop(message: String) -> Step {
 }
 
 #[async_trait::async_trait]
-impl Subroutine<Context> for Wait {
+impl Subroutine<Context, PlatformMeshError> for Wait {
     fn name(&self) -> &'static str {
         WAIT
     }
 
-    async fn process(&self, ctx: &Context) -> Result<Step, String> {
+    async fn process(&self, ctx: &Context) -> Result<Step, PlatformMeshError> {
         let explicit = ctx
             .spec
             .wait

@@ -20,9 +20,11 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{json, Value};
 
-use super::{ensure, ensure_written, providers, secret_text, stop, OWNED_STATUS};
+use super::{
+    ensure, ensure_written, providers, secret_text, stop, ProviderReconcileError, OWNED_STATUS,
+};
 use crate::account::condition_true;
-use crate::lifecycle::{drive_with_status, DriveError, Lifecycle, StatusFields, Step, Subroutine};
+use crate::lifecycle::{drive_with_status, Lifecycle, StatusFields, Step, Subroutine};
 use crate::platformmesh::api_resource;
 use crate::platformmesh::controller::platform_meshes;
 use crate::platformmesh::kcp::Kcp;
@@ -176,7 +178,7 @@ impl ManagedContext {
 
     /// A client of the cluster receiving the kubeconfig copy: the remote runtime named by
     /// `runtimeKubeconfigSecretName`, or this cluster.
-    async fn runtime_target(&self) -> Result<kube::Client, String> {
+    async fn runtime_target(&self) -> Result<kube::Client, ProviderReconcileError> {
         let Some(secret) = self
             .spec
             .runtime_kubeconfig_secret_name
@@ -189,15 +191,24 @@ impl ManagedContext {
             .local(&api_resource("", "v1", "Secret", "secrets"))
             .get(secret)
             .await
-            .map_err(|e| format!("reading the runtime kubeconfig Secret {secret}: {e}"))?;
-        let text = secret_text(&s.data["data"], "kubeconfig")
-            .ok_or_else(|| format!("Secret {secret} has no key kubeconfig"))?;
-        let kc = Kubeconfig::from_yaml(&text)
-            .map_err(|e| format!("the runtime kubeconfig in Secret {secret}: {e}"))?;
+            .map_err(|source| ProviderReconcileError::RuntimeSecret {
+                secret: secret.to_string(),
+                source,
+            })?;
+        let text = secret_text(&s.data["data"], "kubeconfig").ok_or_else(|| {
+            ProviderReconcileError::RuntimeSecretKey {
+                secret: secret.to_string(),
+            }
+        })?;
+        let invalid = |source| ProviderReconcileError::RuntimeKubeconfig {
+            secret: secret.to_string(),
+            source,
+        };
+        let kc = Kubeconfig::from_yaml(&text).map_err(invalid)?;
         let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
-            .map_err(|e| format!("the runtime kubeconfig in Secret {secret}: {e}"))?;
-        kube::Client::try_from(config).map_err(|e| e.to_string())
+            .map_err(invalid)?;
+        kube::Client::try_from(config).map_err(ProviderReconcileError::RuntimeClient)
     }
 }
 
@@ -205,19 +216,19 @@ impl ManagedContext {
 pub struct WaitPlatformMesh;
 
 #[async_trait::async_trait]
-impl Subroutine<ManagedContext> for WaitPlatformMesh {
+impl Subroutine<ManagedContext, ProviderReconcileError> for WaitPlatformMesh {
     fn name(&self) -> &'static str {
         "WaitPlatformMeshSubroutine"
     }
 
-    async fn process(&self, ctx: &ManagedContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &ManagedContext) -> Result<Step, ProviderReconcileError> {
         ctx.status.start_phase(phase::PENDING);
         let name = &ctx.spec.platform_mesh_ref.name;
         let pm = ctx
             .local(&platform_meshes())
             .get_opt(name)
             .await
-            .map_err(|e| format!("getting PlatformMesh {name}: {e}"))?;
+            .map_err(|e| ProviderReconcileError::kube(format!("getting PlatformMesh {name}"), e))?;
         if !pm.is_some_and(|p| condition_true(&p.data, "Ready")) {
             ctx.status.set_phase(phase::WAITING_FOR_PLATFORM_MESH);
             return Ok(stop(format!("Waiting for PlatformMesh {name} to be Ready")));
@@ -230,7 +241,7 @@ impl Subroutine<ManagedContext> for WaitPlatformMesh {
 pub struct ProviderResource;
 
 #[async_trait::async_trait]
-impl Subroutine<ManagedContext> for ProviderResource {
+impl Subroutine<ManagedContext, ProviderReconcileError> for ProviderResource {
     fn name(&self) -> &'static str {
         "ProviderResourceSubroutine"
     }
@@ -247,7 +258,7 @@ impl Subroutine<ManagedContext> for ProviderResource {
         }
     }
 
-    async fn process(&self, ctx: &ManagedContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &ManagedContext) -> Result<Step, ProviderReconcileError> {
         let (_, name) = ctx.provider_ref();
         let mut spec = json!({"providerKubeconfigSecret": ctx.kubeconfig_secret()});
         if let Some(h) = ctx
@@ -287,7 +298,7 @@ impl Subroutine<ManagedContext> for ProviderResource {
         Ok(Step::done())
     }
 
-    async fn finalize(&self, ctx: &ManagedContext) -> Result<Step, String> {
+    async fn finalize(&self, ctx: &ManagedContext) -> Result<Step, ProviderReconcileError> {
         if !ctx.cleanup_on_delete() {
             return Ok(Step::done());
         }
@@ -300,7 +311,10 @@ impl Subroutine<ManagedContext> for ProviderResource {
         {
             Ok(_) => Ok(stop("Waiting for the Provider to be deleted")),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Step::done()),
-            Err(e) => Err(format!("deleting Provider {path}:{name}: {e}")),
+            Err(e) => Err(ProviderReconcileError::kube(
+                format!("deleting Provider {path}:{name}"),
+                e,
+            )),
         }
     }
 }
@@ -309,18 +323,16 @@ impl Subroutine<ManagedContext> for ProviderResource {
 pub struct WaitProvider;
 
 #[async_trait::async_trait]
-impl Subroutine<ManagedContext> for WaitProvider {
+impl Subroutine<ManagedContext, ProviderReconcileError> for WaitProvider {
     fn name(&self) -> &'static str {
         "WaitProviderSubroutine"
     }
 
-    async fn process(&self, ctx: &ManagedContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &ManagedContext) -> Result<Step, ProviderReconcileError> {
         let (path, name) = ctx.provider_ref();
-        let p = ctx
-            .provider_api()
-            .get_opt(&name)
-            .await
-            .map_err(|e| format!("getting Provider {path}:{name}: {e}"))?;
+        let p = ctx.provider_api().get_opt(&name).await.map_err(|e| {
+            ProviderReconcileError::kube(format!("getting Provider {path}:{name}"), e)
+        })?;
         if !p.is_some_and(|p| p.data["status"]["phase"] == "Ready") {
             ctx.status.set_phase(phase::WAITING_FOR_PROVIDER);
             return Ok(stop(format!(
@@ -336,7 +348,7 @@ impl Subroutine<ManagedContext> for WaitProvider {
 pub struct KubeconfigCopy;
 
 #[async_trait::async_trait]
-impl Subroutine<ManagedContext> for KubeconfigCopy {
+impl Subroutine<ManagedContext, ProviderReconcileError> for KubeconfigCopy {
     fn name(&self) -> &'static str {
         "KubeconfigCopySubroutine"
     }
@@ -345,13 +357,11 @@ impl Subroutine<ManagedContext> for KubeconfigCopy {
         &[KUBECONFIG_FINALIZER]
     }
 
-    async fn process(&self, ctx: &ManagedContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &ManagedContext) -> Result<Step, ProviderReconcileError> {
         let (path, name) = ctx.provider_ref();
-        let p = ctx
-            .provider_api()
-            .get(&name)
-            .await
-            .map_err(|e| format!("getting Provider {path}:{name}: {e}"))?;
+        let p = ctx.provider_api().get(&name).await.map_err(|e| {
+            ProviderReconcileError::kube(format!("getting Provider {path}:{name}"), e)
+        })?;
         let reference = &p.data["status"]["providerKubeconfigSecretRef"];
         let (Some(secret), Some(ns)) =
             (reference["name"].as_str(), reference["namespace"].as_str())
@@ -375,7 +385,9 @@ impl Subroutine<ManagedContext> for KubeconfigCopy {
         )
         .get_opt(secret)
         .await
-        .map_err(|e| format!("getting Secret {path}:{ns}/{secret}: {e}"))?;
+        .map_err(|e| {
+            ProviderReconcileError::kube(format!("getting Secret {path}:{ns}/{secret}"), e)
+        })?;
         let Some(value) = source.and_then(|s| s.data["data"][key].as_str().map(str::to_string))
         else {
             ctx.status.set_phase(phase::COPYING_KUBECONFIG);
@@ -418,7 +430,7 @@ impl Subroutine<ManagedContext> for KubeconfigCopy {
         Ok(Step::done())
     }
 
-    async fn finalize(&self, ctx: &ManagedContext) -> Result<Step, String> {
+    async fn finalize(&self, ctx: &ManagedContext) -> Result<Step, ProviderReconcileError> {
         let reference = ctx.status.get("providerKubeconfigSecretRef");
         let Some(name) = reference["name"].as_str() else {
             return Ok(Step::done());
@@ -441,7 +453,10 @@ impl Subroutine<ManagedContext> for KubeconfigCopy {
         match api.delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(Step::done()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Step::done()),
-            Err(e) => Err(format!("deleting Secret {name}: {e}")),
+            Err(e) => Err(ProviderReconcileError::kube(
+                format!("deleting Secret {name}"),
+                e,
+            )),
         }
     }
 }
@@ -521,7 +536,7 @@ async fn put(
     name: &str,
     labels: Value,
     spec: Value,
-) -> Result<(DynamicObject, bool), String> {
+) -> Result<(DynamicObject, bool), ProviderReconcileError> {
     let mut meta =
         json!({"name": name, "namespace": ctx.namespace(), "ownerReferences": [ctx.owner()]});
     if labels.is_object() {
@@ -548,6 +563,7 @@ async fn put(
         },
     )
     .await
+    .map_err(Into::into)
 }
 
 /// The HelmRelease's `kubeConfig` when the components go to a remote runtime.
@@ -582,7 +598,7 @@ async fn deploy_oci(
     version: &str,
     insecure: bool,
     values: &Option<Value>,
-) -> Result<bool, String> {
+) -> Result<bool, ProviderReconcileError> {
     let mut source = json!({"url": url, "ref": {"tag": version}, "provider": "generic",
         "interval": "1m0s",
         "layerSelector": {"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip", "operation": "copy"}});
@@ -608,7 +624,10 @@ async fn deploy_oci(
 }
 
 /// Deploys one component; whether it is Ready.
-async fn deploy_component(ctx: &ManagedContext, c: &ProviderComponentSpec) -> Result<bool, String> {
+async fn deploy_component(
+    ctx: &ManagedContext,
+    c: &ProviderComponentSpec,
+) -> Result<bool, ProviderReconcileError> {
     if let Some(f) = &c.flux {
         let (name, _) = flux_name(f);
         let insecure = f.insecure.unwrap_or(false);
@@ -698,7 +717,7 @@ async fn deploy_component(ctx: &ManagedContext, c: &ProviderComponentSpec) -> Re
 pub struct Deploy;
 
 #[async_trait::async_trait]
-impl Subroutine<ManagedContext> for Deploy {
+impl Subroutine<ManagedContext, ProviderReconcileError> for Deploy {
     fn name(&self) -> &'static str {
         "DeploySubroutine"
     }
@@ -707,7 +726,7 @@ impl Subroutine<ManagedContext> for Deploy {
         &[DEPLOY_FINALIZER]
     }
 
-    async fn process(&self, ctx: &ManagedContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &ManagedContext) -> Result<Step, ProviderReconcileError> {
         let mut waiting = Vec::new();
         for c in &ctx.spec.runtime_deployments {
             if !deploy_component(ctx, c).await? {
@@ -725,7 +744,7 @@ impl Subroutine<ManagedContext> for Deploy {
         Ok(Step::done())
     }
 
-    async fn finalize(&self, ctx: &ManagedContext) -> Result<Step, String> {
+    async fn finalize(&self, ctx: &ManagedContext) -> Result<Step, ProviderReconcileError> {
         ctx.status.set_phase(phase::DELETING);
         let mut present = false;
         for c in &ctx.spec.runtime_deployments {
@@ -737,7 +756,12 @@ impl Subroutine<ManagedContext> for Deploy {
                     Ok(_) => present = true,
                     // Gone, or the kind is not served at all.
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(format!("deleting {} {name}: {e}", ar.kind)),
+                    Err(e) => {
+                        return Err(ProviderReconcileError::kube(
+                            format!("deleting {} {name}", ar.kind),
+                            e,
+                        ))
+                    }
                 }
             }
         }
@@ -749,7 +773,7 @@ impl Subroutine<ManagedContext> for Deploy {
 }
 
 /// The steps of a ManagedProvider, in order (reversed on deletion).
-pub fn lifecycle() -> Lifecycle<ManagedContext> {
+pub fn lifecycle() -> Lifecycle<ManagedContext, ProviderReconcileError> {
     Lifecycle::new()
         .step(WaitPlatformMesh)
         .step(ProviderResource)
@@ -792,22 +816,25 @@ impl WaitIndex {
 
 /// Reconciles ManagedProviders.
 pub struct ManagedProviderReconciler {
-    lifecycle: Lifecycle<ManagedContext>,
+    lifecycle: Lifecycle<ManagedContext, ProviderReconcileError>,
     kcp: Arc<Kcp>,
     waits: WaitIndex,
 }
 
 impl Reconciler for ManagedProviderReconciler {
-    type Error = String;
+    type Error = ProviderReconcileError;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(
+        &self,
+        req: Request,
+        ctx: ClusterContext,
+    ) -> Result<Action, ProviderReconcileError> {
         let api = ctx
             .cluster()
             .dynamic_api(&managed_providers(), req.namespace.as_deref());
-        let Some(obj) = api
-            .get_opt(&req.name)
-            .await
-            .map_err(|e| format!("reading ManagedProvider {req}: {e}"))?
+        let Some(obj) = api.get_opt(&req.name).await.map_err(|e| {
+            ProviderReconcileError::kube(format!("reading ManagedProvider {req}"), e)
+        })?
         else {
             return Ok(Action::await_change());
         };
@@ -839,8 +866,7 @@ impl Reconciler for ManagedProviderReconciler {
         match result {
             Ok(Some(after)) => Ok(Action::requeue_after(after)),
             Ok(None) => Ok(Action::await_change()),
-            Err(DriveError::Subroutine(e)) => Err(e),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.flatten()),
         }
     }
 }

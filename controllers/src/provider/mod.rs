@@ -19,10 +19,14 @@ use base64::Engine as _;
 use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 
-use crate::lifecycle::{drive_with_status, DriveError, Lifecycle, StatusFields, Step};
+use crate::ensure::EnsureError;
+use crate::lifecycle::{drive_with_status, Lifecycle, StatusFields, Step, WriteError};
 use crate::platformmesh::api_resource;
 use crate::platformmesh::kcp::Kcp;
-use crate::runtime::{Action, ClusterContext, Controller, Reconciler, Request, ResourceKind};
+use crate::runtime::{
+    kube_error_is_transient, Action, ClusterContext, Controller, ReconcileError, Reconciler,
+    Request, ResourceKind,
+};
 
 pub(crate) use crate::ensure::{ensure, ensure_written};
 pub use steps::{
@@ -54,6 +58,93 @@ pub mod phase {
     pub const READY: &str = "Ready";
     /// Being deleted.
     pub const DELETING: &str = "Deleting";
+}
+
+/// Why reconciling a Provider or a ManagedProvider failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderReconcileError {
+    /// A call to the API server failed; `context` says which.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What was being done.
+        context: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Creating or updating an object failed.
+    #[error(transparent)]
+    Ensure(#[from] EnsureError),
+    /// The provider workspace exists with another type, which cannot change.
+    #[error("Workspace {PROVIDERS_PATH}:{name} exists with type {have}, not provider")]
+    WorkspaceType {
+        /// The workspace's name in `root:providers`.
+        name: String,
+        /// Its type.
+        have: String,
+    },
+    /// A kubeconfig does not encode (a bug).
+    #[error("encoding a kubeconfig: {0}")]
+    EncodeKubeconfig(#[source] serde_json::Error),
+    /// Reading the Secret with the runtime cluster's kubeconfig failed.
+    #[error("reading the runtime kubeconfig Secret {secret}: {source}")]
+    RuntimeSecret {
+        /// The Secret, next to the ManagedProvider.
+        secret: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The runtime kubeconfig Secret has no `kubeconfig` key.
+    #[error("Secret {secret} has no key kubeconfig")]
+    RuntimeSecretKey {
+        /// The Secret.
+        secret: String,
+    },
+    /// The runtime kubeconfig does not parse or load.
+    #[error("the runtime kubeconfig in Secret {secret}: {source}")]
+    RuntimeKubeconfig {
+        /// The Secret.
+        secret: String,
+        /// Why it does not load.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// No client could be built for the runtime cluster.
+    #[error("{0}")]
+    RuntimeClient(#[source] kube::Error),
+    /// Writing the object's finalizers or status failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+impl ProviderReconcileError {
+    /// A failed API call, with what it was doing.
+    pub fn kube(context: impl Into<String>, source: kube::Error) -> Self {
+        ProviderReconcileError::Kube {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl ReconcileError for ProviderReconcileError {
+    /// Client errors as [`kube_error_is_transient`] says. The runtime kubeconfig Secret is not
+    /// watched, so a bad or missing one is retried, as a provider workspace of the wrong type
+    /// (whose deletion brings no event). An unencodable kubeconfig is fatal.
+    fn is_transient(&self) -> bool {
+        match self {
+            ProviderReconcileError::Kube { source, .. }
+            | ProviderReconcileError::RuntimeClient(source) => kube_error_is_transient(source),
+            ProviderReconcileError::Ensure(e) => e.is_transient(),
+            ProviderReconcileError::EncodeKubeconfig(_) => false,
+            ProviderReconcileError::WorkspaceType { .. }
+            | ProviderReconcileError::RuntimeSecret { .. }
+            | ProviderReconcileError::RuntimeSecretKey { .. }
+            | ProviderReconcileError::RuntimeKubeconfig { .. } => true,
+            ProviderReconcileError::Write(e) => e.is_transient(),
+        }
+    }
 }
 
 /// What a step of a Provider sees and reports.
@@ -103,19 +194,23 @@ pub(crate) fn secret_text(data: &Value, key: &str) -> Option<String> {
 
 /// Reconciles Providers in every engaged workspace.
 pub struct ProviderReconciler {
-    lifecycle: Lifecycle<ProviderContext>,
+    lifecycle: Lifecycle<ProviderContext, ProviderReconcileError>,
     kcp: Arc<Kcp>,
 }
 
 impl Reconciler for ProviderReconciler {
-    type Error = String;
+    type Error = ProviderReconcileError;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(
+        &self,
+        req: Request,
+        ctx: ClusterContext,
+    ) -> Result<Action, ProviderReconcileError> {
         let api: Api<DynamicObject> = ctx.cluster().dynamic_api(&providers(), None);
         let Some(provider) = api
             .get_opt(&req.name)
             .await
-            .map_err(|e| format!("reading Provider {req}: {e}"))?
+            .map_err(|e| ProviderReconcileError::kube(format!("reading Provider {req}"), e))?
         else {
             return Ok(Action::await_change());
         };
@@ -133,14 +228,13 @@ impl Reconciler for ProviderReconciler {
         match result {
             Ok(Some(after)) => Ok(Action::requeue_after(after)),
             Ok(None) => Ok(Action::await_change()),
-            Err(DriveError::Subroutine(e)) => Err(e),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.flatten()),
         }
     }
 }
 
 /// The steps of a Provider: its workspace, then its kubeconfig (reversed on deletion).
-pub fn lifecycle() -> Lifecycle<ProviderContext> {
+pub fn lifecycle() -> Lifecycle<ProviderContext, ProviderReconcileError> {
     Lifecycle::new()
         .step(ProviderWorkspace)
         .step(ScopedKubeconfig)

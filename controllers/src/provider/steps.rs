@@ -6,7 +6,7 @@ use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::config::KubeConfigOptions;
 use serde_json::json;
 
-use super::{ensure, phase, secret_text, stop, ProviderContext};
+use super::{ensure, phase, secret_text, stop, ProviderContext, ProviderReconcileError};
 use crate::account::workspaces;
 use crate::lifecycle::{Step, Subroutine};
 use crate::platformmesh::api_resource;
@@ -28,12 +28,16 @@ fn rbac(kind: &str, plural: &str) -> kube::api::ApiResource {
 }
 
 /// The provider workspace in `root:providers`, if it exists.
-async fn provider_workspace(ctx: &ProviderContext) -> Result<Option<DynamicObject>, String> {
+async fn provider_workspace(
+    ctx: &ProviderContext,
+) -> Result<Option<DynamicObject>, ProviderReconcileError> {
     let name = ctx.workspace_name();
     Api::<DynamicObject>::all_with(ctx.kcp.workspace(PROVIDERS_PATH), &workspaces())
         .get_opt(&name)
         .await
-        .map_err(|e| format!("getting Workspace {PROVIDERS_PATH}:{name}: {e}"))
+        .map_err(|e| {
+            ProviderReconcileError::kube(format!("getting Workspace {PROVIDERS_PATH}:{name}"), e)
+        })
 }
 
 /// `ProviderWorkspaceSubroutine`: workspace `<name>-<cluster>` of type `provider` under
@@ -41,7 +45,7 @@ async fn provider_workspace(ctx: &ProviderContext) -> Result<Option<DynamicObjec
 pub struct ProviderWorkspace;
 
 #[async_trait::async_trait]
-impl Subroutine<ProviderContext> for ProviderWorkspace {
+impl Subroutine<ProviderContext, ProviderReconcileError> for ProviderWorkspace {
     fn name(&self) -> &'static str {
         "ProviderWorkspaceSubroutine"
     }
@@ -50,7 +54,7 @@ impl Subroutine<ProviderContext> for ProviderWorkspace {
         &[WORKSPACE_FINALIZER]
     }
 
-    async fn process(&self, ctx: &ProviderContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &ProviderContext) -> Result<Step, ProviderReconcileError> {
         ctx.status.start_phase(phase::PENDING);
         let name = ctx.workspace_name();
         let api = Api::<DynamicObject>::all_with(ctx.kcp.workspace(PROVIDERS_PATH), &workspaces());
@@ -63,9 +67,10 @@ impl Subroutine<ProviderContext> for ProviderWorkspace {
         .await?;
         let have = ws.data["spec"]["type"]["name"].as_str().unwrap_or("");
         if have != "provider" {
-            return Err(format!(
-                "Workspace {PROVIDERS_PATH}:{name} exists with type {have}, not provider"
-            ));
+            return Err(ProviderReconcileError::WorkspaceType {
+                name,
+                have: have.to_string(),
+            });
         }
         if ws.data["status"]["phase"] != "Ready" {
             ctx.status.set_phase(phase::PROVISIONING_WORKSPACE);
@@ -74,14 +79,17 @@ impl Subroutine<ProviderContext> for ProviderWorkspace {
         Ok(Step::done())
     }
 
-    async fn finalize(&self, ctx: &ProviderContext) -> Result<Step, String> {
+    async fn finalize(&self, ctx: &ProviderContext) -> Result<Step, ProviderReconcileError> {
         ctx.status.set_phase(phase::DELETING);
         let name = ctx.workspace_name();
         let api = Api::<DynamicObject>::all_with(ctx.kcp.workspace(PROVIDERS_PATH), &workspaces());
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => Ok(stop("Waiting for provider workspace to be deleted")),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Step::done()),
-            Err(e) => Err(format!("deleting Workspace {PROVIDERS_PATH}:{name}: {e}")),
+            Err(e) => Err(ProviderReconcileError::kube(
+                format!("deleting Workspace {PROVIDERS_PATH}:{name}"),
+                e,
+            )),
         }
     }
 }
@@ -115,21 +123,32 @@ pub fn target_secret(provider: &DynamicObject) -> (String, String, String) {
 
 /// Whether a kubeconfig authenticates and reaches its workspace, tried at `reachable` (the
 /// controller's own address of kcp; a host override may be one only clients can reach).
-async fn kubeconfig_works(text: &str, reachable: &str) -> Result<(), String> {
+/// Why a kubeconfig does not work (yet).
+#[derive(Debug, thiserror::Error)]
+enum KubeconfigCheck {
+    #[error("decoding the kubeconfig: {0}")]
+    Decode(#[source] serde_json::Error),
+    #[error("{0}")]
+    Load(#[source] kube::config::KubeconfigError),
+    #[error("{0}")]
+    Client(#[source] kube::Error),
+}
+
+async fn kubeconfig_works(text: &str, reachable: &str) -> Result<(), KubeconfigCheck> {
     let mut kc: kube::config::Kubeconfig =
-        serde_json::from_str(text).map_err(|e| format!("decoding the kubeconfig: {e}"))?;
+        serde_json::from_str(text).map_err(KubeconfigCheck::Decode)?;
     for c in kc.clusters.iter_mut().filter_map(|c| c.cluster.as_mut()) {
         c.server = Some(reachable.to_string());
     }
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
-        .map_err(|e| e.to_string())?;
-    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        .map_err(KubeconfigCheck::Load)?;
+    let client = kube::Client::try_from(config).map_err(KubeconfigCheck::Client)?;
     Api::<Namespace>::all(client)
         .get("default")
         .await
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(KubeconfigCheck::Client)
 }
 
 /// `ScopedKubeconfigSubroutine`: in the provider workspace a ServiceAccount bound to
@@ -138,7 +157,7 @@ async fn kubeconfig_works(text: &str, reachable: &str) -> Result<(), String> {
 pub struct ScopedKubeconfig;
 
 #[async_trait::async_trait]
-impl Subroutine<ProviderContext> for ScopedKubeconfig {
+impl Subroutine<ProviderContext, ProviderReconcileError> for ScopedKubeconfig {
     fn name(&self) -> &'static str {
         "ScopedKubeconfigSubroutine"
     }
@@ -147,7 +166,7 @@ impl Subroutine<ProviderContext> for ScopedKubeconfig {
         &[KUBECONFIG_FINALIZER]
     }
 
-    async fn process(&self, ctx: &ProviderContext) -> Result<Step, String> {
+    async fn process(&self, ctx: &ProviderContext) -> Result<Step, ProviderReconcileError> {
         ctx.status.set_phase(phase::PROVISIONING_KUBECONFIG);
         let Some(ws) = provider_workspace(ctx)
             .await?
@@ -228,7 +247,8 @@ impl Subroutine<ProviderContext> for ScopedKubeconfig {
             &format!("{host}/clusters/{cluster}"),
             &ca,
             &bearer,
-        ))?;
+        ))
+        .map_err(ProviderReconcileError::EncodeKubeconfig)?;
         let reachable = format!("{}/clusters/{cluster}", ctx.kcp.url.trim_end_matches('/'));
         if let Err(e) = kubeconfig_works(&text, &reachable).await {
             return Ok(stop(format!("the kubeconfig does not work yet: {e}")));
@@ -267,7 +287,7 @@ impl Subroutine<ProviderContext> for ScopedKubeconfig {
         Ok(Step::done())
     }
 
-    async fn finalize(&self, ctx: &ProviderContext) -> Result<Step, String> {
+    async fn finalize(&self, ctx: &ProviderContext) -> Result<Step, ProviderReconcileError> {
         ctx.status.set_phase(phase::DELETING);
         if let Some(ws) = provider_workspace(ctx).await? {
             let cluster = ws.data["spec"]["cluster"]
@@ -300,7 +320,12 @@ impl Subroutine<ProviderContext> for ScopedKubeconfig {
                 match api.delete(&name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => {}
-                    Err(e) => return Err(format!("deleting {} {name}: {e}", ar.kind)),
+                    Err(e) => {
+                        return Err(ProviderReconcileError::kube(
+                            format!("deleting {} {name}", ar.kind),
+                            e,
+                        ))
+                    }
                 }
             }
         }
@@ -316,7 +341,12 @@ impl Subroutine<ProviderContext> for ScopedKubeconfig {
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(format!("deleting Secret {ns}/{name}: {e}")),
+                Err(e) => {
+                    return Err(ProviderReconcileError::kube(
+                        format!("deleting Secret {ns}/{name}"),
+                        e,
+                    ))
+                }
             }
         }
         Ok(Step::done())

@@ -13,6 +13,7 @@ use tracing::{debug, error, info_span, warn, Instrument};
 
 use super::cache::{CacheEvent, CacheRegistry, SharedCache, Subscription};
 use super::cluster::{Cluster, ClusterContext};
+use super::error::ReconcileError;
 use super::manager::Manager;
 use super::mapping::{owner_requests, request_for, MapFn, Predicate};
 use super::metrics::Metrics;
@@ -34,8 +35,9 @@ use super::request::{Action, ClusterName, Request, ResourceKind};
 /// }
 /// ```
 pub trait Reconciler: Send + Sync + 'static {
-    /// What a failed reconcile reports; the request is retried with backoff.
-    type Error: std::fmt::Display + Send + 'static;
+    /// What a failed reconcile reports: a transient error is retried with backoff, a fatal one
+    /// waits for the next event (see [`ReconcileError`]).
+    type Error: ReconcileError;
 
     /// Reconciles one object of one cluster.
     fn reconcile(
@@ -67,8 +69,8 @@ struct WatchSource {
 ///
 /// ```no_run
 /// # use controllers::runtime::*;
-/// # struct R; impl Reconciler for R { type Error = String;
-/// #   async fn reconcile(&self, _: Request, _: ClusterContext) -> Result<Action, String> { Ok(Action::default()) } }
+/// # struct R; impl Reconciler for R { type Error = std::convert::Infallible;
+/// #   async fn reconcile(&self, _: Request, _: ClusterContext) -> Result<Action, Self::Error> { Ok(Action::default()) } }
 /// use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 /// let controller = Controller::new("configmaps", R)
 ///     .for_::<ConfigMap>()
@@ -286,10 +288,16 @@ impl<R: Reconciler> RunningController<R> {
                     None => self.metrics.reconciled(&self.name, "success", seconds),
                 }
             }
-            Ok(Err(e)) => {
+            Ok(Err(e)) if e.is_transient() => {
                 self.metrics.reconciled(&self.name, "error", seconds);
                 warn!(parent: &span, error = %e, retries = self.queue.num_requeues(&req), "reconcile failed");
                 self.queue.add_rate_limited(req);
+            }
+            Ok(Err(e)) => {
+                // Fatal: the same input fails again, so the request waits for the next event.
+                self.metrics.reconciled(&self.name, "error", seconds);
+                error!(parent: &span, error = %e, "reconcile failed with a fatal error, not retried");
+                self.queue.forget(&req);
             }
             Err(_) => {
                 self.metrics.reconciled(&self.name, "panic", seconds);

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::runtime::{Action, ClusterContext, Controller, Reconciler, Request};
+use crate::runtime::{Action, ClusterContext, Controller, ReconcileError, Reconciler, Request};
 
 /// A provider driven by the test through a channel.
 struct Scripted {
@@ -51,17 +51,31 @@ fn offline_cluster(name: &str) -> Arc<Cluster> {
     Arc::new(Cluster::new(name, kube::Client::try_from(config).unwrap()))
 }
 
+/// The test reconcilers' error: transient or fatal as the test says.
+#[derive(Debug, thiserror::Error)]
+#[error("always")]
+struct Always {
+    transient: bool,
+}
+
+impl ReconcileError for Always {
+    fn is_transient(&self) -> bool {
+        self.transient
+    }
+}
+
 /// Fails every time, counting calls per cluster; sleeps `delay` first.
 struct Failing {
     calls: Arc<Mutex<HashMap<String, usize>>>,
     delay: Duration,
     finished: Arc<AtomicUsize>,
+    transient: bool,
 }
 
 impl Reconciler for Failing {
-    type Error = String;
+    type Error = Always;
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, Always> {
         assert_eq!(ctx.cluster_name(), &req.cluster);
         *self
             .calls
@@ -71,7 +85,9 @@ impl Reconciler for Failing {
             .or_default() += 1;
         tokio::time::sleep(self.delay).await;
         self.finished.fetch_add(1, Ordering::SeqCst);
-        Err("always".into())
+        Err(Always {
+            transient: self.transient,
+        })
     }
 }
 
@@ -85,6 +101,10 @@ struct Setup {
 }
 
 fn setup(delay: Duration, options: ManagerOptions) -> Setup {
+    setup_failing(delay, options, true)
+}
+
+fn setup_failing(delay: Duration, options: ManagerOptions, transient: bool) -> Setup {
     let manager = Manager::new(options);
     let calls = Arc::new(Mutex::new(HashMap::new()));
     let finished = Arc::new(AtomicUsize::new(0));
@@ -92,6 +112,7 @@ fn setup(delay: Duration, options: ManagerOptions) -> Setup {
         calls: calls.clone(),
         delay,
         finished: finished.clone(),
+        transient,
     };
     manager
         .add(
@@ -178,6 +199,36 @@ async fn requests_for_a_gone_cluster_are_dropped_not_retried_forever() {
         .enqueue("failing", Request::namespaced("never", "default", "x"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!s.calls.lock().unwrap().contains_key("never"));
+    s.stop.cancel();
+    s.run.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn fatal_errors_are_not_retried() {
+    let s = setup_failing(Duration::ZERO, ManagerOptions::default(), false);
+    s.events
+        .send(ClusterEvent::Engage(offline_cluster("c")))
+        .await
+        .unwrap();
+    until("engaged", || s.manager.engaged_clusters().len() == 1).await;
+    assert!(s
+        .manager
+        .enqueue("failing", Request::namespaced("c", "default", "x")));
+    until("the first reconcile", || {
+        s.calls.lock().unwrap().get("c").copied().unwrap_or(0) == 1
+    })
+    .await;
+    // A transient error would be retried within milliseconds (5 ms, 10 ms, ...).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(s.calls.lock().unwrap().get("c").copied(), Some(1));
+    // A new event runs it again.
+    assert!(s
+        .manager
+        .enqueue("failing", Request::namespaced("c", "default", "x")));
+    until("the second reconcile", || {
+        s.calls.lock().unwrap().get("c").copied().unwrap_or(0) == 2
+    })
+    .await;
     s.stop.cancel();
     s.run.await.unwrap().unwrap();
 }
@@ -280,8 +331,8 @@ async fn controllers_need_a_primary_type_and_unique_names() {
     let flag = Arc::new(AtomicBool::new(false));
     struct Noop(Arc<AtomicBool>);
     impl Reconciler for Noop {
-        type Error = String;
-        async fn reconcile(&self, _: Request, _: ClusterContext) -> Result<Action, String> {
+        type Error = std::convert::Infallible;
+        async fn reconcile(&self, _: Request, _: ClusterContext) -> Result<Action, Self::Error> {
             self.0.store(true, Ordering::SeqCst);
             Ok(Action::await_change())
         }

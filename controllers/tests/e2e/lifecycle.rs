@@ -29,7 +29,7 @@ struct Counts {
 struct Count(Arc<Counts>);
 
 #[async_trait::async_trait]
-impl Subroutine<()> for Count {
+impl Subroutine<(), String> for Count {
     fn name(&self) -> &'static str {
         "Deployment"
     }

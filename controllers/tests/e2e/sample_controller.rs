@@ -23,8 +23,8 @@ use super::{eventually, TestServer};
 use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
 use controllers::providers::KubeconfigProvider;
 use controllers::runtime::{
-    Action, ClusterContext, ClusterName, Controller, Manager, ManagerOptions, Reconciler, Request,
-    ResourceKind,
+    Action, ClusterContext, ClusterName, Controller, Manager, ManagerOptions, ReconcileError,
+    Reconciler, Request, ResourceKind,
 };
 
 /// Where the controller copies the spec.
@@ -229,10 +229,23 @@ pub(crate) struct CopySpec {
     pub log: Arc<Mutex<Log>>,
 }
 
-impl Reconciler for CopySpec {
-    type Error = String;
+/// The sample reconciler's error: a message, retried with backoff.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct CopyError(String);
 
-    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, String> {
+impl ReconcileError for CopyError {}
+
+impl From<String> for CopyError {
+    fn from(message: String) -> Self {
+        CopyError(message)
+    }
+}
+
+impl Reconciler for CopySpec {
+    type Error = CopyError;
+
+    async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, CopyError> {
         let _running = InFlight::enter(&self.log);
         let cluster = ctx.cluster_name().to_string();
         *self
