@@ -88,9 +88,14 @@ pub struct RequestHeader {
     verifier: Arc<dyn ClientCertVerifier>,
     /// Common names a proxy certificate may have; empty means any.
     pub allowed_names: Vec<String>,
+    /// Headers that carry the user name; the first non-empty value wins (default `X-Remote-User`).
     pub username_headers: Vec<String>,
+    /// Headers that carry the user's uid; the first non-empty value wins (default `X-Remote-Uid`).
     pub uid_headers: Vec<String>,
+    /// Headers whose values are all the user's groups (default `X-Remote-Group`).
     pub group_headers: Vec<String>,
+    /// Lower-cased prefixes of headers that carry extra attributes, keyed by the rest of the name
+    /// (default `x-remote-extra-`).
     pub extra_prefixes: Vec<String>,
 }
 

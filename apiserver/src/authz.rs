@@ -103,8 +103,11 @@ impl Rbac {
 /// workspace (`(export cluster, export name)`).
 #[derive(Clone, Copy, Debug)]
 pub enum Scope<'a> {
+    /// One logical cluster, by name.
     Cluster(&'a str),
+    /// `/clusters/*`: every cluster at once.
     Wildcard,
+    /// An APIExport's virtual workspace: the export's logical cluster and the export's name.
     VirtualWorkspace(&'a str, &'a str),
 }
 

@@ -25,10 +25,12 @@ enum Content {
 }
 
 impl Body {
+    /// A body with no bytes.
     pub fn empty() -> Self {
         Body::new(Content::Full(None))
     }
 
+    /// A body of these bytes, sent in pieces of at most 64 KiB.
     pub fn from_bytes(b: impl Into<Bytes>) -> Self {
         Body::new(Content::Full(Some(b.into())))
     }

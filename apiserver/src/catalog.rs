@@ -14,16 +14,22 @@ use crate::registry::{Registry, Resource};
 /// Discovery documents of one view, encoded once.
 #[derive(Debug)]
 pub struct DiscoveryDocs {
+    /// Aggregated discovery of `/api` as `apidiscovery.k8s.io/v2`.
     pub core_v2: Bytes,
+    /// Aggregated discovery of `/api` as `apidiscovery.k8s.io/v2beta1`.
     pub core_v2beta1: Bytes,
+    /// Aggregated discovery of `/apis` as `apidiscovery.k8s.io/v2`.
     pub apis_v2: Bytes,
+    /// Aggregated discovery of `/apis` as `apidiscovery.k8s.io/v2beta1`.
     pub apis_v2beta1: Bytes,
+    /// The legacy `APIGroupList` of `/apis`.
     pub group_list: Bytes,
 }
 
 /// What one logical cluster serves.
 #[derive(Debug)]
 pub struct ApiView {
+    /// The types the cluster serves.
     pub registry: Registry,
     openapi: OnceLock<OpenApi>,
     discovery: OnceLock<DiscoveryDocs>,
@@ -34,6 +40,7 @@ fn encode(v: Value) -> Bytes {
 }
 
 impl ApiView {
+    /// A view of these resources; its OpenAPI and discovery documents are built on first use.
     pub fn new(resources: Vec<Arc<Resource>>) -> Self {
         ApiView {
             registry: Registry::new(resources),
@@ -73,6 +80,7 @@ pub struct Catalog {
 pub type ExportView = (Arc<ApiView>, String);
 
 impl Catalog {
+    /// A catalog in which every cluster serves the `builtin` types until it gets types of its own.
     pub fn new(builtin: Vec<Arc<Resource>>) -> Self {
         Catalog {
             default_view: Arc::new(ApiView::new(builtin.clone())),

@@ -115,8 +115,11 @@ pub struct Connection {
 /// A buffered response.
 #[derive(Debug)]
 pub struct Reply {
+    /// The HTTP status of the response.
     pub status: StatusCode,
+    /// The response headers.
     pub headers: http::HeaderMap,
+    /// The whole response body.
     pub body: Bytes,
 }
 
@@ -187,10 +190,12 @@ impl Connection {
         })
     }
 
+    /// Sends a GET for `path` and reads the whole response.
     pub async fn get(&mut self, path: &str) -> anyhow::Result<Reply> {
         self.send(Method::GET, path, None, Bytes::new()).await
     }
 
+    /// POSTs `body` as JSON to `path` and reads the whole response.
     pub async fn post_json(
         &mut self,
         path: &str,

@@ -34,12 +34,17 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// Everything a request handler may use. No global state: the server is this value.
 pub struct AppState {
+    /// Where objects live: the backend given, wrapped so that every write invalidates the RBAC
+    /// policies it changes.
     pub store: Arc<dyn Store>,
     /// What every logical cluster serves.
     pub catalog: Arc<Catalog>,
+    /// Request counters and latency histograms, served at `/metrics`.
     pub metrics: Metrics,
     /// `host:port` clients reach the server at (for `/api`).
     pub advertise_address: String,
+    /// Namespace bookkeeping: the `default` namespace, and refusing content in missing or
+    /// terminating namespaces.
     pub namespaces: Arc<namespaces::NamespaceLifecycle>,
     /// The workspace tree and the hooks of the tenancy types.
     pub tenancy: Arc<crate::tenancy::Tenancy>,
@@ -67,9 +72,13 @@ pub struct AppState {
 pub struct StateOptions {
     /// `host:port` clients reach the server at.
     pub advertise_address: String,
+    /// Short requests served at once before the server answers 429 (at least 1).
     pub max_requests_in_flight: usize,
+    /// How requests authenticate.
     pub authn: crate::authn::Authn,
+    /// Objects one logical cluster may hold; 0 for no limit.
     pub max_objects_per_workspace: usize,
+    /// How long a short request may take before it is answered 504.
     pub request_timeout: std::time::Duration,
     /// Metrics added to `/metrics` beside the server's own.
     pub extra_metrics: Option<crate::metrics::ExtraMetrics>,
@@ -99,6 +108,8 @@ pub const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::fr
 pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 400;
 
 impl AppState {
+    /// The server's state over `store` (wrapped to keep the RBAC policy cache current) and the
+    /// types of `registry`, with namespace and tenancy machinery built on them.
     pub fn new(store: Arc<dyn Store>, registry: Registry, options: StateOptions) -> Arc<Self> {
         let catalog = Arc::new(Catalog::new(registry.resources().to_vec()));
         // Every write made through this process invalidates the policies it changes before it

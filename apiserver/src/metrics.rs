@@ -97,6 +97,7 @@ fn new_histogram() -> Histogram {
 }
 
 impl Metrics {
+    /// The server's own metrics, with nothing extra registered.
     pub fn new() -> Self {
         Self::with_extra(None)
     }

@@ -6,11 +6,14 @@ use crate::status::ApiError;
 /// One clause of an `Accept` header.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MediaRange {
+    /// The media type without parameters, lowercased (`application/json`, `*/*`).
     pub essence: String,
+    /// The parameters (`as=Table`, `g=meta.k8s.io`, `v=v1`): names lowercased, values unquoted.
     pub params: Vec<(String, String)>,
 }
 
 impl MediaRange {
+    /// The value of a parameter, the name matched case-insensitively.
     pub fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
@@ -46,7 +49,9 @@ pub fn parse_accept(header: &str) -> Vec<MediaRange> {
 /// Serialization the response body uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
+    /// `application/json` (also chosen for `*/*` and `application/*`).
     Json,
+    /// `application/yaml`.
     Yaml,
 }
 
@@ -56,15 +61,23 @@ pub enum Output {
     /// The objects themselves.
     Object,
     /// A `meta.k8s.io` Table of the given version (`v1` or `v1beta1`).
-    Table { version: String },
+    Table {
+        /// `v1` or `v1beta1`.
+        version: String,
+    },
     /// `PartialObjectMetadata[List]` of the given version.
-    Metadata { version: String },
+    Metadata {
+        /// `v1` or `v1beta1`.
+        version: String,
+    },
 }
 
 /// The negotiated response form of a resource request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Negotiated {
+    /// How the body is serialized.
     pub encoding: Encoding,
+    /// What the body holds: objects, a Table, or metadata only.
     pub output: Output,
 }
 
@@ -143,11 +156,17 @@ pub fn aggregated_discovery_version(accept: Option<&str>) -> Option<&'static str
 /// Request body formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BodyFormat {
+    /// `application/json`, also assumed when there is no `Content-Type`.
     Json,
+    /// `application/yaml`.
     Yaml,
+    /// `application/json-patch+json`: a JSON Patch (RFC 6902), a list of operations.
     JsonPatch,
+    /// `application/merge-patch+json`: a JSON Merge Patch (RFC 7386).
     MergePatch,
+    /// `application/strategic-merge-patch+json`: a Kubernetes strategic merge patch.
     StrategicMergePatch,
+    /// `application/apply-patch+yaml`: the configuration of a server-side apply.
     ApplyPatch,
 }
 

@@ -37,14 +37,17 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     }
 }
 
+/// A string field of `metadata` (`namespace`, `uid`, `resourceVersion`), if present.
 pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     meta(obj).and_then(|m| m.get(field)).and_then(Value::as_str)
 }
 
+/// The object's `metadata.name`; empty if it has none.
 pub fn name(obj: &Value) -> &str {
     meta_str(obj, "name").unwrap_or("")
 }
 
+/// The object's `metadata.finalizers`; empty if it has none.
 pub fn finalizers(obj: &Value) -> Vec<String> {
     str_list(meta(obj).and_then(|m| m.get("finalizers")))
 }
@@ -61,6 +64,8 @@ pub fn str_list(v: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Whether the object is marked for deletion: `metadata.deletionTimestamp` is set, and the
+/// object stays until its finalizers are gone.
 pub fn is_deleting(obj: &Value) -> bool {
     meta(obj)
         .and_then(|m| m.get("deletionTimestamp"))

@@ -23,6 +23,8 @@ pub struct OpenApi {
 pub const KUBE_VERSION: &str = "v1.33.0";
 
 impl OpenApi {
+    /// Builds every document for the resources of `registry`: one OpenAPI v3 document per group
+    /// version, the v3 root listing them, and the v2 document.
     pub fn build(registry: &Registry) -> Self {
         let mut documents = BTreeMap::new();
         let mut gvs: Vec<(String, String)> = Vec::new();
@@ -54,6 +56,7 @@ impl OpenApi {
         }
     }
 
+    /// The `/openapi/v3` root: the path of each group-version document, with its hash.
     pub fn root(&self) -> Bytes {
         self.root.clone()
     }
@@ -65,10 +68,12 @@ impl OpenApi {
             .map(|(b, h)| (b.clone(), h.as_str()))
     }
 
+    /// The `/openapi/v2` document as JSON.
     pub fn v2_json(&self) -> Bytes {
         self.v2_json.clone()
     }
 
+    /// The `/openapi/v2` document in the protobuf encoding client-go decodes.
     pub fn v2_protobuf(&self) -> Bytes {
         self.v2_protobuf.clone()
     }

@@ -19,6 +19,7 @@ fn decode(s: &str) -> String {
 }
 
 impl Query {
+    /// Decodes a raw query string (`+` is a space, `%xx` escapes); `None` is no query.
     pub fn parse(raw: Option<&str>) -> Self {
         let mut q = Query::default();
         for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -32,6 +33,7 @@ impl Query {
         q
     }
 
+    /// The value of a parameter, the last one when it is repeated.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.values.get(key).map(String::as_str)
     }
@@ -89,8 +91,11 @@ impl Query {
 /// How unknown fields in a write are treated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FieldValidation {
+    /// Drop unknown fields silently.
     Ignore,
+    /// Drop unknown fields and warn about each (the default).
     Warn,
+    /// Reject the request when it has unknown fields.
     Strict,
 }
 

@@ -29,17 +29,28 @@ pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 pub struct TypeInfo {
     /// `""` for the core group.
     pub group: String,
+    /// The API version served (`v1`, `v1alpha1`).
     pub version: String,
+    /// The kind of one object (`ConfigMap`).
     pub kind: String,
+    /// The kind of a list of them (`ConfigMapList`).
     pub list_kind: String,
+    /// The plural resource name, used in URLs and RBAC rules (`configmaps`).
     pub plural: String,
+    /// The singular name (`configmap`), as discovery reports it.
     pub singular: String,
+    /// Short names for kubectl (`cm`).
     pub short_names: Vec<String>,
+    /// Categories for kubectl (`all`).
     pub categories: Vec<String>,
+    /// Whether objects live in a namespace (otherwise they are cluster-scoped).
     pub namespaced: bool,
+    /// Whether the type has a `status` subresource; then writes to the main resource keep the
+    /// stored status, and only the subresource changes it.
     pub status_subresource: bool,
     /// Only the built-in core kinds accept strategic merge patches.
     pub strategic_merge_patch: bool,
+    /// Extra columns of the table output (`kubectl get`).
     pub printer_columns: Vec<PrinterColumn>,
     /// The structural schema of the whole object.
     pub schema: Value,
@@ -69,7 +80,9 @@ impl From<ResourceType> for TypeInfo {
 /// One served resource type.
 #[derive(Debug)]
 pub struct Resource {
+    /// What the server knows about the type: names, scope, columns, schema.
     pub ty: TypeInfo,
+    /// Its group and plural resource, as errors name it.
     pub gr: GroupResource,
     /// `v1` for core, `<group>/<version>` otherwise.
     pub api_version: String,
@@ -165,6 +178,7 @@ impl Resource {
         }
     }
 
+    /// The kind of one object of this type.
     pub fn kind(&self) -> &str {
         &self.ty.kind
     }
@@ -218,7 +232,9 @@ pub fn builtin_resources() -> Vec<Arc<Resource>> {
 /// A served API group and its versions in preference order.
 #[derive(Clone, Debug)]
 pub struct Group {
+    /// The group name; `""` for the core group.
     pub name: String,
+    /// The served versions, in preference order.
     pub versions: Vec<String>,
 }
 
@@ -280,11 +296,13 @@ impl Registry {
         Registry::new(builtin_resources())
     }
 
+    /// The resource of a group, version and plural name, if one is served.
     pub fn lookup(&self, group: &str, version: &str, resource: &str) -> Option<&Arc<Resource>> {
         self.by_gvr
             .get(&(group.to_string(), version.to_string(), resource.to_string()))
     }
 
+    /// Every served resource, each group/version/plural once, in registration order.
     pub fn resources(&self) -> &[Arc<Resource>] {
         &self.resources
     }
@@ -302,6 +320,7 @@ impl Registry {
         self.groups.iter().filter(|g| !g.name.is_empty())
     }
 
+    /// The served group of that name, if any (`""` is the core group).
     pub fn group(&self, name: &str) -> Option<&Group> {
         self.groups.iter().find(|g| g.name == name)
     }

@@ -16,6 +16,7 @@ pub enum ClusterTarget {
 }
 
 impl ClusterTarget {
+    /// The cluster's name, or `None` for the wildcard.
     pub fn name(&self) -> Option<&str> {
         match self {
             ClusterTarget::Name(n) => Some(n),
@@ -37,7 +38,12 @@ pub enum Target {
     /// `/apis/<group>`
     Group(String),
     /// `/api/v1` or `/apis/<group>/<version>`
-    ResourceList { group: String, version: String },
+    ResourceList {
+        /// The API group; empty for the core group.
+        group: String,
+        /// The API version.
+        version: String,
+    },
     /// A resource or subresource URL.
     Resource(ResourceRequest),
     /// `/openapi/v2`
@@ -45,12 +51,19 @@ pub enum Target {
     /// `/openapi/v3`
     OpenApiV3Root,
     /// `/openapi/v3/api/v1`, `/openapi/v3/apis/<g>/<v>`
-    OpenApiV3Group { group: String, version: String },
+    OpenApiV3Group {
+        /// The API group; empty for the core group.
+        group: String,
+        /// The API version.
+        version: String,
+    },
     /// `/version`
     Version,
     /// `/healthz`, `/livez`, `/readyz` (and their per-check sub paths)
     Health {
+        /// Which endpoint: `healthz`, `livez` or `readyz`.
         endpoint: String,
+        /// The single check asked for (`/livez/ping`), or `None` for all of them.
         check: Option<String>,
     },
     /// `/metrics`
@@ -64,24 +77,35 @@ pub enum Target {
 /// Which admission webhook a request calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Review {
+    /// `/admission/validate`: the validating webhook, which allows or denies.
     Validate,
+    /// `/admission/mutate`: the mutating webhook, which may also patch the object.
     Mutate,
 }
 
 /// The verb of a resource request, as Kubernetes names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verb {
+    /// GET of one named object.
     Get,
+    /// GET of a collection.
     List,
+    /// GET with `watch=true` or under the legacy `/watch/` prefix: a stream of changes.
     Watch,
+    /// POST to a collection.
     Create,
+    /// PUT of a named object (or its subresource).
     Update,
+    /// PATCH of a named object (or its subresource).
     Patch,
+    /// DELETE of one named object.
     Delete,
+    /// DELETE of a collection.
     DeleteCollection,
 }
 
 impl Verb {
+    /// The verb as Kubernetes spells it in RBAC rules and audit (`get`, `deletecollection`).
     pub fn as_str(self) -> &'static str {
         match self {
             Verb::Get => "get",
@@ -95,6 +119,7 @@ impl Verb {
         }
     }
 
+    /// Whether the verb only reads (`get`, `list`, `watch`).
     pub fn is_read_only(self) -> bool {
         matches!(self, Verb::Get | Verb::List | Verb::Watch)
     }
@@ -103,19 +128,29 @@ impl Verb {
 /// A request for a resource, a collection or a subresource.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceRequest {
+    /// The API group; empty for the core group (`/api/v1`).
     pub group: String,
+    /// The API version (`v1`, `v1alpha1`).
     pub version: String,
+    /// The plural resource name from the path (`configmaps`).
     pub resource: String,
+    /// The namespace from `/namespaces/<ns>/`, or `None` for a cluster-scoped request (always
+    /// `None` for the `namespaces` resource itself).
     pub namespace: Option<String>,
+    /// The object name, or `None` for a request on the whole collection.
     pub name: Option<String>,
+    /// The subresource (`status`, `finalize`), if the path names one.
     pub subresource: Option<String>,
+    /// The verb, from the method, whether a name is given, and the watch flag.
     pub verb: Verb,
 }
 
 /// A parsed request: cluster plus target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestInfo {
+    /// The logical cluster, from `/clusters/<name>/`; `root` when the path has no such prefix.
     pub cluster: ClusterTarget,
+    /// What the rest of the path addresses.
     pub target: Target,
     /// `/services/apiexport/<cluster>/<export>/...`: the APIExport virtual workspace
     /// (the export's logical-cluster name and the export's name).

@@ -23,7 +23,9 @@ use crate::dispatch::{handle, AppState, StateOptions};
 /// PEM material for the listener.
 #[derive(Clone, Debug)]
 pub struct TlsMaterial {
+    /// The serving certificate, followed by its intermediates.
     pub cert_chain_pem: String,
+    /// The private key of the serving certificate.
     pub key_pem: String,
     /// CA bundle that signs accepted client certificates.
     pub client_ca_pem: String,
@@ -162,11 +164,17 @@ impl StoreKind {
 /// Options of `platform-mesh serve`.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
+    /// The address to listen on (port 0 picks a free port).
     pub listen: SocketAddr,
+    /// Where the server keeps its PKI (`pki/`), the redb store and `admin.kubeconfig`.
     pub data_dir: std::path::PathBuf,
+    /// Serving certificate (PEM) to use instead of the generated one; needs `tls_private_key_file`.
     pub tls_cert_file: Option<std::path::PathBuf>,
+    /// Private key (PEM) of `tls_cert_file`; needs `tls_cert_file`.
     pub tls_private_key_file: Option<std::path::PathBuf>,
+    /// CA bundle (PEM) that signs accepted client certificates; the generated CA when `None`.
     pub client_ca_file: Option<std::path::PathBuf>,
+    /// The storage backend.
     pub store: StoreKind,
     /// The watch cache in front of the store (`None`: every read goes to the store).
     pub watch_cache: Option<crate::storage::CacheOptions>,
@@ -184,9 +192,13 @@ pub struct ServeOptions {
     pub requestheader_client_ca_file: Option<std::path::PathBuf>,
     /// Common names the proxy certificate may have (empty: any, allowed only with a separate CA).
     pub requestheader_allowed_names: Vec<String>,
+    /// Headers the proxy sets with the user name (empty: `X-Remote-User`).
     pub requestheader_username_headers: Vec<String>,
+    /// Headers the proxy sets with the user's uid (empty: `X-Remote-Uid`).
     pub requestheader_uid_headers: Vec<String>,
+    /// Headers the proxy sets with the user's groups (empty: `X-Remote-Group`).
     pub requestheader_group_headers: Vec<String>,
+    /// Prefixes of headers the proxy sets with extra attributes (empty: `X-Remote-Extra-`).
     pub requestheader_extra_headers_prefix: Vec<String>,
     /// Objects one logical cluster may hold; 0 for no limit.
     pub max_objects_per_workspace: usize,
@@ -234,6 +246,7 @@ pub struct RunningServer {
     pub address: SocketAddr,
     /// `<data-dir>/admin.kubeconfig`.
     pub kubeconfig: std::path::PathBuf,
+    /// The server's shared state: store, registry, authentication, metrics.
     pub state: Arc<AppState>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,

@@ -63,15 +63,21 @@ const MAX_TOKEN_BYTES: usize = 16 * 1024;
 /// A reference to an object in the token claims.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ObjectRef {
+    /// The object's name.
     pub name: String,
+    /// The object's uid; a token is accepted only while an object of that name still has this uid.
     pub uid: String,
 }
 
 /// The `kubernetes.io` claim.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct KubeClaims {
+    /// The namespace of the service account.
     pub namespace: String,
+    /// The service account the token authenticates as.
     pub serviceaccount: ObjectRef,
+    /// The Secret the token is bound to (a legacy token's own Secret, or a TokenRequest's
+    /// `boundObjectRef`); the token is valid only while it exists. `None` for an unbound token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<ObjectRef>,
 }
@@ -79,16 +85,23 @@ pub struct KubeClaims {
 /// The claims of a service-account token.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Claims {
+    /// The issuer (`iss`); must be the server's own issuer.
     pub iss: String,
+    /// The subject (`sub`): `system:serviceaccount:<namespace>:<name>`.
     pub sub: String,
+    /// The audiences (`aud`); one must be accepted. A single string is read as a one-element list.
     #[serde(deserialize_with = "one_or_many")]
     pub aud: Vec<String>,
     /// Absent for legacy tokens, which live as long as their Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exp: Option<i64>,
+    /// When the token was issued (`iat`), in seconds since the Unix epoch.
     pub iat: i64,
+    /// The start of the validity window (`nbf`), in seconds since the Unix epoch.
     pub nbf: i64,
+    /// A unique id of the token (`jti`), a random UUID.
     pub jti: String,
+    /// The `kubernetes.io` claim: namespace, service account and the bound Secret, if any.
     #[serde(rename = "kubernetes.io")]
     pub kube: KubeClaims,
     /// The logical cluster the service account lives in.
@@ -112,22 +125,34 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
 /// Why a token was refused. The text is for logs and TokenReview; it never contains the token.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TokenError {
+    /// Not a token this server issues (not three parts, not an ES256 JWS, or too long); other
+    /// authenticators may still accept it.
     #[error("not a service account token")]
     NotOurs,
+    /// The signature does not verify with the server's key.
     #[error("token signature is invalid")]
     BadSignature,
+    /// The signature is not valid base64, or it verified but the payload is not valid claims
+    /// JSON.
     #[error("token is malformed")]
     Malformed,
+    /// The expiry (`exp`) has passed.
     #[error("token has expired")]
     Expired,
+    /// The validity window (`nbf`) has not started yet, even with a minute of clock leeway.
     #[error("token is not valid yet")]
     NotYetValid,
+    /// None of the token's audiences is accepted.
     #[error("token audiences are not accepted")]
     WrongAudience,
+    /// The issuer (`iss`) is not the server's.
     #[error("token was issued for another issuer")]
     WrongIssuer,
+    /// The service account no longer exists, or exists with another uid, or is being deleted.
     #[error("the service account of the token no longer exists")]
     ServiceAccountGone,
+    /// The Secret the token is bound to no longer exists, or exists with another uid, or is
+    /// being deleted.
     #[error("the secret of the token no longer exists")]
     SecretGone,
 }
@@ -217,10 +242,13 @@ impl ServiceAccountTokens {
         })
     }
 
+    /// The issuer written into and required of every token (`--service-account-issuer`).
     pub fn issuer(&self) -> &str {
         &self.issuer
     }
 
+    /// The audiences accepted when a request names none (`--api-audiences`; the issuer when none
+    /// are given).
     pub fn audiences(&self) -> &[String] {
         &self.audiences
     }

@@ -9,11 +9,14 @@ use serde_json::{json, Value};
 /// A group and a plural resource, printed the way Kubernetes qualifies resources (`widgets.example.com`, `configmaps`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GroupResource {
+    /// The API group; empty for the core group.
     pub group: String,
+    /// The plural resource name (`configmaps`, `widgets`).
     pub resource: String,
 }
 
 impl GroupResource {
+    /// A group resource from a group and a plural resource name.
     pub fn new(group: impl Into<String>, resource: impl Into<String>) -> Self {
         GroupResource {
             group: group.into(),
@@ -35,16 +38,22 @@ impl fmt::Display for GroupResource {
 /// One cause of an error (`details.causes[]`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cause {
+    /// The machine-readable cause type (`FieldValueRequired`, `FieldValueInvalid`).
     pub reason: String,
+    /// The human-readable description of the cause.
     pub message: String,
+    /// The path of the offending field (`metadata.name`, `spec.a`); empty when the cause names no field.
     pub field: String,
 }
 
 /// An error answered to a client as a `metav1.Status`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApiError {
+    /// The HTTP status code, also the Status's `code`.
     pub code: u16,
+    /// The `metav1.StatusReason` (`NotFound`, `Conflict`, ...); empty leaves `reason` out of the Status.
     pub reason: &'static str,
+    /// The human-readable message of the Status.
     pub message: String,
     /// Boxed: errors travel through `Result`s everywhere, and most carry no details.
     pub details: Option<Box<Details>>,
@@ -53,15 +62,23 @@ pub struct ApiError {
 /// `metav1.StatusDetails`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Details {
+    /// The name of the object the error is about.
     pub name: String,
+    /// The API group of the object.
     pub group: String,
+    /// The kind, or for errors about a named resource (not found, already exists, conflict) its
+    /// plural resource name, as kube-apiserver fills it.
     pub kind: String,
+    /// The UID of the object, when known.
     pub uid: String,
+    /// The individual causes, such as the field errors of a validation failure.
     pub causes: Vec<Cause>,
+    /// How long the client should wait before retrying; also sent as the `Retry-After` header.
     pub retry_after_seconds: Option<u32>,
 }
 
 impl ApiError {
+    /// An error with an HTTP code, a Status reason and a message, without details.
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             code,
@@ -86,10 +103,12 @@ impl ApiError {
         }
     }
 
+    /// A 400 `BadRequest`: the request itself is malformed.
     pub fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(400, "BadRequest", message)
     }
 
+    /// A 401 `Unauthorized`: the request carries no credentials the server accepts.
     pub fn unauthorized() -> Self {
         ApiError::new(401, "Unauthorized", "Unauthorized")
     }
@@ -100,10 +119,12 @@ impl ApiError {
         Self::forbidden("workspace access not permitted")
     }
 
+    /// A 403 `Forbidden`: the caller may not do what it asked.
     pub fn forbidden(message: impl Into<String>) -> Self {
         ApiError::new(403, "Forbidden", message)
     }
 
+    /// A 404 `NotFound` for the object `name` of resource `gr`.
     pub fn not_found(gr: &GroupResource, name: &str) -> Self {
         ApiError::new(404, "NotFound", format!("{gr} \"{name}\" not found"))
             .with_details(Self::resource_details(gr, name))
@@ -119,6 +140,7 @@ impl ApiError {
         .with_details(Details::default())
     }
 
+    /// A 409 `AlreadyExists`: a create for a name that is already taken.
     pub fn already_exists(gr: &GroupResource, name: &str) -> Self {
         ApiError::new(
             409,
@@ -137,6 +159,7 @@ impl ApiError {
         )
     }
 
+    /// A 409 `Conflict` on the object `name` of resource `gr`, with `why` as the reason it cannot be done.
     pub fn conflict_with(gr: &GroupResource, name: &str, why: &str) -> Self {
         ApiError::new(
             409,
@@ -146,10 +169,12 @@ impl ApiError {
         .with_details(Self::resource_details(gr, name))
     }
 
+    /// A 410 `Expired`, as for a list or watch from a resourceVersion that is no longer available.
     pub fn gone(message: impl Into<String>) -> Self {
         ApiError::new(410, "Expired", message)
     }
 
+    /// A 405 `MethodNotAllowed`: the resource does not support `verb`.
     pub fn method_not_allowed(verb: &str, gr: &GroupResource) -> Self {
         ApiError::new(
             405,
@@ -158,6 +183,7 @@ impl ApiError {
         )
     }
 
+    /// A 406 `NotAcceptable`: no media type in the `Accept` header can be served.
     pub fn not_acceptable(accept: &str) -> Self {
         ApiError::new(
             406,
@@ -166,6 +192,7 @@ impl ApiError {
         )
     }
 
+    /// A 415 `UnsupportedMediaType`: the request body's `Content-Type` is not one of `supported`.
     pub fn unsupported_media_type(content_type: &str, supported: &[&str]) -> Self {
         ApiError::new(
             415,
@@ -177,6 +204,7 @@ impl ApiError {
         )
     }
 
+    /// A 413 `RequestEntityTooLarge`: the request body exceeds `limit` bytes.
     pub fn too_large(limit: usize) -> Self {
         ApiError::new(
             413,
@@ -191,6 +219,7 @@ impl ApiError {
         self
     }
 
+    /// A 429 `TooManyRequests` that asks the client to retry after `retry_after` seconds.
     pub fn too_many_requests(retry_after: u32) -> Self {
         ApiError::new(
             429,
@@ -212,10 +241,12 @@ impl ApiError {
         })
     }
 
+    /// A 500 `InternalError`: the server failed, not the request.
     pub fn internal(message: impl Into<String>) -> Self {
         ApiError::new(500, "InternalError", message)
     }
 
+    /// A 504 `Timeout`: the request did not complete in time.
     pub fn timeout(message: impl Into<String>) -> Self {
         ApiError::new(504, "Timeout", message)
     }

@@ -35,6 +35,7 @@ pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
 
 /// One resource request with everything the verb handlers need.
 pub struct ResourceCall {
+    /// The server's shared state.
     pub state: Arc<AppState>,
     /// The API surface the request sees.
     pub view: Arc<crate::catalog::ApiView>,
@@ -42,11 +43,18 @@ pub struct ResourceCall {
     pub virtual_workspace: bool,
     /// A label selector every list and watch must also satisfy (virtual workspaces).
     pub forced_selector: Option<String>,
+    /// The logical cluster the request addresses, already resolved from a workspace path.
     pub cluster: ClusterTarget,
+    /// Group, version, resource, namespace, name, subresource and verb from the URL.
     pub request: ResourceRequest,
+    /// The decoded query string.
     pub query: Query,
+    /// The request headers.
     pub headers: HeaderMap,
+    /// The request body, read whole (empty for reads).
     pub body: Bytes,
+    /// The user the request acts as, after impersonation; `None` only if unauthenticated (dispatch
+    /// lets no unauthenticated request reach a resource).
     pub identity: Option<Arc<Identity>>,
 }
 

@@ -196,25 +196,37 @@ pub enum StorageError {
     /// Compare-and-swap failed: the key's current mod revision differs from the expected one.
     #[error("key {key} was modified: expected revision {expected}, found {actual}")]
     Conflict {
+        /// The key that was written.
         key: String,
+        /// The mod revision the write expected.
         expected: Revision,
+        /// The key's current mod revision.
         actual: Revision,
     },
     /// The requested revision has been compacted away.
     #[error("too old resource version: {requested} ({compacted})")]
     Compacted {
+        /// The revision asked for.
         requested: Revision,
+        /// The store's compaction revision: history before it is gone.
         compacted: Revision,
     },
     /// The requested revision is newer than anything committed.
     #[error("too large resource version: {requested}, current: {current}")]
     FutureRevision {
+        /// The revision asked for.
         requested: Revision,
+        /// The newest committed revision.
         current: Revision,
     },
     /// A watcher fell too far behind the events it was sent and was cut off.
     #[error("watch cut off: the client fell more than {behind} events behind; watch again from resourceVersion {last}")]
-    TooSlow { behind: usize, last: Revision },
+    TooSlow {
+        /// The capacity of the watcher's queue, in events: it fell more than this many behind.
+        behind: usize,
+        /// The revision of the last event delivered; a new watch resumes after it.
+        last: Revision,
+    },
     /// An I/O failure, corrupt data, or a closed store.
     #[error("storage backend failure: {0}")]
     Backend(String),
