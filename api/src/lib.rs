@@ -1,8 +1,6 @@
 //! Typed Platform Mesh APIs, their generated CRDs and the serving description of every type.
 //! One module per API group; `crds` renders manifests, `serving` feeds the API server.
 
-#![warn(missing_docs)]
-
 pub mod broker;
 pub mod common;
 pub mod core;

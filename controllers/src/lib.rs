@@ -1,7 +1,6 @@
 //! Multi-cluster controller runtime (`runtime`) and the cluster providers it runs over
 //! (`providers`: kubeconfig files and Secrets, kcp APIExport endpoint slices, kcp paths), and the
 //! Platform Mesh reconcilers built on them (`platformmesh`).
-#![warn(missing_docs)]
 
 pub mod account;
 pub mod broker;

@@ -38,8 +38,6 @@
 //!   drops the trailing newline as Helm's does, where the upstream operator's `nindent` trims blank
 //!   lines and adds a newline.
 
-#![warn(missing_docs)]
-
 mod exec;
 mod funcs;
 mod parse;
