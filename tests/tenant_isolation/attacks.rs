@@ -218,22 +218,20 @@ async fn a_workspace_admin_cannot_take_over_another_workspace_path() {
     let r = t.carol.call(Method::DELETE, &lcs, None).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.json());
     // A path annotation on any other object must name the workspace it is written to.
-    let r = t
-        .carol
-        .post(
-            &t.configmaps(&a),
-            &json!({"metadata": {"name": "p", "annotations": {"kcp.io/path": "root:b"}}}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.json());
-    let r = t
-        .carol
-        .post(
-            &t.configmaps(&a),
-            &json!({"metadata": {"name": "p", "annotations": {"kcp.io/path": "root:a"}}}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    for (path, expected) in [
+        ("root:b", StatusCode::UNPROCESSABLE_ENTITY),
+        ("root", StatusCode::UNPROCESSABLE_ENTITY),
+        ("root:a", StatusCode::CREATED),
+    ] {
+        let r = t
+            .carol
+            .post(
+                &t.configmaps(&a),
+                &json!({"metadata": {"name": "p", "annotations": {"kcp.io/path": path}}}),
+            )
+            .await;
+        assert_eq!(r.status, expected, "{path}: {:?}", r.json());
+    }
 
     // B is still B: bob works there, and what an admin writes to root:b lands in B.
     let r = t.bob.get(&t.configmaps("root:b")).await;
