@@ -184,7 +184,10 @@ pub async fn handle(
     let started = Instant::now();
     let method = req.method().clone();
     // Watches are long-running and health checks must answer under load: neither counts.
-    let long_running = is_long_running(&method, req.uri());
+    // The request is parsed once: the long-running decision and the router read the same.
+    let query = Query::parse(req.uri().query());
+    let info = request_info::parse(&method, req.uri().path(), query.flag("watch"));
+    let long_running = method == Method::GET && is_watch(&info);
     let exempt = long_running
         || matches!(
             req.uri().path(),
@@ -208,7 +211,7 @@ pub async fn handle(
         }
     };
     let label = std::sync::Mutex::new(("unknown".to_string(), String::new()));
-    let routed = AssertUnwindSafe(route(&state, peer, req, &label)).catch_unwind();
+    let routed = AssertUnwindSafe(route(&state, peer, req, query, info, &label)).catch_unwind();
     // Short requests end within the request timeout; watches have their own.
     let result = if long_running {
         Ok(routed.await)
@@ -264,12 +267,19 @@ pub async fn handle(
 /// the query, a namespace named `watch` or a `POST ...?watch=1` is a short request and keeps its
 /// in-flight slot and timeout.
 pub fn is_long_running(method: &Method, uri: &http::Uri) -> bool {
-    if method != Method::GET {
-        return false;
-    }
     let query = Query::parse(uri.query());
+    method == Method::GET
+        && is_watch(&request_info::parse(
+            method,
+            uri.path(),
+            query.flag("watch"),
+        ))
+}
+
+/// Whether a parsed request is a watch.
+fn is_watch(info: &Result<request_info::RequestInfo, ApiError>) -> bool {
     matches!(
-        request_info::parse(method, uri.path(), query.flag("watch")),
+        info,
         Ok(request_info::RequestInfo { target: Target::Resource(rr), .. })
             if rr.verb == request_info::Verb::Watch
     )
@@ -279,11 +289,12 @@ async fn route(
     state: &Arc<AppState>,
     peer: crate::authn::Peer,
     req: Request<Incoming>,
+    query: Query,
+    info: Result<request_info::RequestInfo, ApiError>,
     label: &std::sync::Mutex<(String, String)>,
 ) -> Response<Body> {
     let (mut parts, body) = req.into_parts();
-    let query = Query::parse(parts.uri.query());
-    let info = match request_info::parse(&parts.method, parts.uri.path(), query.flag("watch")) {
+    let info = match info {
         Ok(i) => i,
         Err(e) => return error_response(&e),
     };
