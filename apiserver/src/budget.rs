@@ -110,7 +110,7 @@ impl Budgets {
         if bytes <= UNCOUNTED_BYTES || self.limits.list_bytes_per_user == 0 {
             return Ok(Vec::new());
         }
-        let n = units(bytes) as u32;
+        let n = u32::try_from(units(bytes)).unwrap_or(u32::MAX);
         let refused = || {
             ApiError::too_many_requests(1).with_message(format!(
                 "too many bytes of list answers are waiting to be read: this answer of {bytes} bytes would exceed the limit of {} bytes per user and {} in all; read or close the earlier ones",
