@@ -31,9 +31,7 @@ impl HeavyWork {
     /// multi-threaded runtime it first waits for a seat, then runs in place of a blocking thread
     /// (the runtime hands this worker's other tasks to a fresh worker).
     pub async fn run<T>(&self, bytes: usize, f: impl FnOnce() -> T) -> T {
-        let multi = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if bytes <= HEAVY_BYTES || !multi {
+        if bytes <= HEAVY_BYTES || !on_multi_thread_runtime() {
             return f();
         }
         // The semaphore is never closed, so a seat always comes.
@@ -45,14 +43,18 @@ impl HeavyWork {
     /// enough to hold one for milliseconds; it takes no seat, as copies are short and many may
     /// run at once.
     pub fn copy<T>(&self, bytes: usize, f: impl FnOnce() -> T) -> T {
-        let multi = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if bytes > LARGE_COPY_BYTES && multi {
+        if bytes > LARGE_COPY_BYTES && on_multi_thread_runtime() {
             tokio::task::block_in_place(f)
         } else {
             f()
         }
     }
+}
+
+/// Whether this runs on a multi-threaded runtime, the only kind `block_in_place` works on.
+fn on_multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// Copies of more bytes than this leave the async workers.

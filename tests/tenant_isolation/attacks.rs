@@ -271,30 +271,7 @@ async fn the_path_index_comes_from_workspaces_not_annotations_also_after_a_resta
     let mut clusters = Vec::new();
     // Several workspaces, so the planted claims sort before and after their victims.
     for name in ["a", "b", "c", "zz"] {
-        let r = admin
-            .post(
-                "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces",
-                &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-                        "metadata": {"name": name}}),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
-        let mut cluster = String::new();
-        for _ in 0..200 {
-            let ws = admin
-                .get(&format!(
-                    "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces/{name}"
-                ))
-                .await
-                .json();
-            if ws["status"]["phase"] == "Ready" {
-                cluster = ws["spec"]["cluster"].as_str().expect("cluster").to_string();
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(!cluster.is_empty(), "{name} never became Ready");
-        clusters.push(cluster);
+        clusters.push(create_workspace(&mut admin, name).await);
     }
     // LogicalClusters claiming every other path, planted straight into the stopped server's
     // store (as data left by an older version, or written around admission): the index must

@@ -101,6 +101,31 @@ impl Caller {
     }
 }
 
+/// Creates `root:<name>` as `admin` and returns its logical cluster name once Ready.
+async fn create_workspace(admin: &mut Caller, name: &str) -> String {
+    let r = admin
+        .post(
+            "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces",
+            &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+                    "metadata": {"name": name}, "spec": {"type": {"name": "universal"}}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    for _ in 0..200 {
+        let ws = admin
+            .get(&format!(
+                "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces/{name}"
+            ))
+            .await
+            .json();
+        if ws["status"]["phase"] == "Ready" {
+            return ws["spec"]["cluster"].as_str().expect("cluster").to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("workspace {name} never became Ready");
+}
+
 fn yaml(text: &str) -> Value {
     serde_saphyr::from_str(text).expect("yaml")
 }
@@ -154,29 +179,7 @@ impl Env {
 
     /// Creates `root:<name>` and returns its logical cluster name once Ready.
     async fn workspace(&mut self, name: &str) -> String {
-        let r = self
-            .admin
-            .post(
-                "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces",
-                &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-                        "metadata": {"name": name}, "spec": {"type": {"name": "universal"}}}),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
-        for _ in 0..200 {
-            let ws = self
-                .admin
-                .get(&format!(
-                    "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces/{name}"
-                ))
-                .await
-                .json();
-            if ws["status"]["phase"] == "Ready" {
-                return ws["spec"]["cluster"].as_str().expect("cluster").to_string();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("workspace {name} never became Ready");
+        create_workspace(&mut self.admin, name).await
     }
 
     /// Creates an object as admin at `collection` (a path under /clusters/<c>).
