@@ -21,7 +21,9 @@
 //! - The windows of all types together hold at most `window_bytes` of events (oldest dropped
 //!   first, whichever type they belong to), so large objects written in a loop cannot grow the
 //!   server's memory: a watch from before the window falls to the store or gets 410.
-//! - Gets, past-revision lists, lists across types and all writes go to the backing store.
+//! - A get is served like a latest list when the backing store knows its revision without a
+//!   round trip (redb, memory); on etcd gets go to etcd. Past-revision lists, lists across
+//!   types and all writes go to the backing store.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
@@ -517,6 +519,22 @@ impl CachedWatch {
 #[async_trait::async_trait]
 impl Store for CachedStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        // On a store of this process a consistent get is served from memory, as a latest list
+        // is: a point read of the store can wait milliseconds behind a large commit, and
+        // another tenant's large writes must not slow everyone's reads. On etcd the revision
+        // costs a round trip, as much as the get itself, so the get goes to etcd.
+        if self.shared.store.revision_is_local() {
+            if let Some(tp) = type_prefix(key) {
+                if self.catch_up().await? {
+                    if let Some(cache) = self.type_cache(tp).await {
+                        let st = lock(&cache.state);
+                        if !st.dead {
+                            return Ok(st.objects.get(key).cloned());
+                        }
+                    }
+                }
+            }
+        }
         self.shared.store.get(key).await
     }
 
@@ -663,6 +681,10 @@ impl Store for CachedStore {
     async fn latest_revision(&self) -> Result<Revision> {
         self.shared.store.latest_revision().await
     }
+
+    fn revision_is_local(&self) -> bool {
+        self.shared.store.revision_is_local()
+    }
 }
 
 #[cfg(test)]
@@ -803,6 +825,89 @@ mod tests {
                 .len(),
             6
         );
+    }
+
+    /// A store that counts its point reads and knows its revision locally or not, as told.
+    struct CountingGets {
+        inner: MemoryStore,
+        local: bool,
+        gets: AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Store for CountingGets {
+        async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+            self.inner.get(key).await
+        }
+        async fn list(&self, opts: ListOptions<'_>) -> Result<ListPage> {
+            self.inner.list(opts).await
+        }
+        async fn create(&self, key: &str, encode: Encoder) -> Result<KeyValue> {
+            self.inner.create(key, encode).await
+        }
+        async fn update(&self, key: &str, expected: Revision, encode: Encoder) -> Result<KeyValue> {
+            self.inner.update(key, expected, encode).await
+        }
+        async fn delete(&self, key: &str, expected: Revision, encode: Encoder) -> Result<Event> {
+            self.inner.delete(key, expected, encode).await
+        }
+        async fn watch(
+            &self,
+            prefix: &str,
+            after: Revision,
+        ) -> Result<BoxStream<'static, Result<Event>>> {
+            self.inner.watch(prefix, after).await
+        }
+        async fn compact(&self, revision: Revision) -> Result<()> {
+            self.inner.compact(revision).await
+        }
+        fn current_revision(&self) -> Revision {
+            self.inner.current_revision()
+        }
+        fn compacted_revision(&self) -> Revision {
+            self.inner.compacted_revision()
+        }
+        fn revision_is_local(&self) -> bool {
+            self.local
+        }
+    }
+
+    /// On a store of this process gets are answered from memory and see every write
+    /// acknowledged before them; on a store whose revision costs a round trip they go to it.
+    #[tokio::test]
+    async fn gets_come_from_memory_only_where_the_revision_is_local_and_see_every_write() {
+        for local in [true, false] {
+            let store = Arc::new(CountingGets {
+                inner: MemoryStore::new(),
+                local,
+                gets: AtomicUsize::new(0),
+            });
+            let cache = CachedStore::new(store.clone(), CacheOptions::default());
+            for (i, key) in KEYS.iter().enumerate() {
+                // Each write is seen by the get right after it, whatever the feeder's pace.
+                let kv = cache.create(key, tagged(&format!("v{i}"))).await.unwrap();
+                assert_eq!(cache.get(key).await.unwrap(), Some(kv.clone()), "{key}");
+                let kv = cache
+                    .update(key, kv.mod_revision, tagged("again"))
+                    .await
+                    .unwrap();
+                assert_eq!(cache.get(key).await.unwrap(), Some(kv), "{key}");
+            }
+            let a = cache.get(KEYS[0]).await.unwrap().unwrap();
+            cache
+                .delete(KEYS[0], a.mod_revision, tagged(KEYS[0]))
+                .await
+                .unwrap();
+            assert_eq!(cache.get(KEYS[0]).await.unwrap(), None);
+            assert_eq!(cache.get("/g/r/c1/ns1/never").await.unwrap(), None);
+            let reads = store.gets.load(Ordering::SeqCst);
+            if local {
+                assert_eq!(reads, 0, "every get came from memory");
+            } else {
+                assert_eq!(reads, 2 * KEYS.len() + 3, "every get went to the store");
+            }
+        }
     }
 
     /// Every watch through the cache sees exactly what the same watch on the store sees.

@@ -274,6 +274,12 @@ pub trait Store: Send + Sync + 'static {
     async fn latest_revision(&self) -> Result<Revision> {
         Ok(self.current_revision())
     }
+    /// Whether [`Store::latest_revision`] is known in this process, without a round trip: then a
+    /// consistent read from a cache in front of the store (wait for the cache to reach that
+    /// revision, read memory) costs less than a read of the store itself.
+    fn revision_is_local(&self) -> bool {
+        true
+    }
     /// The oldest revision a watch or a past list may still start from.
     fn compacted_revision(&self) -> Revision;
 }

@@ -77,6 +77,10 @@ impl Store for ObservedStore {
         self.inner.latest_revision().await
     }
 
+    fn revision_is_local(&self) -> bool {
+        self.inner.revision_is_local()
+    }
+
     fn compacted_revision(&self) -> Revision {
         self.inner.compacted_revision()
     }

@@ -532,6 +532,10 @@ impl Store for EtcdStore {
         self.inner.compacted.load(Ordering::Acquire)
     }
 
+    fn revision_is_local(&self) -> bool {
+        false
+    }
+
     async fn latest_revision(&self) -> Result<Revision> {
         self.refresh_current().await
     }
