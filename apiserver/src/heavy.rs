@@ -36,7 +36,10 @@ impl HeavyWork {
         }
         // The semaphore is never closed, so a seat always comes.
         let _seat = self.seats.acquire().await;
-        tokio::task::block_in_place(f)
+        tokio::task::block_in_place(|| {
+            let _lowered = LoweredPriority::new();
+            f()
+        })
     }
 
     /// Runs `f`, a copy of `bytes` bytes (no parsing), off the async workers when it is large
@@ -50,6 +53,62 @@ impl HeavyWork {
         }
     }
 }
+
+/// How far heavy work lowers its thread's priority (nice steps).
+const HEAVY_NICE: i32 = 10;
+
+/// The calling thread's CPU priority lowered by [`HEAVY_NICE`] for as long as this lives, so that
+/// the kernel gives a core to an async worker woken by a short request at once instead of at the
+/// end of the heavy work's time slice: light requests are then not delayed by the milliseconds
+/// of a large object's decoding, and heavy work still gets every core nobody else wants.
+struct LoweredPriority {
+    before: Option<i32>,
+}
+
+impl LoweredPriority {
+    fn new() -> Self {
+        let before = thread_nice();
+        if let Some(n) = before {
+            set_thread_nice((n + HEAVY_NICE).min(19));
+        }
+        LoweredPriority { before }
+    }
+}
+
+impl Drop for LoweredPriority {
+    fn drop(&mut self) {
+        if let Some(n) = self.before {
+            set_thread_nice(n);
+        }
+    }
+}
+
+/// The calling thread's nice value (Linux keeps one per thread), if it can be read.
+#[cfg(target_os = "linux")]
+fn thread_nice() -> Option<i32> {
+    // SAFETY: errno is thread-local; getpriority only reads the calling thread's (who = 0) nice
+    // value. -1 is a valid nice value, so errno tells an error from it.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let n = libc::getpriority(libc::PRIO_PROCESS, 0);
+        (n != -1 || *libc::__errno_location() == 0).then_some(n)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn thread_nice() -> Option<i32> {
+    None
+}
+
+/// Sets the calling thread's nice value; a refusal leaves it as it was, which is harmless.
+#[cfg(target_os = "linux")]
+fn set_thread_nice(n: i32) {
+    // SAFETY: setpriority with who = 0 changes the calling thread's nice value only.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, n) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_thread_nice(_: i32) {}
 
 /// Whether this runs on a multi-threaded runtime, the only kind `block_in_place` works on.
 fn on_multi_thread_runtime() -> bool {
@@ -91,5 +150,19 @@ mod tests {
             t.await.expect("task");
         }
         assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// Heavy work runs at a lower CPU priority than the async workers and gives the thread back
+    /// at the priority it had; light work keeps it.
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn heavy_work_yields_the_cpu_to_light_work_and_restores_its_thread() {
+        let heavy = HeavyWork::default();
+        let before = thread_nice().expect("nice value");
+        let during = heavy.run(1 << 20, thread_nice).await;
+        assert_eq!(during, Some((before + HEAVY_NICE).min(19)));
+        // block_in_place returns on the thread it ran on: its priority is back.
+        assert_eq!(thread_nice(), Some(before));
+        assert_eq!(heavy.run(10, thread_nice).await, Some(before));
     }
 }
