@@ -50,6 +50,8 @@ pub struct BenchOptions {
     pub attack_list_mib: usize,
     /// Roles the attacks section creates in one workspace.
     pub attack_roles: usize,
+    /// Attacks to run (all when empty): see [`crate::bench_attacks::KINDS`].
+    pub attacks: Vec<String>,
     /// Sections to run (all when empty): see [`SECTIONS`].
     pub only: Vec<String>,
 }

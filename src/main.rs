@@ -92,6 +92,9 @@ enum Command {
         /// Roles the attacks section creates in one workspace before loading it.
         #[arg(long, default_value_t = 3_000)]
         attack_roles: usize,
+        /// Run only these attacks of the attacks section (comma-separated; all when empty).
+        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench_attacks::KINDS))]
+        attack: Vec<String>,
         /// Run only these sections (comma-separated): serving, admission, workspaces, overload,
         /// broker, etcd (needs `--features etcd`), attacks.
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
@@ -437,6 +440,7 @@ fn main() -> anyhow::Result<()> {
             watch_rate,
             attack_list_mib,
             attack_roles,
+            attack,
             only,
         } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -458,6 +462,7 @@ fn main() -> anyhow::Result<()> {
                 watch_rate,
                 attack_list_mib,
                 attack_roles,
+                attacks: attack,
                 only,
             }))
         }

@@ -32,7 +32,7 @@ fn the_memory_attacks_are_refused_and_bounded() {
     );
     // Every doubling patch is refused.
     let bombs = rows[3];
-    assert!(bombs.contains("patch bombs"), "{bombs}");
+    assert!(bombs.contains("patch-bombs"), "{bombs}");
     let counts: Vec<usize> = bombs
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|n| n.parse().ok())
