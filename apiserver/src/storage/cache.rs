@@ -278,6 +278,8 @@ impl CachedStore {
         };
         if let Some(at) = load_at {
             self.load(prefix, &cache, at).await;
+        } else if *cache.ready.borrow() == Some(true) {
+            return Some(cache);
         }
         let mut ready = cache.ready.subscribe();
         let loaded = matches!(
@@ -337,6 +339,9 @@ impl CachedStore {
     /// Waits until the cache has every change the store had committed when this was called.
     async fn catch_up(&self) -> Result<bool> {
         let want = self.shared.store.latest_revision().await?;
+        if *self.shared.seen.borrow() >= want {
+            return Ok(true);
+        }
         let mut seen = self.shared.seen.subscribe();
         let caught = tokio::time::timeout(
             self.shared.options.consistent_wait,
