@@ -1,6 +1,7 @@
-//! Multi-cluster controller runtime (`runtime`) and the cluster providers it runs over
-//! (`providers`: kubeconfig files and Secrets, kcp APIExport endpoint slices, kcp paths), and the
-//! Platform Mesh reconcilers built on them (`platformmesh`).
+//! The Platform Mesh reconcilers (`platformmesh`, `account`, `provider`, `broker`, ...) and the kcp
+//! cluster providers they run over (`providers::kcp`: APIExport endpoint slices, workspace paths),
+//! on the multi-cluster runtime of the `mc-runtime` crate (re-exported as `runtime`, with its
+//! plain-Kubernetes providers under `providers`).
 
 pub mod account;
 pub mod broker;
@@ -9,5 +10,5 @@ pub mod lifecycle;
 pub mod platformmesh;
 pub mod provider;
 pub mod providers;
-pub mod runtime;
+pub use mc_runtime as runtime;
 pub mod tenants;

@@ -19,10 +19,10 @@ use kube::ResourceExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::providers::kcp::CLUSTER_ANNOTATION;
 use crate::runtime::client::{cluster_prefix, scoped_client};
 use crate::runtime::{
     Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError, ResourceKind,
-    CLUSTER_ANNOTATION,
 };
 
 /// Engages every workspace that holds at least one AcceptAPI, through `/clusters/<name>` of

@@ -393,7 +393,11 @@ async fn run_endpoint(
                 Decision::Engage(name) => {
                     let mut cluster =
                         Cluster::scoped(name.as_str(), shared.clone(), &cluster_prefix(&name))
-                            .with_shared_cache(wildcard_base.clone(), wildcard.clone())
+                            .with_shared_cache(
+                                wildcard_base.clone(),
+                                wildcard.clone(),
+                                super::CLUSTER_ANNOTATION,
+                            )
                             .with_fingerprint(url.clone());
                     if let Some(path) = index.path(&name) {
                         cluster = cluster.with_alias(path);

@@ -44,9 +44,9 @@ impl LeaderElectionConfig {
 /// Campaigns for leadership.
 ///
 /// ```no_run
-/// # async fn f(client: kube::Client, manager: controllers::runtime::Manager,
-/// #            provider: std::sync::Arc<dyn controllers::runtime::ClusterProvider>) {
-/// use controllers::runtime::leader::{LeaderElectionConfig, LeaderElector};
+/// # async fn f(client: kube::Client, manager: mc_runtime::Manager,
+/// #            provider: std::sync::Arc<dyn mc_runtime::ClusterProvider>) {
+/// use mc_runtime::leader::{LeaderElectionConfig, LeaderElector};
 /// use tokio_util::sync::CancellationToken;
 /// let stop = CancellationToken::new();
 /// let elector = LeaderElector::new(client, LeaderElectionConfig::new("kube-system", "pm", "pod-1"));

@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::{Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError};
+use crate::{Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError};
 
 /// Engages the clusters it was given, once, and keeps them until stopped.
 ///
 /// ```no_run
 /// # fn f(client: kube::Client) {
-/// use controllers::providers::FixedClusters;
-/// use controllers::runtime::Cluster;
+/// use mc_runtime::providers::FixedClusters;
+/// use mc_runtime::Cluster;
 /// let provider = FixedClusters::new([Cluster::new("home", client)]);
 /// # }
 /// ```

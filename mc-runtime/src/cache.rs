@@ -16,9 +16,6 @@ use tracing::{debug, warn};
 use super::cluster::{CacheSource, Cluster};
 use super::request::{ClusterName, ResourceKind};
 
-/// The annotation kcp puts on every object it returns: the object's logical cluster.
-pub const CLUSTER_ANNOTATION: &str = "kcp.io/cluster";
-
 /// Failures reading from a cache.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -61,19 +58,19 @@ type ObjectKey = (Option<String>, String);
 enum Assignment {
     /// Every object belongs to this cluster.
     Fixed(ClusterName),
-    /// The `kcp.io/cluster` annotation names the cluster.
-    ByAnnotation,
+    /// This annotation of each object names its cluster.
+    ByAnnotation(Arc<str>),
 }
 
 impl Assignment {
     fn cluster_of(&self, obj: &DynamicObject) -> Option<ClusterName> {
         match self {
             Assignment::Fixed(c) => Some(c.clone()),
-            Assignment::ByAnnotation => obj
+            Assignment::ByAnnotation(annotation) => obj
                 .metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(CLUSTER_ANNOTATION))
+                .and_then(|a| a.get(annotation.as_ref()))
                 .filter(|c| !c.is_empty())
                 .map(ClusterName::new),
         }
@@ -270,8 +267,8 @@ impl SharedCache {
     /// the cache's lock, so `handler` must be quick and must not use this cache.
     ///
     /// ```no_run
-    /// # fn f(cache: std::sync::Arc<controllers::runtime::SharedCache>) {
-    /// use controllers::runtime::{CacheEvent, ClusterName, SharedCache};
+    /// # fn f(cache: std::sync::Arc<mc_runtime::SharedCache>) {
+    /// use mc_runtime::{CacheEvent, ClusterName, SharedCache};
     /// let sub = SharedCache::subscribe_with(&cache, &ClusterName::from("a"), |e: &CacheEvent| {
     ///     println!("{:?}", e.object().metadata.name);
     /// });
@@ -399,9 +396,15 @@ impl CacheRegistry {
                 cluster.client(),
                 Assignment::Fixed(cluster.name().clone()),
             ),
-            CacheSource::Wildcard { key, client } => {
-                (key.clone(), client.clone(), Assignment::ByAnnotation)
-            }
+            CacheSource::Wildcard {
+                key,
+                client,
+                cluster_annotation,
+            } => (
+                key.clone(),
+                client.clone(),
+                Assignment::ByAnnotation(cluster_annotation.clone()),
+            ),
         };
         let kind_key = (
             kind.api.group.clone(),
@@ -533,12 +536,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The annotation the tests' shared watches place objects by.
+    const CLUSTER: &str = "example.com/cluster";
+
     fn obj(cluster: &str, ns: &str, name: &str, rv: &str) -> Arc<DynamicObject> {
         Arc::new(
             serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "namespace": ns, "resourceVersion": rv,
-                             "annotations": {"kcp.io/cluster": cluster}}
+                             "annotations": {CLUSTER: cluster}}
             }))
             .unwrap(),
         )
@@ -608,7 +614,7 @@ mod tests {
     fn objects_are_placed_by_annotation_or_fixed_cluster() {
         let o = obj("root:x", "default", "n", "1");
         assert_eq!(
-            Assignment::ByAnnotation.cluster_of(&o),
+            Assignment::ByAnnotation(CLUSTER.into()).cluster_of(&o),
             Some(ClusterName::from("root:x"))
         );
         assert_eq!(
@@ -619,7 +625,10 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n"}}),
         )
         .unwrap();
-        assert_eq!(Assignment::ByAnnotation.cluster_of(&bare), None);
+        assert_eq!(
+            Assignment::ByAnnotation(CLUSTER.into()).cluster_of(&bare),
+            None
+        );
     }
 
     #[test]

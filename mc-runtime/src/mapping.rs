@@ -16,7 +16,7 @@ pub type Predicate = Arc<dyn Fn(&DynamicObject) -> bool + Send + Sync>;
 /// The request for the object itself.
 ///
 /// ```
-/// use controllers::runtime::mapping::request_for;
+/// use mc_runtime::mapping::request_for;
 /// let cm: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
 ///     "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}})).unwrap();
 /// assert_eq!(request_for(&"a".into(), &cm).unwrap().to_string(), "a|ns/c");
@@ -43,7 +43,7 @@ fn group_of(api_version: &str) -> &str {
 /// owner is in the same cluster; in the child's namespace when it is namespaced.
 ///
 /// ```
-/// use controllers::runtime::{mapping::owner_requests, ResourceKind};
+/// use mc_runtime::{mapping::owner_requests, ResourceKind};
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// let child: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
 ///     "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns",
@@ -80,7 +80,7 @@ pub fn owner_requests(
 /// home cluster.
 ///
 /// ```
-/// use controllers::runtime::{mapping::to_fixed, Request};
+/// use mc_runtime::{mapping::to_fixed, Request};
 /// let map = to_fixed(Request::cluster_scoped("home", "config"));
 /// let any: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
 ///     "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}})).unwrap();
@@ -117,7 +117,7 @@ impl CrossClusterKeys {
 /// that caused it.
 ///
 /// ```
-/// use controllers::runtime::mapping::{annotated_target, CrossClusterKeys};
+/// use mc_runtime::mapping::{annotated_target, CrossClusterKeys};
 /// let keys = CrossClusterKeys::with_prefix("platform-mesh.io/source");
 /// let obj: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
 ///     "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "copy", "namespace": "x",
@@ -151,7 +151,7 @@ pub fn annotated_target(
 /// objects without the label), like the Platform Mesh operators' debug-label filter.
 ///
 /// ```
-/// use controllers::runtime::mapping::label_equals;
+/// use mc_runtime::mapping::label_equals;
 /// let p = label_equals("debug.platform-mesh.io", "");
 /// let o: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
 ///     "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})).unwrap();

@@ -38,7 +38,7 @@ pub fn now_micro() -> MicroTime {
 /// valid. `expired` tells whether the current holder's lease is judged expired.
 ///
 /// ```
-/// use controllers::runtime::lease::{next_spec, now_micro};
+/// use mc_runtime::lease::{next_spec, now_micro};
 /// use std::time::Duration;
 /// let first = next_spec(None, "a", now_micro(), Duration::from_secs(15), false).unwrap();
 /// assert_eq!(first.holder_identity.as_deref(), Some("a"));

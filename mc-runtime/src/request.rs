@@ -9,11 +9,11 @@ use std::time::Duration;
 use kube::api::ApiResource;
 use kube::core::NamespaceResourceScope;
 
-/// The name of an engaged cluster: a logical-cluster name for kcp, a file or Secret name for
-/// kubeconfig clusters.
+/// The name of an engaged cluster: a logical-cluster name, a file or Secret name for kubeconfig
+/// clusters.
 ///
 /// ```
-/// use controllers::runtime::ClusterName;
+/// use mc_runtime::ClusterName;
 /// let c = ClusterName::from("root");
 /// assert_eq!(c.as_str(), "root");
 /// ```
@@ -59,7 +59,7 @@ impl AsRef<str> for ClusterName {
 /// One unit of work: reconcile the object `namespace/name` in `cluster`.
 ///
 /// ```
-/// use controllers::runtime::Request;
+/// use mc_runtime::Request;
 /// let r = Request::namespaced("a", "default", "cm");
 /// assert_eq!(r.to_string(), "a|default/cm");
 /// ```
@@ -98,7 +98,8 @@ impl Request {
 }
 
 impl fmt::Display for Request {
-    /// Formats like kcp's informer keys: `<cluster>|<namespace>/<name>` or `<cluster>|<name>`.
+    /// Formats like multi-cluster informer keys: `<cluster>|<namespace>/<name>` or
+    /// `<cluster>|<name>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.namespace {
             Some(ns) => write!(f, "{}|{}/{}", self.cluster, ns, self.name),
@@ -111,7 +112,7 @@ impl fmt::Display for Request {
 ///
 /// ```
 /// use std::time::Duration;
-/// use controllers::runtime::Action;
+/// use mc_runtime::Action;
 /// assert_eq!(Action::requeue_after(Duration::from_secs(5)).requeue, Some(Duration::from_secs(5)));
 /// assert_eq!(Action::await_change().requeue, None);
 /// ```
@@ -138,7 +139,7 @@ impl Action {
 /// A resource kind the runtime watches: its API coordinates and whether it is namespaced.
 ///
 /// ```
-/// use controllers::runtime::ResourceKind;
+/// use mc_runtime::ResourceKind;
 /// use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 /// assert!(ResourceKind::of::<ConfigMap>().namespaced);
 /// assert!(!ResourceKind::of::<Namespace>().namespaced);

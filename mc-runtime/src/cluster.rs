@@ -22,14 +22,16 @@ static INSTANCES: AtomicU64 = AtomicU64::new(1);
 pub enum CacheSource {
     /// One watch per type through the cluster's own client (kubeconfig clusters).
     Own,
-    /// One wildcard watch per type shared by every cluster with the same `key` (kcp virtual
-    /// workspaces: `<url>/clusters/*`); objects belong to the cluster in their `kcp.io/cluster`
-    /// annotation.
+    /// One wildcard watch per type shared by every cluster with the same `key` (an endpoint
+    /// that serves the objects of many clusters at once); each object belongs to the cluster
+    /// its `cluster_annotation` names.
     Wildcard {
         /// Identifies the shared watch endpoint, e.g. the wildcard URL.
         key: String,
         /// A client whose base URL is the wildcard endpoint.
         client: kube::Client,
+        /// The annotation that names each object's cluster.
+        cluster_annotation: Arc<str>,
     },
 }
 
@@ -63,7 +65,7 @@ enum ClusterClient {
 ///
 /// ```no_run
 /// # async fn f(client: kube::Client) {
-/// use controllers::runtime::Cluster;
+/// use mc_runtime::Cluster;
 /// let cluster = Cluster::new("a", client).with_fingerprint("sha-of-kubeconfig");
 /// assert_eq!(cluster.name().as_str(), "a");
 /// # }
@@ -103,7 +105,7 @@ impl Cluster {
     ///
     /// ```no_run
     /// # fn f(shared: kube::Client) {
-    /// use controllers::runtime::Cluster;
+    /// use mc_runtime::Cluster;
     /// let cluster = Cluster::scoped("abc", shared, "/clusters/abc");
     /// # }
     /// ```
@@ -131,11 +133,18 @@ impl Cluster {
         }
     }
 
-    /// Watches come from a wildcard endpoint shared with other clusters.
-    pub fn with_shared_cache(mut self, key: impl Into<String>, wildcard: kube::Client) -> Self {
+    /// Watches come from a wildcard endpoint shared with other clusters; `cluster_annotation`
+    /// names the annotation by which that endpoint tells each object's cluster.
+    pub fn with_shared_cache(
+        mut self,
+        key: impl Into<String>,
+        wildcard: kube::Client,
+        cluster_annotation: &str,
+    ) -> Self {
         self.source = CacheSource::Wildcard {
             key: key.into(),
             client: wildcard,
+            cluster_annotation: Arc::from(cluster_annotation),
         };
         self
     }
@@ -147,7 +156,7 @@ impl Cluster {
         self
     }
 
-    /// Adds another name the cluster is known by (e.g. a kcp workspace path).
+    /// Adds another name the cluster is known by (e.g. a path in a hierarchy of clusters).
     pub fn with_alias(mut self, alias: impl Into<String>) -> Self {
         let alias = alias.into();
         if !alias.is_empty() && !self.aliases.contains(&alias) {

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::rate_limit::RateLimiter;
 
-/// Counters a queue reports to (see [`crate::runtime::Metrics::queue`]).
+/// Counters a queue reports to (see [`crate::Metrics::queue`]).
 #[derive(Clone, Debug, Default)]
 pub struct QueueMetrics {
     /// Items waiting to be handed out.
@@ -53,7 +53,7 @@ struct QueueShared<T> {
 ///
 /// ```
 /// # tokio_test_block(async {
-/// use controllers::runtime::{default_controller_rate_limiter, WorkQueue};
+/// use mc_runtime::{default_controller_rate_limiter, WorkQueue};
 /// let q = WorkQueue::new(default_controller_rate_limiter::<u32>());
 /// q.add(1); q.add(1);
 /// assert_eq!(q.len(), 1);
@@ -294,7 +294,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::rate_limit::{default_controller_rate_limiter, ItemExponentialBackoff};
+    use crate::rate_limit::{default_controller_rate_limiter, ItemExponentialBackoff};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn queue() -> WorkQueue<&'static str> {

@@ -63,7 +63,7 @@ impl Regarding {
 ///
 /// ```no_run
 /// # async fn f(client: kube::Client, obj: kube::api::DynamicObject) -> Result<(), kube::Error> {
-/// use controllers::runtime::events::{EventRecorder, EventType, Regarding};
+/// use mc_runtime::events::{EventRecorder, EventType, Regarding};
 /// let recorder = EventRecorder::new("widget-controller", "pod-1");
 /// recorder.publish(&client, &Regarding::of(&obj), EventType::Normal, "Synced", "Reconcile", "copied the spec").await?;
 /// # Ok(()) }
@@ -111,7 +111,7 @@ impl EventRecorder {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             "metadata": {"name": format!("{}.{suffix:016x}", regarding.name), "namespace": namespace},
-            "eventTime": crate::runtime::lease::now_micro(),
+            "eventTime": crate::lease::now_micro(),
             "reportingController": self.controller,
             "reportingInstance": self.instance,
             "action": action,

@@ -43,7 +43,7 @@ fn reconcile_histogram() -> Histogram {
 /// Every metric of the runtime. Cheap to clone: clones share the same values.
 ///
 /// ```
-/// use controllers::runtime::Metrics;
+/// use mc_runtime::Metrics;
 /// let metrics = Metrics::default();
 /// let mut registry = prometheus_client::registry::Registry::default();
 /// metrics.register(&mut registry);

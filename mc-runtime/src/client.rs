@@ -1,5 +1,5 @@
-//! Clients that share one connection pool: one pooled `kube::Client` per endpoint (a kcp
-//! virtual-workspace URL or shard) and a thin per-cluster handle that puts `/clusters/<name>` in
+//! Clients that share one connection pool: one pooled `kube::Client` per endpoint (a
+//! virtual-workspace URL or a shard) and a thin per-cluster handle that puts `/clusters/<name>` in
 //! front of every request path.
 
 use std::future::Future;
@@ -24,7 +24,7 @@ impl PoolCounter {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// use controllers::runtime::client::PoolCounter;
+    /// use mc_runtime::client::PoolCounter;
     /// let pools = PoolCounter::default();
     /// let base = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     /// let _client = pools.pooled_client(&base, "https://127.0.0.1:6443/services/x").unwrap();
@@ -61,7 +61,7 @@ pub fn pooled_client(base: &kube::Config, url: &str) -> Result<kube::Client, Pro
 /// them) below an endpoint.
 ///
 /// ```
-/// use controllers::runtime::client::cluster_prefix;
+/// use mc_runtime::client::cluster_prefix;
 /// assert_eq!(cluster_prefix("root:orgs"), "/clusters/root:orgs");
 /// ```
 pub fn cluster_prefix(cluster: &str) -> String {
@@ -74,7 +74,7 @@ pub fn cluster_prefix(cluster: &str) -> String {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// use controllers::runtime::client::{cluster_prefix, pooled_client, scoped_client};
+/// use mc_runtime::client::{cluster_prefix, pooled_client, scoped_client};
 /// let base = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
 /// let shared = pooled_client(&base, "https://127.0.0.1:6443/services/apiexport/r/e").unwrap();
 /// // Requests of `one` go to https://127.0.0.1:6443/services/apiexport/r/e/clusters/one/...

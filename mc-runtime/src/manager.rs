@@ -75,8 +75,8 @@ struct ManagerInner {
 /// Runs controllers over every cluster a provider engages.
 ///
 /// ```no_run
-/// # async fn f(provider: std::sync::Arc<dyn controllers::runtime::ClusterProvider>) {
-/// use controllers::runtime::{Manager, ManagerOptions};
+/// # async fn f(provider: std::sync::Arc<dyn mc_runtime::ClusterProvider>) {
+/// use mc_runtime::{Manager, ManagerOptions};
 /// let manager = Manager::new(ManagerOptions::default());
 /// // manager.add(Controller::new(...).for_::<ConfigMap>())?;
 /// manager.run(provider, async { let _ = tokio::signal::ctrl_c().await; }).await.unwrap();
@@ -167,7 +167,7 @@ impl Manager {
             .map(|e| e.cluster.clone())
     }
 
-    /// An engaged cluster by name or by any other name the provider resolves (e.g. a kcp path).
+    /// An engaged cluster by name or by any other name the provider resolves (e.g. a path).
     pub fn cluster(&self, name: &str) -> Option<Arc<Cluster>> {
         if let Some(c) = self.engaged(&ClusterName::from(name)) {
             return Some(c);

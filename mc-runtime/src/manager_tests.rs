@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::runtime::{Action, ClusterContext, Controller, ReconcileError, Reconciler, Request};
+use crate::{Action, ClusterContext, Controller, ReconcileError, Reconciler, Request};
 
 /// A provider driven by the test through a channel.
 struct Scripted {

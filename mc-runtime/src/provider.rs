@@ -58,7 +58,7 @@ pub enum ClusterEvent {
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-/// use controllers::runtime::{ClusterEvent, ClusterSink};
+/// use mc_runtime::{ClusterEvent, ClusterSink};
 /// let (sink, mut events) = ClusterSink::channel(8);
 /// let waiter = tokio::spawn(async move { sink.disengage(&"a".into()).await });
 /// match events.recv().await {
@@ -111,15 +111,15 @@ impl ClusterSink {
 
 /// Discovers clusters and reports them to engage or disengage.
 ///
-/// A provider is small: it does not know about controllers, caches or queues. The runtime does
-/// not know kcp; kcp lives in a provider.
+/// A provider is small: it does not know about controllers, caches or queues. The runtime knows
+/// no particular control plane; what is particular to one lives in its provider.
 #[async_trait::async_trait]
 pub trait ClusterProvider: Send + Sync + 'static {
     /// Runs until `stop` is cancelled, reporting clusters to `sink`. Returning early with `Ok`
     /// leaves engaged clusters engaged; an error stops the manager.
     async fn run(&self, sink: ClusterSink, stop: CancellationToken) -> Result<(), ProviderError>;
 
-    /// An engaged cluster by name (a provider may also accept other names for it, e.g. a kcp
-    /// workspace path).
+    /// An engaged cluster by name (a provider may also accept other names for it, e.g. a path
+    /// in a hierarchy of clusters).
     fn get(&self, name: &str) -> Option<Arc<Cluster>>;
 }

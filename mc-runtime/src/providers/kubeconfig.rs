@@ -17,7 +17,7 @@ use kube::Api;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::runtime::{Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError};
+use crate::{Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError};
 
 /// The Secret key holding a kubeconfig.
 pub const SECRET_KEY: &str = "kubeconfig";
@@ -56,7 +56,7 @@ fn fingerprint(bytes: &[u8]) -> u64 {
 /// `.json` extension; hidden and temporary files have none.
 ///
 /// ```
-/// use controllers::providers::kubeconfig::cluster_name_of_file;
+/// use mc_runtime::providers::kubeconfig::cluster_name_of_file;
 /// assert_eq!(cluster_name_of_file("prod-eu.kubeconfig").as_deref(), Some("prod-eu"));
 /// assert_eq!(cluster_name_of_file(".prod.swp"), None);
 /// ```
@@ -83,7 +83,7 @@ pub struct Changes {
 /// Compares two snapshots.
 ///
 /// ```
-/// use controllers::providers::kubeconfig::diff;
+/// use mc_runtime::providers::kubeconfig::diff;
 /// use std::collections::BTreeMap;
 /// let before = BTreeMap::from([("a".into(), 1), ("b".into(), 2)]);
 /// let after = BTreeMap::from([("a".into(), 1), ("b".into(), 3), ("c".into(), 4)]);
@@ -318,7 +318,7 @@ impl SecretSource {
 ///
 /// ```no_run
 /// # fn f(home: kube::Client) {
-/// use controllers::providers::KubeconfigProvider;
+/// use mc_runtime::providers::KubeconfigProvider;
 /// use std::time::Duration;
 /// let provider = KubeconfigProvider::new()
 ///     .with_directory("/etc/platform-mesh/clusters", Duration::from_secs(5))
@@ -406,7 +406,7 @@ impl ClusterProvider for KubeconfigProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::ClusterEvent;
+    use crate::ClusterEvent;
     use tokio::sync::mpsc;
 
     fn kubeconfig(server: &str) -> String {

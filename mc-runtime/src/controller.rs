@@ -25,7 +25,7 @@ use super::request::{Action, ClusterName, Request, ResourceKind};
 /// run any number of times.
 ///
 /// ```
-/// use controllers::runtime::{Action, ClusterContext, Reconciler, Request};
+/// use mc_runtime::{Action, ClusterContext, Reconciler, Request};
 /// struct Noop;
 /// impl Reconciler for Noop {
 ///     type Error = std::convert::Infallible;
@@ -68,7 +68,7 @@ struct WatchSource {
 /// Builds a controller: its primary type, owned types, extra watches, workers and rate limit.
 ///
 /// ```no_run
-/// # use controllers::runtime::*;
+/// # use mc_runtime::*;
 /// # struct R; impl Reconciler for R { type Error = std::convert::Infallible;
 /// #   async fn reconcile(&self, _: Request, _: ClusterContext) -> Result<Action, Self::Error> { Ok(Action::default()) } }
 /// use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};

@@ -18,7 +18,7 @@ use super::provider::{ClusterEvent, ClusterProvider, ClusterSink, DisengageAck, 
 use super::request::ClusterName;
 
 /// A stable 64-bit hash (FNV-1a with a final mix): the same on every replica and build.
-pub(crate) fn stable_hash(parts: &[&str]) -> u64 {
+pub fn stable_hash(parts: &[&str]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {
@@ -41,7 +41,7 @@ pub(crate) fn stable_hash(parts: &[&str]) -> u64 {
 /// The replica that owns `cluster` among `peers` by highest random weight (ties by name).
 ///
 /// ```
-/// use controllers::runtime::sharding::owner_of;
+/// use mc_runtime::sharding::owner_of;
 /// let peers = vec!["r1".to_string(), "r2".to_string()];
 /// let owner = owner_of("root:orgs:acme", &peers).unwrap();
 /// assert_eq!(owner_of("root:orgs:acme", &peers), Some(owner));
@@ -62,7 +62,7 @@ pub fn owner_of<'a>(cluster: &str, peers: &'a [String]) -> Option<&'a str> {
 /// to change (e.g. `root:orgs`) or are too long get a hash suffix so they stay unique.
 ///
 /// ```
-/// use controllers::runtime::sharding::fence_lease_name;
+/// use mc_runtime::sharding::fence_lease_name;
 /// assert_eq!(fence_lease_name("pm", "abc"), "pm-shard-abc");
 /// assert!(fence_lease_name("pm", "root:orgs").starts_with("pm-shard-root-orgs-"));
 /// ```

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 /// Decides how long an item waits before it is retried.
 ///
 /// ```
-/// use controllers::runtime::{ItemExponentialBackoff, RateLimiter};
+/// use mc_runtime::{ItemExponentialBackoff, RateLimiter};
 /// use std::time::Duration;
 /// let b = ItemExponentialBackoff::new(Duration::from_millis(5), Duration::from_secs(1000));
 /// assert_eq!(b.when(&"x"), Duration::from_millis(5));
@@ -43,7 +43,7 @@ impl<T, L: RateLimiter<T> + ?Sized> RateLimiter<T> for Box<L> {
 /// Per-item exponential backoff: `base * 2^failures`, capped at `max`.
 ///
 /// ```
-/// use controllers::runtime::{ItemExponentialBackoff, RateLimiter};
+/// use mc_runtime::{ItemExponentialBackoff, RateLimiter};
 /// use std::time::Duration;
 /// let b = ItemExponentialBackoff::new(Duration::from_millis(5), Duration::from_millis(12));
 /// b.when(&1); b.when(&1);
@@ -108,7 +108,7 @@ impl<T: Hash + Eq + Clone + Send> RateLimiter<T> for ItemExponentialBackoff<T> {
 /// token, waiting (a negative balance) when none is left, as Go's `rate.Limiter.Reserve` does.
 ///
 /// ```
-/// use controllers::runtime::{RateLimiter, TokenBucket};
+/// use mc_runtime::{RateLimiter, TokenBucket};
 /// let b = TokenBucket::new(10.0, 1);
 /// assert!(RateLimiter::<u8>::when(&b, &0).is_zero());
 /// ```
@@ -206,7 +206,7 @@ pub const DEFAULT_BURST: u32 = 100;
 /// client-go's controller default: per-item 5 ms → 1000 s, overall 10 qps with burst 100.
 ///
 /// ```
-/// use controllers::runtime::{default_controller_rate_limiter, RateLimiter};
+/// use mc_runtime::{default_controller_rate_limiter, RateLimiter};
 /// let l = default_controller_rate_limiter::<String>();
 /// assert_eq!(l.when(&"a".to_string()).as_millis(), 5);
 /// ```
