@@ -258,12 +258,12 @@ where
         })
     };
     let attacker = attacker_runtime()?;
-    let outcome =
-        tokio::time::timeout(Duration::from_secs(seconds), attacker.spawn(attack)).await;
+    let outcome = tokio::time::timeout(Duration::from_secs(seconds), attacker.spawn(attack)).await;
     attacker.shutdown_background();
     running.store(false, Ordering::Relaxed);
     let _ = sampler.await;
-    let (bob_p99, bob_errors, probe) = bob.join().map_err(|_| anyhow!("bob's thread panicked"))??;
+    let (bob_p99, bob_errors, probe) =
+        bob.join().map_err(|_| anyhow!("bob's thread panicked"))??;
     let (readyz_ok, readyz_total) = prober.await?;
     // The attack runs until stopped (what it managed is in its counters); one that ended by
     // itself must have failed.
