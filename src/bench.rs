@@ -104,18 +104,18 @@ impl ChildServer {
     pub(crate) fn anonymous_client(&self) -> anyhow::Result<ClientConfig> {
         let ca = std::fs::read_to_string(self.data_dir.join("pki").join("ca.crt"))
             .context("reading ca.crt")?;
-        ClientConfig::new(self.address, &ca, None)
+        Ok(ClientConfig::new(self.address, &ca, None)?)
     }
 
     pub(crate) fn client(&self) -> anyhow::Result<ClientConfig> {
         let pki = self.data_dir.join("pki");
         let read =
             |f: &str| std::fs::read_to_string(pki.join(f)).with_context(|| format!("reading {f}"));
-        ClientConfig::new(
+        Ok(ClientConfig::new(
             self.address,
             &read("ca.crt")?,
             Some((&read("admin.crt")?, &read("admin.key")?)),
-        )
+        )?)
     }
 
     fn rss_bytes(&self) -> u64 {

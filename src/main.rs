@@ -416,10 +416,10 @@ fn main() -> anyhow::Result<()> {
                 );
                 tokio::select! {
                     r = shutdown_signal() => r?,
-                    r = async { server.wait().await } => return r,
+                    r = async { server.wait().await } => return Ok(r?),
                 }
                 controllers.shutdown().await;
-                Ok(())
+                anyhow::Ok(())
             })
         }
         Command::Bench {

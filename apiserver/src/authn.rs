@@ -110,28 +110,58 @@ impl std::fmt::Debug for RequestHeader {
     }
 }
 
+/// Why a CA bundle cannot be used to verify client certificates.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    /// The bundle is not PEM.
+    #[error("{what} is not valid PEM: {source}")]
+    Pem {
+        /// Which bundle (e.g. "client CA").
+        what: &'static str,
+        /// What the PEM reader found.
+        #[source]
+        source: rustls_pki_types::pem::Error,
+    },
+    /// A certificate of the bundle is not a usable trust anchor.
+    #[error("{what}: certificate rejected: {source}")]
+    Rejected {
+        /// Which bundle.
+        what: &'static str,
+        /// Why rustls refused it.
+        #[source]
+        source: rustls::Error,
+    },
+    /// The bundle holds no certificate.
+    #[error("{what} holds no certificate")]
+    Empty {
+        /// Which bundle.
+        what: &'static str,
+    },
+    /// rustls refused to build a verifier from the bundle.
+    #[error("client certificate verifier: {0}")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+}
+
 /// Parses a PEM CA bundle into a root store; `what` names it in errors.
-pub fn root_store(pem: &str, what: &str) -> anyhow::Result<RootCertStore> {
+pub fn root_store(pem: &str, what: &'static str) -> Result<RootCertStore, CaError> {
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-        let ca = ca.map_err(|e| anyhow::anyhow!("{what} is not valid PEM: {e}"))?;
+        let ca = ca.map_err(|source| CaError::Pem { what, source })?;
         roots
             .add(ca)
-            .map_err(|e| anyhow::anyhow!("{what}: certificate rejected: {e}"))?;
+            .map_err(|source| CaError::Rejected { what, source })?;
     }
     if roots.is_empty() {
-        anyhow::bail!("{what} holds no certificate");
+        return Err(CaError::Empty { what });
     }
     Ok(roots)
 }
 
 /// A verifier of client certificates chaining to `roots` (used per connection, after the
 /// handshake, to tell which CA a certificate belongs to).
-pub fn chain_verifier(roots: RootCertStore) -> anyhow::Result<Arc<dyn ClientCertVerifier>> {
+pub fn chain_verifier(roots: RootCertStore) -> Result<Arc<dyn ClientCertVerifier>, CaError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .map_err(|e| anyhow::anyhow!("client certificate verifier: {e}"))
+    Ok(WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?)
 }
 
 /// Whether `chain` (leaf first) verifies with `verifier` now.
@@ -164,7 +194,7 @@ impl RequestHeader {
         uid_headers: Vec<String>,
         group_headers: Vec<String>,
         extra_prefixes: Vec<String>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, CaError> {
         let verifier = chain_verifier(root_store(ca_pem, "request-header client CA")?)?;
         let (du, di, dg, de) = default_header_names();
         let or = |v: Vec<String>, d: Vec<String>| if v.is_empty() { d } else { v };
@@ -441,9 +471,17 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
+/// A line of a token file that is not `token,user,uid[,"group1,group2"]`.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: expected token,user,uid[,\"group1,group2\"]")]
+pub struct TokenFileError {
+    /// The line's number, from 1.
+    pub line: usize,
+}
+
 impl StaticTokens {
     /// Parses a token file; a bad line is an error naming its number.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, TokenFileError> {
         let mut entries = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -452,10 +490,7 @@ impl StaticTokens {
             }
             let f = csv_fields(line);
             if f.len() < 3 || f[0].is_empty() || f[1].is_empty() {
-                return Err(format!(
-                    "line {}: expected token,user,uid[,\"group1,group2\"]",
-                    i + 1
-                ));
+                return Err(TokenFileError { line: i + 1 });
             }
             let groups = f
                 .get(3)

@@ -15,6 +15,32 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+/// Why a request of this client failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// A CA, certificate or key given to the client is not PEM.
+    #[error("not valid PEM: {0}")]
+    Pem(#[from] rustls_pki_types::pem::Error),
+    /// rustls refused the TLS settings or the handshake.
+    #[error("TLS: {0}")]
+    Tls(#[from] rustls::Error),
+    /// The server name is not a valid DNS name.
+    #[error("server name: {0}")]
+    ServerName(#[from] rustls::pki_types::InvalidDnsNameError),
+    /// Connecting or the TLS handshake failed.
+    #[error("connection: {0}")]
+    Io(#[from] std::io::Error),
+    /// HTTP failed on the connection.
+    #[error("HTTP: {0}")]
+    Http(#[from] hyper::Error),
+    /// The request could not be built (a bad path or header).
+    #[error("request: {0}")]
+    Request(#[from] http::Error),
+    /// The body could not be encoded as JSON.
+    #[error("JSON body: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
 /// TLS settings for connecting to a server.
 #[derive(Clone)]
 pub struct ClientConfig {
@@ -28,7 +54,7 @@ impl ClientConfig {
         address: std::net::SocketAddr,
         ca_pem: &str,
         client: Option<(&str, &str)>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, ClientError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = RootCertStore::empty();
         for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
@@ -53,14 +79,14 @@ impl ClientConfig {
     }
 
     /// Opens one connection.
-    pub async fn connect(&self) -> anyhow::Result<Connection> {
+    pub async fn connect(&self) -> Result<Connection, ClientError> {
         self.connect_to("localhost").await
     }
 
     /// Opens one HTTP/2 connection (ALPN `h2`), on which many requests can run at once.
     pub async fn connect_h2(
         &self,
-    ) -> anyhow::Result<hyper::client::conn::http2::SendRequest<Full<Bytes>>> {
+    ) -> Result<hyper::client::conn::http2::SendRequest<Full<Bytes>>, ClientError> {
         self.connect_h2_with_window(None).await
     }
 
@@ -69,7 +95,7 @@ impl ClientConfig {
     pub async fn connect_h2_with_window(
         &self,
         window: Option<u32>,
-    ) -> anyhow::Result<hyper::client::conn::http2::SendRequest<Full<Bytes>>> {
+    ) -> Result<hyper::client::conn::http2::SendRequest<Full<Bytes>>, ClientError> {
         let mut tls = (*self.tls).clone();
         tls.alpn_protocols = vec![b"h2".to_vec()];
         let tcp = TcpStream::connect(self.address).await?;
@@ -92,7 +118,7 @@ impl ClientConfig {
 
     /// Opens one connection, verifying the server's certificate for `server_name` (as
     /// kube-apiserver does for `<service>.<namespace>.svc`).
-    pub async fn connect_to(&self, server_name: &str) -> anyhow::Result<Connection> {
+    pub async fn connect_to(&self, server_name: &str) -> Result<Connection, ClientError> {
         let tcp = TcpStream::connect(self.address).await?;
         tcp.set_nodelay(true)?;
         let name = ServerName::try_from(server_name.to_string())?;
@@ -138,7 +164,7 @@ impl Connection {
         path: &str,
         content_type: Option<&str>,
         body: impl Into<Bytes>,
-    ) -> anyhow::Result<Reply> {
+    ) -> Result<Reply, ClientError> {
         self.sender.ready().await?;
         let mut req = Request::builder()
             .method(method)
@@ -168,7 +194,7 @@ impl Connection {
         path: &str,
         headers: &[(&str, &str)],
         body: impl Into<Bytes>,
-    ) -> anyhow::Result<Reply> {
+    ) -> Result<Reply, ClientError> {
         self.sender.ready().await?;
         let mut req = Request::builder()
             .method(method)
@@ -191,7 +217,7 @@ impl Connection {
     }
 
     /// Sends a GET for `path` and reads the whole response.
-    pub async fn get(&mut self, path: &str) -> anyhow::Result<Reply> {
+    pub async fn get(&mut self, path: &str) -> Result<Reply, ClientError> {
         self.send(Method::GET, path, None, Bytes::new()).await
     }
 
@@ -200,7 +226,7 @@ impl Connection {
         &mut self,
         path: &str,
         body: &serde_json::Value,
-    ) -> anyhow::Result<Reply> {
+    ) -> Result<Reply, ClientError> {
         self.send(
             Method::POST,
             path,

@@ -33,16 +33,108 @@ pub struct TlsMaterial {
     pub requestheader_ca_pem: Option<String>,
 }
 
+/// Why the server cannot start: each names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data directory cannot be created.
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The listen address cannot be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file named by a flag cannot be read.
+    #[error("cannot read {what} {path}: {source}")]
+    Read {
+        /// What the file is (e.g. "token file").
+        what: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The serving certificate or key is not PEM.
+    #[error("{what} is not valid PEM: {source}")]
+    Pem {
+        /// "serving certificate" or "serving key".
+        what: &'static str,
+        /// What the PEM reader found.
+        #[source]
+        source: rustls_pki_types::pem::Error,
+    },
+    /// A CA bundle cannot verify client certificates.
+    #[error(transparent)]
+    Ca(#[from] crate::authn::CaError),
+    /// rustls refused the TLS configuration.
+    #[error("TLS protocol versions: {0}")]
+    Protocols(#[source] rustls::Error),
+    /// The serving certificate and key are not a pair.
+    #[error("serving certificate and key do not match: {0}")]
+    KeyMismatch(#[source] rustls::Error),
+    /// Only one of `--tls-cert-file` and `--tls-private-key-file` was given.
+    #[error("--tls-cert-file and --tls-private-key-file must be given together")]
+    HalfServingPair,
+    /// The proxy's CA is the users' CA and no proxy name is required: anyone could claim any
+    /// user.
+    #[error("--requestheader-client-ca-file is the client CA: set --requestheader-allowed-names to the proxy's certificate names, or use a separate CA for the proxy")]
+    ProxyCaIsClientCa,
+    /// The token file has a bad line.
+    #[error("token file {path}: {source}")]
+    TokenFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The bad line.
+        #[source]
+        source: crate::authn::TokenFileError,
+    },
+    /// The certificates or the admin kubeconfig could not be made or read.
+    #[error(transparent)]
+    Certs(#[from] certs::CertError),
+    /// The service-account signing key cannot be had.
+    #[error(transparent)]
+    SigningKey(#[from] crate::serviceaccounts::SigningKeyError),
+    /// The store failed while the server set itself up.
+    #[error(transparent)]
+    Storage(#[from] crate::storage::StorageError),
+    /// The root workspace could not be set up.
+    #[error("setting up the root workspace: {0}")]
+    Root(#[source] crate::status::ApiError),
+    /// The listener's own address cannot be read.
+    #[error("the listener's address: {0}")]
+    LocalAddress(#[source] std::io::Error),
+    /// The accept loop ended abnormally (it panicked or was cancelled).
+    #[error("the accept loop ended: {0}")]
+    AcceptLoop(#[from] tokio::task::JoinError),
+}
+
 /// Builds the rustls server configuration: ring only, h2 + http/1.1, client certificates
 /// verified against the client CA when presented (a request without one is anonymous).
-pub fn tls_config(m: &TlsMaterial) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+pub fn tls_config(m: &TlsMaterial) -> Result<Arc<rustls::ServerConfig>, StartError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(m.cert_chain_pem.as_bytes())
             .collect::<Result<_, _>>()
-            .map_err(|e| anyhow::anyhow!("serving certificate is not valid PEM: {e}"))?;
-    let key = PrivateKeyDer::from_pem_slice(m.key_pem.as_bytes())
-        .map_err(|e| anyhow::anyhow!("serving key is not valid PEM: {e}"))?;
+            .map_err(|source| StartError::Pem {
+                what: "serving certificate",
+                source,
+            })?;
+    let key =
+        PrivateKeyDer::from_pem_slice(m.key_pem.as_bytes()).map_err(|source| StartError::Pem {
+            what: "serving key",
+            source,
+        })?;
     // The handshake accepts certificates of either CA; which one signed a certificate decides,
     // per connection, whether it is a user's or the authenticating proxy's.
     let mut roots = RootCertStore::empty();
@@ -52,22 +144,22 @@ pub fn tls_config(m: &TlsMaterial) -> anyhow::Result<Arc<rustls::ServerConfig>> 
             .map(|p| (p, "request-header client CA")),
     ) {
         for ca in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-            let ca = ca.map_err(|e| anyhow::anyhow!("{what} is not valid PEM: {e}"))?;
+            let ca = ca.map_err(|source| crate::authn::CaError::Pem { what, source })?;
             roots
                 .add(ca)
-                .map_err(|e| anyhow::anyhow!("{what} certificate rejected: {e}"))?;
+                .map_err(|source| crate::authn::CaError::Rejected { what, source })?;
         }
     }
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .allow_unauthenticated()
         .build()
-        .map_err(|e| anyhow::anyhow!("client certificate verifier: {e}"))?;
+        .map_err(crate::authn::CaError::from)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| anyhow::anyhow!("TLS protocol versions: {e}"))?
+        .map_err(StartError::Protocols)?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
-        .map_err(|e| anyhow::anyhow!("serving certificate and key do not match: {e}"))?;
+        .map_err(StartError::KeyMismatch)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -79,9 +171,9 @@ pub async fn serve(
     tls: Arc<rustls::ServerConfig>,
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
+) -> Result<(), StartError> {
     let acceptor = TlsAcceptor::from(tls);
-    let local: SocketAddr = listener.local_addr()?;
+    let local: SocketAddr = listener.local_addr().map_err(StartError::LocalAddress)?;
     info!(address = %local, "serving");
     tokio::pin!(shutdown);
     loop {
@@ -249,12 +341,12 @@ pub struct RunningServer {
     /// The server's shared state: store, registry, authentication, metrics.
     pub state: Arc<AppState>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    task: tokio::task::JoinHandle<Result<(), StartError>>,
 }
 
 impl RunningServer {
     /// Stops accepting connections and waits for the accept loop to end.
-    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+    pub async fn shutdown(mut self) -> Result<(), StartError> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -262,7 +354,7 @@ impl RunningServer {
     }
 
     /// Waits until the server stops by itself (it only does on error).
-    pub async fn wait(self) -> anyhow::Result<()> {
+    pub async fn wait(self) -> Result<(), StartError> {
         self.task.await?
     }
 }
@@ -279,25 +371,29 @@ fn same_certs(a: &str, b: &str) -> bool {
     a.iter().any(|c| b.contains(c))
 }
 
-fn read_file(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read {what} {}: {e}", path.display()))
+fn read_file(path: &std::path::Path, what: &'static str) -> Result<String, StartError> {
+    std::fs::read_to_string(path).map_err(|source| StartError::Read {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Sets up PKI, storage and state, binds the listener and starts serving.
-pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
+pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
     // Both TLS providers may be compiled in through dependencies; this process uses ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    std::fs::create_dir_all(&opts.data_dir).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot create data directory {}: {e}",
-            opts.data_dir.display()
-        )
+    std::fs::create_dir_all(&opts.data_dir).map_err(|source| StartError::DataDir {
+        path: opts.data_dir.clone(),
+        source,
     })?;
     let listener = TcpListener::bind(opts.listen)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", opts.listen))?;
-    let address = listener.local_addr()?;
+        .map_err(|source| StartError::Listen {
+            address: opts.listen,
+            source,
+        })?;
+    let address = listener.local_addr().map_err(StartError::LocalAddress)?;
     let mut hosts = vec![address.ip().to_string()];
     if address.ip().is_unspecified() {
         if let Ok(h) = std::env::var("HOSTNAME") {
@@ -311,7 +407,7 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
             pki.serving_cert_pem().to_string(),
             pki.serving_key_pem().to_string(),
         ),
-        _ => anyhow::bail!("--tls-cert-file and --tls-private-key-file must be given together"),
+        _ => return Err(StartError::HalfServingPair),
     };
     let client_ca_pem = match &opts.client_ca_file {
         Some(p) => read_file(p, "client CA file")?,
@@ -326,10 +422,7 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
             // A proxy CA that also signs users' certificates, with any CN allowed, would let
             // every user claim to be anyone (NCC Group's Kubernetes audit, finding F9W).
             if opts.requestheader_allowed_names.is_empty() && same_certs(pem, &client_ca_pem) {
-                anyhow::bail!(
-                    "--requestheader-client-ca-file is the client CA: set --requestheader-allowed-names \
-                     to the proxy's certificate names, or use a separate CA for the proxy"
-                );
+                return Err(StartError::ProxyCaIsClientCa);
             }
             Some(crate::authn::RequestHeader::new(
                 pem,
@@ -371,11 +464,16 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
         address.ip().to_string()
     };
     let advertise = format!("{host}:{}", address.port());
-    let tokens = match &opts.token_auth_file {
-        Some(p) => crate::authn::StaticTokens::parse(&read_file(p, "token file")?)
-            .map_err(|e| anyhow::anyhow!("token file {}: {e}", p.display()))?,
-        None => crate::authn::StaticTokens::default(),
-    };
+    let tokens =
+        match &opts.token_auth_file {
+            Some(p) => crate::authn::StaticTokens::parse(&read_file(p, "token file")?).map_err(
+                |source| StartError::TokenFile {
+                    path: p.clone(),
+                    source,
+                },
+            )?,
+            None => crate::authn::StaticTokens::default(),
+        };
     let sa_key = opts
         .service_account_key_file
         .clone()
@@ -408,7 +506,7 @@ pub async fn start(opts: ServeOptions) -> anyhow::Result<RunningServer> {
         .namespaces
         .ensure_cluster(crate::request_info::ROOT_CLUSTER)
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .map_err(StartError::Root)?;
     // Other replicas may write to a shared store: follow their tenancy changes from here on.
     let follow_from = match opts.store.is_shared() {
         true => Some(state.store.latest_revision().await?),

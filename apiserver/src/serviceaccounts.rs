@@ -184,6 +184,46 @@ fn now() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
+/// Why the service-account signing key cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SigningKeyError {
+    /// No key could be generated (the system's randomness failed).
+    #[error("cannot generate a service account key")]
+    Generate,
+    /// The generated key could not be written.
+    #[error(transparent)]
+    Write(#[from] certs::CertError),
+    /// The key file exists but cannot be read.
+    #[error("cannot read service account key {path}: {source}")]
+    Read {
+        /// The key file.
+        path: std::path::PathBuf,
+        /// The read's failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The key file holds no usable key.
+    #[error("service account key {path}: {source}")]
+    Invalid {
+        /// The key file.
+        path: std::path::PathBuf,
+        /// What is wrong with its contents.
+        #[source]
+        source: KeyFormatError,
+    },
+}
+
+/// What is wrong with a PEM text that should hold the service-account signing key.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFormatError {
+    /// Not a PKCS#8 PEM block.
+    #[error("expected a PKCS#8 PEM block (BEGIN PRIVATE KEY): {0}")]
+    NotPkcs8(#[from] rustls_pki_types::pem::Error),
+    /// A PKCS#8 key, but not for ECDSA P-256.
+    #[error("not an ECDSA P-256 key: {0}")]
+    NotP256(ring::error::KeyRejected),
+}
+
 impl ServiceAccountTokens {
     /// Reads the PKCS#8 P-256 key at `path`, or creates one there (mode 0600) if it is missing.
     pub fn load_or_create(
@@ -191,21 +231,28 @@ impl ServiceAccountTokens {
         issuer: &str,
         audiences: &[String],
         ca_pem: &str,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, SigningKeyError> {
         let rng = SystemRandom::new();
         let pem = match std::fs::read_to_string(path) {
             Ok(pem) => pem,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
-                    .map_err(|_| anyhow::anyhow!("cannot generate a service account key"))?;
+                    .map_err(|_| SigningKeyError::Generate)?;
                 let pem = certs::encode_pem("PRIVATE KEY", pkcs8.as_ref());
                 certs::write_private(path, pem.as_bytes())?;
                 pem
             }
-            Err(e) => anyhow::bail!("cannot read service account key {}: {e}", path.display()),
+            Err(source) => {
+                return Err(SigningKeyError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
         };
-        Self::from_pem(&pem, issuer, audiences, ca_pem)
-            .map_err(|e| anyhow::anyhow!("service account key {}: {e}", path.display()))
+        Self::from_pem(&pem, issuer, audiences, ca_pem).map_err(|source| SigningKeyError::Invalid {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// A signer from a PKCS#8 PEM P-256 private key.
@@ -214,16 +261,15 @@ impl ServiceAccountTokens {
         issuer: &str,
         audiences: &[String],
         ca_pem: &str,
-    ) -> anyhow::Result<Self> {
-        let der = PrivatePkcs8KeyDer::from_pem_slice(pem.as_bytes())
-            .map_err(|e| anyhow::anyhow!("expected a PKCS#8 PEM block (BEGIN PRIVATE KEY): {e}"))?;
+    ) -> Result<Self, KeyFormatError> {
+        let der = PrivatePkcs8KeyDer::from_pem_slice(pem.as_bytes())?;
         let rng = SystemRandom::new();
         let key = EcdsaKeyPair::from_pkcs8(
             &ECDSA_P256_SHA256_FIXED_SIGNING,
             der.secret_pkcs8_der(),
             &rng,
         )
-        .map_err(|e| anyhow::anyhow!("not an ECDSA P-256 key: {e}"))?;
+        .map_err(KeyFormatError::NotP256)?;
         let public_key = key.public_key().as_ref().to_vec();
         let kid = URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(&public_key));
         let audiences = if audiences.is_empty() {

@@ -100,7 +100,7 @@ impl Api {
         if result.is_err() {
             self.conn = None;
         }
-        result
+        Ok(result?)
     }
 
     /// Sends a request; retries once on a fresh connection if the old one broke.

@@ -15,6 +15,45 @@ use tempfile::TempDir;
 
 use super::{EtcdOptions, EtcdStore, EtcdTls};
 
+/// Why an etcd for tests could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdProcessError {
+    /// Its directory, ports or log file could not be had.
+    #[error("preparing etcd: {0}")]
+    Io(#[from] std::io::Error),
+    /// Its certificates could not be made.
+    #[error(transparent)]
+    Certs(#[from] certs::CertError),
+    /// The binary could not be run.
+    #[error("cannot run {bin:?} ({source}): install etcd (Debian: apt-get install etcd-server) or set ETCD_BIN")]
+    Spawn {
+        /// The binary tried.
+        bin: String,
+        /// Why it did not run.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It exited while starting.
+    #[error("etcd exited with {status} during start-up; its log:\n{log}")]
+    Exited {
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// Its log.
+        log: String,
+    },
+    /// It did not answer a read in time.
+    #[error("etcd did not become ready within 30s ({last_error}); its log:\n{log}")]
+    NotReady {
+        /// The last failure of the readiness read.
+        last_error: String,
+        /// Its log.
+        log: String,
+    },
+    /// A store could not connect to it.
+    #[error(transparent)]
+    Storage(#[from] crate::storage::StorageError),
+}
+
 /// A running (or killed) etcd.
 pub struct EtcdProcess {
     dir: TempDir,
@@ -30,16 +69,16 @@ fn free_port() -> std::io::Result<u16> {
 
 impl EtcdProcess {
     /// Starts a fresh, empty etcd and waits until it serves requests.
-    pub async fn start() -> anyhow::Result<Self> {
+    pub async fn start() -> Result<Self, EtcdProcessError> {
         Self::start_with(false).await
     }
 
     /// Starts a fresh etcd serving HTTPS with client-certificate authentication.
-    pub async fn start_tls() -> anyhow::Result<Self> {
+    pub async fn start_tls() -> Result<Self, EtcdProcessError> {
         Self::start_with(true).await
     }
 
-    async fn start_with(tls: bool) -> anyhow::Result<Self> {
+    async fn start_with(tls: bool) -> Result<Self, EtcdProcessError> {
         let dir = tempfile::tempdir()?;
         let tls = match tls {
             true => Some(certs::Pki::load_or_create(&dir.path().join("pki"), &[])?),
@@ -86,7 +125,7 @@ impl EtcdProcess {
     }
 
     /// Connects a store under `prefix`.
-    pub async fn store(&self, prefix: &str) -> anyhow::Result<EtcdStore> {
+    pub async fn store(&self, prefix: &str) -> Result<EtcdStore, EtcdProcessError> {
         Ok(EtcdStore::connect(self.options(prefix)).await?)
     }
 
@@ -113,7 +152,7 @@ impl EtcdProcess {
     }
 
     /// Starts etcd (again) on the same data directory and ports, and waits until it answers.
-    pub async fn restart(&mut self) -> anyhow::Result<()> {
+    pub async fn restart(&mut self) -> Result<(), EtcdProcessError> {
         self.kill();
         let bin = std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into());
         let log = std::fs::OpenOptions::new()
@@ -147,26 +186,25 @@ impl EtcdProcess {
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot run {bin:?} ({e}): install etcd (Debian: apt-get install etcd-server) or set ETCD_BIN"
-                )
+            .map_err(|source| EtcdProcessError::Spawn {
+                bin: bin.clone(),
+                source,
             })?;
         self.child = Some(child);
         self.wait_ready().await
     }
 
-    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+    async fn wait_ready(&mut self) -> Result<(), EtcdProcessError> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let addr = format!("127.0.0.1:{}", self.client_port);
         let mut last_error = String::from("not listening");
         loop {
             if let Some(child) = self.child.as_mut() {
                 if let Some(status) = child.try_wait()? {
-                    anyhow::bail!(
-                        "etcd exited with {status} during start-up; its log:\n{}",
-                        read_log(&self.log_path())
-                    );
+                    return Err(EtcdProcessError::Exited {
+                        status,
+                        log: read_log(&self.log_path()),
+                    });
                 }
             }
             if TcpStream::connect(&addr).is_ok() {
@@ -181,10 +219,10 @@ impl EtcdProcess {
                 }
             }
             if Instant::now() > deadline {
-                anyhow::bail!(
-                    "etcd did not become ready within 30s ({last_error}); its log:\n{}",
-                    read_log(&self.log_path())
-                );
+                return Err(EtcdProcessError::NotReady {
+                    last_error,
+                    log: read_log(&self.log_path()),
+                });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
