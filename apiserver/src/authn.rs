@@ -301,44 +301,147 @@ pub fn take_prefixed<S: AsRef<str>>(
     out
 }
 
-/// Who sent a request, by the chain above. `Ok(None)`: nobody (anonymous); a bad bearer token
-/// is a 401.
+/// What an [`Authenticator`] sees of a request.
+pub struct AuthnRequest<'a> {
+    /// Who the TLS layer says the peer is.
+    pub peer: &'a Peer,
+    /// The request's headers; an authenticator removes those it consumes.
+    pub headers: &'a mut HeaderMap,
+    /// Stored objects an authenticator may need (ServiceAccounts and their Secrets).
+    pub objects: Objects<'a>,
+}
+
+impl AuthnRequest<'_> {
+    /// The bearer token of the `Authorization` header, if any.
+    pub fn bearer(&self) -> Option<&str> {
+        bearer(
+            self.headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok()),
+        )
+    }
+}
+
+/// One way of telling who sent a request, as kube-apiserver's union of authenticators.
+#[async_trait::async_trait]
+pub trait Authenticator: Send + Sync {
+    /// The user, if the request carries a credential of this authenticator's kind that it
+    /// accepts; `Ok(None)` if it carries none it knows (the next one is asked); an error if it
+    /// carries one of its kind that is invalid (the request is refused).
+    async fn authenticate(
+        &self,
+        request: &mut AuthnRequest<'_>,
+    ) -> Result<Option<Arc<Identity>>, ApiError>;
+}
+
+/// The authenticating proxy's headers, trusted only on a connection from the proxy (and removed
+/// from every other request, so that no client can pass them on).
+#[async_trait::async_trait]
+impl Authenticator for RequestHeader {
+    async fn authenticate(
+        &self,
+        request: &mut AuthnRequest<'_>,
+    ) -> Result<Option<Arc<Identity>>, ApiError> {
+        let trusted = matches!(request.peer, Peer::Proxy);
+        Ok(self.take(request.headers, trusted).map(Arc::new))
+    }
+}
+
+/// A client certificate from the client CA: its CN is the user, its O the groups.
+pub struct ClientCertificates;
+
+#[async_trait::async_trait]
+impl Authenticator for ClientCertificates {
+    async fn authenticate(
+        &self,
+        request: &mut AuthnRequest<'_>,
+    ) -> Result<Option<Arc<Identity>>, ApiError> {
+        Ok(match request.peer {
+            Peer::Client(id) => Some(id.clone()),
+            _ => None,
+        })
+    }
+}
+
+/// Bearer tokens of `--token-auth-file`.
+#[async_trait::async_trait]
+impl Authenticator for StaticTokens {
+    async fn authenticate(
+        &self,
+        request: &mut AuthnRequest<'_>,
+    ) -> Result<Option<Arc<Identity>>, ApiError> {
+        Ok(request
+            .bearer()
+            .and_then(|t| StaticTokens::authenticate(self, t))
+            .map(Arc::new))
+    }
+}
+
+/// Bearer tokens this server signed for ServiceAccounts that still exist (a token of another
+/// issuer is not this authenticator's; one of ours that does not verify is refused).
+#[async_trait::async_trait]
+impl Authenticator for ServiceAccountTokens {
+    async fn authenticate(
+        &self,
+        request: &mut AuthnRequest<'_>,
+    ) -> Result<Option<Arc<Identity>>, ApiError> {
+        let Some(token) = request.bearer() else {
+            return Ok(None);
+        };
+        match crate::serviceaccounts::verify_token(request.objects, self, token, &[]).await {
+            Ok(claims) => Ok(Some(Arc::new(crate::serviceaccounts::identity(&claims)))),
+            Err(TokenError::NotOurs) => Ok(None),
+            Err(e) => {
+                tracing::debug!(reason = %e, "service account token refused");
+                Err(ApiError::unauthorized())
+            }
+        }
+    }
+}
+
+impl Authn {
+    /// The authenticators in the order they are asked: the proxy's headers first (they are
+    /// removed from every request), then the client certificate, static tokens and
+    /// service-account tokens.
+    pub fn chain(&self) -> impl Iterator<Item = &dyn Authenticator> {
+        [
+            self.request_header
+                .as_ref()
+                .map(|r| r as &dyn Authenticator),
+            Some(&ClientCertificates as &dyn Authenticator),
+            Some(&self.tokens as &dyn Authenticator),
+            self.service_accounts
+                .as_ref()
+                .map(|s| s as &dyn Authenticator),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// Who a request is: the first authenticator of [`Authn::chain`] that knows its credential.
+/// `Ok(None)` is an anonymous request (no credential at all); a bearer token nobody accepts is
+/// 401, as kube-apiserver answers.
 pub async fn authenticate(
     authn: &Authn,
     objects: Objects<'_>,
     peer: &Peer,
     headers: &mut HeaderMap,
 ) -> Result<Option<Arc<Identity>>, ApiError> {
-    if let Some(rh) = &authn.request_header {
-        let trusted = matches!(peer, Peer::Proxy);
-        if let Some(id) = rh.take(headers, trusted) {
-            return Ok(Some(Arc::new(id)));
-        }
-    }
-    if let Peer::Client(id) = peer {
-        return Ok(Some(id.clone()));
-    }
-    let Some(token) = bearer(
-        headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-    ) else {
-        return Ok(None);
+    let mut request = AuthnRequest {
+        peer,
+        headers,
+        objects,
     };
-    if let Some(id) = authn.tokens.authenticate(token) {
-        return Ok(Some(Arc::new(id)));
-    }
-    if let Some(signer) = &authn.service_accounts {
-        match crate::serviceaccounts::verify_token(objects, signer, token, &[]).await {
-            Ok(claims) => return Ok(Some(Arc::new(crate::serviceaccounts::identity(&claims)))),
-            Err(TokenError::NotOurs) => {}
-            Err(e) => {
-                tracing::debug!(reason = %e, "service account token refused");
-                return Err(ApiError::unauthorized());
-            }
+    for authenticator in authn.chain() {
+        if let Some(id) = authenticator.authenticate(&mut request).await? {
+            return Ok(Some(id));
         }
     }
-    Err(ApiError::unauthorized())
+    match request.bearer() {
+        Some(_) => Err(ApiError::unauthorized()),
+        None => Ok(None),
+    }
 }
 
 /// Answers a TokenReview: who the token authenticates, for the given audiences.
@@ -540,6 +643,81 @@ pub fn bearer(header: Option<&str>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The chain's order and outcomes, as kube-apiserver's union: the proxy's headers are
+    /// honoured only from the proxy and stripped from everyone else, a client certificate wins
+    /// over a bearer token, a token nobody accepts is 401, and no credential is anonymous.
+    #[tokio::test]
+    async fn the_chain_asks_in_order_and_refuses_unknown_tokens() {
+        let store = crate::storage::MemoryStore::new();
+        let catalog = crate::catalog::Catalog::new(Vec::new());
+        let objects = Objects {
+            store: &store,
+            catalog: &catalog,
+        };
+        let authn = Authn {
+            tokens: StaticTokens::parse("secret,bob,uid-1\n").expect("tokens"),
+            ..Authn::default()
+        };
+        let cert = Peer::Client(Arc::new(Identity::new("carol", Vec::new())));
+        let headers = |token: Option<&str>| {
+            let mut h = HeaderMap::new();
+            h.insert("x-remote-user", "mallory".parse().expect("header"));
+            if let Some(t) = token {
+                h.insert(
+                    http::header::AUTHORIZATION,
+                    format!("Bearer {t}").parse().expect("header"),
+                );
+            }
+            h
+        };
+        let who = |r: Result<Option<Arc<Identity>>, ApiError>| {
+            r.map(|id| id.map(|i| i.user.clone())).map_err(|e| e.code)
+        };
+        let cases: [(&Peer, Option<&str>, Result<Option<String>, u16>); 6] = [
+            (&Peer::Anonymous, None, Ok(None)),
+            (&cert, Some("secret"), Ok(Some("carol".into()))),
+            (&Peer::Anonymous, Some("secret"), Ok(Some("bob".into()))),
+            (&Peer::Anonymous, Some("wrong"), Err(401)),
+            (&cert, Some("wrong"), Ok(Some("carol".into()))),
+            (&cert, None, Ok(Some("carol".into()))),
+        ];
+        for (peer, token, want) in cases {
+            let mut h = headers(token);
+            let got = who(authenticate(&authn, objects, peer, &mut h).await);
+            assert_eq!(got, want, "{peer:?} {token:?}");
+        }
+        // With a proxy configured, its headers count only from the proxy and are stripped.
+        let ca = certs::Pki::load_or_create(
+            &tempfile::tempdir().expect("tempdir").path().join("pki"),
+            &[],
+        )
+        .expect("pki");
+        let proxied = Authn {
+            request_header: Some(
+                RequestHeader::new(
+                    ca.ca_cert_pem(),
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                )
+                .expect("request header"),
+            ),
+            ..Authn::default()
+        };
+        let mut h = headers(None);
+        let got = who(authenticate(&proxied, objects, &Peer::Proxy, &mut h).await);
+        assert_eq!(got, Ok(Some("mallory".into())));
+        let mut h = headers(None);
+        let got = who(authenticate(&proxied, objects, &cert, &mut h).await);
+        assert_eq!(got, Ok(Some("carol".into())));
+        assert!(
+            h.get("x-remote-user").is_none(),
+            "the proxy's header is stripped"
+        );
+    }
 
     #[test]
     fn parses_and_authenticates() {
