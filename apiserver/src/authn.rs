@@ -674,7 +674,9 @@ mod tests {
         let who = |r: Result<Option<Arc<Identity>>, ApiError>| {
             r.map(|id| id.map(|i| i.user.clone())).map_err(|e| e.code)
         };
-        let cases: [(&Peer, Option<&str>, Result<Option<String>, u16>); 6] = [
+        // (peer, bearer token, the user or the error code)
+        type Case<'a> = (&'a Peer, Option<&'a str>, Result<Option<String>, u16>);
+        let cases: [Case; 6] = [
             (&Peer::Anonymous, None, Ok(None)),
             (&cert, Some("secret"), Ok(Some("carol".into()))),
             (&Peer::Anonymous, Some("secret"), Ok(Some("bob".into()))),
