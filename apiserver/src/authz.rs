@@ -99,6 +99,37 @@ impl Rbac {
     }
 }
 
+/// Decides what a user may do in one logical cluster, as kube-apiserver's authorizers do; the
+/// tenancy rules on top (workspace membership, virtual workspaces, `system:masters`) are this
+/// module's functions, the same for every authorizer. [`Rbac`] is the one the server runs.
+#[async_trait::async_trait]
+pub trait Authorizer: Send + Sync {
+    /// The decision for `attrs` in `cluster`.
+    async fn decide(
+        &self,
+        cluster: &str,
+        attrs: &Attributes,
+    ) -> Result<crate::auth::Decision, ApiError>;
+
+    /// Whether `user` is a member of `cluster`'s workspace (holds any binding there).
+    async fn is_member(&self, cluster: &str, user: &UserInfo) -> Result<bool, ApiError>;
+}
+
+#[async_trait::async_trait]
+impl Authorizer for Rbac {
+    async fn decide(
+        &self,
+        cluster: &str,
+        attrs: &Attributes,
+    ) -> Result<crate::auth::Decision, ApiError> {
+        Ok(self.policy_of(cluster).await?.authorize(attrs))
+    }
+
+    async fn is_member(&self, cluster: &str, user: &UserInfo) -> Result<bool, ApiError> {
+        Ok(self.policy_of(cluster).await?.is_bound(user))
+    }
+}
+
 /// Where a request is evaluated: one logical cluster, every cluster, or an APIExport's virtual
 /// workspace (`(export cluster, export name)`).
 #[derive(Clone, Copy, Debug)]
@@ -137,7 +168,7 @@ fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
 /// Authorizes a virtual-workspace request: the user must hold the request's verb on the
 /// export's `apiexports/content` in the export's workspace (kcp's rule).
 pub async fn authorize_export_content(
-    rbac: &Rbac,
+    authorizer: &dyn Authorizer,
     identity: &Identity,
     export_cluster: &str,
     export: &str,
@@ -149,9 +180,8 @@ pub async fn authorize_export_content(
     let attrs = Attributes::resource(user, verb, "apis.kcp.io", "apiexports", None)
         .with_name(export)
         .with_subresource("content");
-    let policy = rbac.policy_of(export_cluster).await?;
-    let decision = policy.authorize(&attrs);
-    if !decision.is_allowed() && !policy.is_bound(&attrs.user) {
+    let decision = authorizer.decide(export_cluster, &attrs).await?;
+    if !decision.is_allowed() && !authorizer.is_member(export_cluster, &attrs.user).await? {
         // Not a member of the export's workspace: the same answer whether the workspace or the
         // export exist or not.
         return Err(ApiError::workspace_forbidden());
@@ -177,13 +207,14 @@ fn decide(attrs: &Attributes, decision: crate::auth::Decision) -> Result<(), Api
 /// lookup. Wildcard (`/clusters/*`) requests are for `system:masters` only; virtual-workspace
 /// requests need `apiexports/content` on the export.
 pub async fn authorize(
-    rbac: &Rbac,
+    authorizer: &dyn Authorizer,
     scope: Scope<'_>,
     identity: &Identity,
     rr: &ResourceRequest,
 ) -> Result<(), ApiError> {
     if let Scope::VirtualWorkspace(cluster, export) = scope {
-        return authorize_export_content(rbac, identity, cluster, export, rr.verb.as_str()).await;
+        return authorize_export_content(authorizer, identity, cluster, export, rr.verb.as_str())
+            .await;
     }
     let cluster = scope.cluster();
     let Some(user) = unless_master(identity, cluster) else {
@@ -203,11 +234,10 @@ pub async fn authorize(
     }
     let decision = match cluster {
         Some(c) => {
-            let policy = rbac.policy_of(c).await?;
-            let decision = policy.authorize(&attrs);
+            let decision = authorizer.decide(c, &attrs).await?;
             if !decision.is_allowed()
                 && c != crate::request_info::ROOT_CLUSTER
-                && !policy.is_bound(&attrs.user)
+                && !authorizer.is_member(c, &attrs.user).await?
             {
                 // Not a member: the answer of a workspace that does not exist.
                 return Err(ApiError::workspace_forbidden());
@@ -227,14 +257,14 @@ pub async fn authorize(
 /// (access to the workspace, as kcp's workspace content authorizer). Other workspaces are closed,
 /// so their APIs stay private.
 pub async fn authorize_non_resource(
-    rbac: &Rbac,
+    authorizer: &dyn Authorizer,
     scope: Scope<'_>,
     identity: &Identity,
     verb: &str,
     path: &str,
 ) -> Result<(), ApiError> {
     if let Scope::VirtualWorkspace(cluster, export) = scope {
-        return authorize_export_content(rbac, identity, cluster, export, "get").await;
+        return authorize_export_content(authorizer, identity, cluster, export, "get").await;
     }
     let cluster = scope.cluster();
     if cluster == Some(crate::request_info::ROOT_CLUSTER) {
@@ -245,8 +275,9 @@ pub async fn authorize_non_resource(
     };
     let attrs = Attributes::non_resource(user, verb, path);
     if let Some(c) = cluster {
-        let policy = rbac.policy_of(c).await?;
-        if policy.is_bound(&attrs.user) || policy.authorize(&attrs).is_allowed() {
+        if authorizer.is_member(c, &attrs.user).await?
+            || authorizer.decide(c, &attrs).await?.is_allowed()
+        {
             return Ok(());
         }
     }
@@ -256,7 +287,7 @@ pub async fn authorize_non_resource(
 /// Whether RBAC of `cluster` lets `identity` do `verb` on the named resource (`system:masters`
 /// may do anything): for checks beyond the request's own, such as `bind` on an APIExport.
 pub async fn allowed(
-    rbac: &Rbac,
+    authorizer: &dyn Authorizer,
     cluster: &str,
     identity: &Identity,
     verb: &str,
@@ -268,17 +299,13 @@ pub async fn allowed(
         return Ok(true);
     };
     let attrs = Attributes::resource(user, verb, group, resource, None).with_name(name);
-    Ok(rbac
-        .policy_of(cluster)
-        .await?
-        .authorize(&attrs)
-        .is_allowed())
+    Ok(authorizer.decide(cluster, &attrs).await?.is_allowed())
 }
 
 /// Authorizes a non-resource URL that is not about any one workspace (`/metrics`) with the RBAC
 /// of `root`, where the platform's operators are bound.
 pub async fn authorize_root_non_resource(
-    rbac: &Rbac,
+    authorizer: &dyn Authorizer,
     identity: &Identity,
     verb: &str,
     path: &str,
@@ -288,7 +315,7 @@ pub async fn authorize_root_non_resource(
         return Ok(());
     };
     let attrs = Attributes::non_resource(user, verb, path);
-    decide(&attrs, rbac.policy_of(root).await?.authorize(&attrs))
+    decide(&attrs, authorizer.decide(root, &attrs).await?)
 }
 
 /// Applies `Impersonate-*` headers: the authenticated user must be allowed to `impersonate`
@@ -406,4 +433,98 @@ pub async fn check_rbac_write(
             objects::name(obj)
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Decision;
+    use crate::request_info::Verb;
+
+    /// An authorizer that allows only `alice` to get configmaps, and counts `bob` (and alice) as
+    /// members of every workspace.
+    struct Table;
+
+    #[async_trait::async_trait]
+    impl Authorizer for Table {
+        async fn decide(&self, _cluster: &str, attrs: &Attributes) -> Result<Decision, ApiError> {
+            Ok(
+                if attrs.user.name == "alice"
+                    && attrs.verb == "get"
+                    && attrs.resource == "configmaps"
+                {
+                    Decision::Allow
+                } else {
+                    Decision::Deny(String::new())
+                },
+            )
+        }
+
+        async fn is_member(&self, _cluster: &str, user: &UserInfo) -> Result<bool, ApiError> {
+            Ok(user.name == "alice" || user.name == "bob")
+        }
+    }
+
+    fn get_configmap() -> ResourceRequest {
+        ResourceRequest {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+            namespace: Some("default".into()),
+            name: Some("c".into()),
+            subresource: None,
+            verb: Verb::Get,
+        }
+    }
+
+    /// The tenancy rules hold over any authorizer: a member refused gets kube's Forbidden, a
+    /// stranger gets the answer of a workspace that does not exist (but not in `root`),
+    /// `system:masters` skip authorization, and only they may read across all workspaces.
+    #[tokio::test]
+    async fn tenancy_rules_sit_on_top_of_any_authorizer() {
+        let rr = get_configmap();
+        let who = |user: &str, groups: &[&str]| {
+            Identity::new(user, groups.iter().map(|g| g.to_string()).collect())
+        };
+        let code = |r: Result<(), ApiError>| r.map_err(|e| (e.code, e.message));
+        let stranger = ApiError::workspace_forbidden().message;
+        let scope = Scope::Cluster("c1");
+        assert_eq!(
+            code(authorize(&Table, scope, &who("alice", &[]), &rr).await),
+            Ok(())
+        );
+        let bob = code(authorize(&Table, scope, &who("bob", &[]), &rr).await);
+        assert!(matches!(&bob, Err((403, m)) if *m != stranger), "{bob:?}");
+        assert_eq!(
+            code(authorize(&Table, scope, &who("eve", &[]), &rr).await),
+            Err((403, stranger.clone()))
+        );
+        let root = code(authorize(&Table, Scope::Cluster("root"), &who("eve", &[]), &rr).await);
+        assert!(matches!(&root, Err((403, m)) if *m != stranger), "{root:?}");
+        let master = who("admin", &["system:masters"]);
+        assert_eq!(code(authorize(&Table, scope, &master, &rr).await), Ok(()));
+        assert_eq!(
+            code(authorize(&Table, Scope::Wildcard, &master, &rr).await),
+            Ok(())
+        );
+        assert!(authorize(&Table, Scope::Wildcard, &who("alice", &[]), &rr)
+            .await
+            .is_err());
+        assert!(allowed(
+            &Table,
+            "c1",
+            &who("alice", &[]),
+            "get",
+            "",
+            "configmaps",
+            "c"
+        )
+        .await
+        .expect("decided"));
+        assert!(
+            !allowed(&Table, "c1", &who("bob", &[]), "get", "", "configmaps", "c")
+                .await
+                .expect("decided")
+        );
+    }
 }
