@@ -66,8 +66,11 @@ struct LoweredPriority {
 }
 
 impl LoweredPriority {
+    /// Lowers the priority only where it can be raised back: without `CAP_SYS_NICE` (or a
+    /// `RLIMIT_NICE` that allows it) a thread may lower its priority but never raise it again,
+    /// and a worker left lowered would slow every request it serves afterwards.
     fn new() -> Self {
-        let before = thread_nice();
+        let before = thread_nice().filter(|_| priority_can_be_restored());
         if let Some(n) = before {
             set_thread_nice((n + HEAVY_NICE).min(19));
         }
@@ -81,6 +84,22 @@ impl Drop for LoweredPriority {
             set_thread_nice(n);
         }
     }
+}
+
+/// Whether this process may raise a thread's priority back after lowering it: tried once, on a
+/// thread of its own (a new thread starts at its creator's nice value).
+fn priority_can_be_restored() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        std::thread::spawn(|| {
+            let Some(n) = thread_nice().filter(|n| *n < 19) else {
+                return false;
+            };
+            set_thread_nice(n + 1) && set_thread_nice(n) && thread_nice() == Some(n)
+        })
+        .join()
+        .unwrap_or(false)
+    })
 }
 
 /// The calling thread's nice value (Linux keeps one per thread), if it can be read.
@@ -100,15 +119,17 @@ fn thread_nice() -> Option<i32> {
     None
 }
 
-/// Sets the calling thread's nice value; a refusal leaves it as it was, which is harmless.
+/// Sets the calling thread's nice value; whether it was allowed.
 #[cfg(target_os = "linux")]
-fn set_thread_nice(n: i32) {
+fn set_thread_nice(n: i32) -> bool {
     // SAFETY: setpriority with who = 0 changes the calling thread's nice value only.
-    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, n) };
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, n) == 0 }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn set_thread_nice(_: i32) {}
+fn set_thread_nice(_: i32) -> bool {
+    false
+}
 
 /// Whether this runs on a multi-threaded runtime, the only kind `block_in_place` works on.
 fn on_multi_thread_runtime() -> bool {
@@ -160,7 +181,12 @@ mod tests {
         let heavy = HeavyWork::default();
         let before = thread_nice().expect("nice value");
         let during = heavy.run(1 << 20, thread_nice).await;
-        assert_eq!(during, Some((before + HEAVY_NICE).min(19)));
+        if priority_can_be_restored() {
+            assert_eq!(during, Some((before + HEAVY_NICE).min(19)));
+        } else {
+            // Without the right to raise it back, the priority is left alone.
+            assert_eq!(during, Some(before));
+        }
         // block_in_place returns on the thread it ran on: its priority is back.
         assert_eq!(thread_nice(), Some(before));
         assert_eq!(heavy.run(10, thread_nice).await, Some(before));
