@@ -191,4 +191,32 @@ mod tests {
         assert_eq!(thread_nice(), Some(before));
         assert_eq!(heavy.run(10, thread_nice).await, Some(before));
     }
+
+    /// The same test as a user without the right to raise a priority (`nobody`), where a
+    /// lowered worker could never be raised back: run by root, it runs this test binary again
+    /// as `nobody` (util-linux `setpriv`); run by anyone else, the test above already is that.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn without_the_right_to_raise_it_no_thread_is_left_lowered() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(&exe)
+            .args([
+                "--exact",
+                "heavy::tests::heavy_work_yields_the_cpu_to_light_work_and_restores_its_thread",
+            ])
+            .output()
+            .expect("setpriv (util-linux) runs the test as nobody");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "as nobody: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
