@@ -157,8 +157,8 @@ fn attacker_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// Puts the calling thread, bob's client, ahead of every other thread of the machine
 /// (`SCHED_FIFO`, when allowed): it sleeps between requests and works microseconds per request,
 /// and without it bob's latency would include his own client's wait for a core the server is
-/// busy on, a wait his client on a machine of its own does not have.
-/// Says which it got, for the report.
+/// busy on, a wait his client on a machine of its own does not have. Says which priority it
+/// got, for the report.
 fn measuring_thread() -> &'static str {
     let param = libc::sched_param { sched_priority: 1 };
     // SAFETY: sched_setscheduler with pid 0 changes the calling thread's policy only; `param`
