@@ -907,6 +907,9 @@ fn admission_review(obj: &serde_json::Value) -> serde_json::Value {
 /// and encode of the same object as the baseline.
 fn validation_throughput(each: Duration) -> Vec<(&'static str, f64, f64)> {
     let registry = apiserver::registry::Registry::builtin();
+    let mut strategies = apiserver::registry::StrategiesBuilder::default();
+    apiserver::rules::register(&mut strategies);
+    let strategies = strategies.build();
     let mut out = Vec::new();
     for (what, obj) in [
         ("PlatformMesh", typical_platform_mesh()),
@@ -934,8 +937,9 @@ fn validation_throughput(each: Duration) -> Vec<(&'static str, f64, f64)> {
         let bytes = serde_json::to_vec(&obj).unwrap_or_default();
         let admitted = rate(&mut || {
             let mut o = obj.clone();
-            let outcome = apiserver::admission::admit(
+            let outcome = apiserver::registry::validate_object(
                 &resource,
+                strategies.of(&resource).as_ref(),
                 &mut o,
                 None,
                 apiserver::schema::FieldValidation::Warn,

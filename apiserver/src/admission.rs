@@ -1,82 +1,155 @@
-//! Admission of one object: metadata rules, the structural schema (prune, default, validate,
-//! CEL) and the type rules. One function, used by the API server's writes and by the webhook.
+//! Admission: what a write passes besides its type's own strategy, as kube-apiserver's
+//! admission chain. Mutating plugins ([`Admission::admit`]) run once the request's object is
+//! decoded, before it is named and validated; validating ones
+//! ([`WriteValidation::validate`]) run after the type prepared it, right before it is stored, on
+//! every attempt of an update's compare-and-swap loop.
+//!
+//! The plugins: the namespace lifecycle ([`crate::namespaces`]), the object-count limit
+//! ([`crate::limits`]) and kcp's path annotation (the tenancy's `PathAnnotation`). The structural schema,
+//! CEL rules and the type rules are part of the generic store's validation
+//! ([`crate::registry::validate_object`]), as in kube-apiserver, where they run in the custom
+//! resource's strategy.
+
+use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::field_error::FieldError;
-use crate::names::NameRule;
-use crate::registry::Resource;
-use crate::schema::FieldValidation;
-use crate::status::{ApiError, Cause};
+pub use crate::registry::{invalid, strict_error, Attributes, Operation, Outcome, WriteValidation};
+use crate::status::ApiError;
 
-/// What admission found.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    /// Fields the schema does not declare (already pruned from the object).
-    pub unknown_fields: Vec<String>,
-    /// Problems that refuse the object.
-    pub errors: Vec<FieldError>,
-    /// Problems worth telling the client that do not refuse it.
-    pub warnings: Vec<String>,
-}
-
-fn name_rule(r: &Resource) -> NameRule {
-    if r.ty.group.is_empty() && r.ty.plural == "namespaces" {
-        NameRule::DnsLabel
-    } else {
-        NameRule::DnsSubdomain
+/// One admission plugin. Its validating half is [`WriteValidation`], which the generic store
+/// calls; the mutating half is called by the handlers.
+#[async_trait::async_trait]
+pub trait Admission: WriteValidation {
+    /// May change or refuse the object as the request sent it (on create, before it is named).
+    async fn admit(&self, _attrs: &Attributes<'_>, _obj: &mut Value) -> Result<(), ApiError> {
+        Ok(())
     }
 }
 
-/// Defaults, prunes and validates `obj` (the new state; `old` on update).
-pub fn admit(r: &Resource, obj: &mut Value, old: Option<&Value>, mode: FieldValidation) -> Outcome {
-    let mut errors = crate::names::validate_object_meta(
-        obj.get("metadata").unwrap_or(&Value::Null),
-        r.ty.namespaced,
-        name_rule(r),
-    );
-    crate::rules::default(&r.ty.group, &r.ty.kind, obj);
-    let schema = crate::schema::admit(obj, old, &r.ty.schema, mode);
-    errors.extend(schema.errors);
-    let rules = crate::rules::validate(&r.ty.group, &r.ty.kind, obj, old);
-    errors.extend(rules.errors);
-    Outcome {
-        unknown_fields: schema.unknown_fields,
-        errors,
-        warnings: rules.warnings,
+/// Plugins run in order; the first refusal stops the write.
+#[derive(Clone, Default)]
+pub struct Chain(Vec<Arc<dyn Admission>>);
+
+impl Chain {
+    /// A chain of `plugins`, run in the order given.
+    pub fn new(plugins: Vec<Arc<dyn Admission>>) -> Self {
+        Chain(plugins)
     }
 }
 
-/// The 422 of an object that failed admission: `<Kind>.<group> "<name>" is invalid: ...`.
-pub fn invalid(r: &Resource, name: &str, errors: &[FieldError]) -> ApiError {
-    let mut seen = std::collections::HashSet::new();
-    let causes = errors
-        .iter()
-        .filter(|e| seen.insert(e.to_string()))
-        .map(|e| Cause {
-            reason: e.reason().to_string(),
-            message: e.body(),
-            field: if e.field == "<nil>" {
-                String::new()
-            } else {
-                e.field.clone()
-            },
-        })
-        .collect();
-    ApiError::invalid(r.kind(), &r.ty.group, name, causes)
+#[async_trait::async_trait]
+impl WriteValidation for Chain {
+    async fn validate(
+        &self,
+        attrs: &Attributes<'_>,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        for plugin in &self.0 {
+            plugin.validate(attrs, obj, old).await?;
+        }
+        Ok(())
+    }
 }
 
-/// The 400 of a strict write with unknown fields.
-pub fn strict_error(r: &Resource, unknown: &[String]) -> ApiError {
-    let list: Vec<String> = unknown
-        .iter()
-        .map(|f| format!("unknown field {f:?}"))
-        .collect();
-    ApiError::bad_request(format!(
-        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
-        r.kind(),
-        r.ty.version,
-        r.kind(),
-        list.join(", ")
-    ))
+#[async_trait::async_trait]
+impl Admission for Chain {
+    async fn admit(&self, attrs: &Attributes<'_>, obj: &mut Value) -> Result<(), ApiError> {
+        for plugin in &self.0 {
+            plugin.admit(attrs, obj).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::registry::Registry;
+
+    /// A plugin that writes its name into the object when admitting, records when validating,
+    /// and refuses both when told to.
+    struct Plugin {
+        name: &'static str,
+        refuse: bool,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl WriteValidation for Plugin {
+        async fn validate(
+            &self,
+            _: &Attributes<'_>,
+            _: &Value,
+            _: Option<&Value>,
+        ) -> Result<(), ApiError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("validate {}", self.name));
+            match self.refuse {
+                true => Err(ApiError::forbidden(format!("{} says no", self.name))),
+                false => Ok(()),
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Admission for Plugin {
+        async fn admit(&self, _: &Attributes<'_>, obj: &mut Value) -> Result<(), ApiError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("admit {}", self.name));
+            obj["seen"].as_array_mut().unwrap().push(self.name.into());
+            match self.refuse {
+                true => Err(ApiError::forbidden(format!("{} says no", self.name))),
+                false => Ok(()),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn plugins_run_in_order_and_the_first_refusal_stops_the_chain() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let plugin = |name, refuse| {
+            Arc::new(Plugin {
+                name,
+                refuse,
+                log: log.clone(),
+            }) as Arc<dyn Admission>
+        };
+        let chain = Chain::new(vec![
+            plugin("a", false),
+            plugin("b", true),
+            plugin("c", false),
+        ]);
+        let registry = Registry::builtin();
+        let resource = registry.lookup("", "v1", "configmaps").unwrap();
+        let attrs = Attributes {
+            resource,
+            cluster: "c1",
+            namespace: Some("default"),
+            name: "x",
+            operation: Operation::Create,
+            user: None,
+            dry_run: false,
+        };
+        let mut obj = serde_json::json!({"seen": []});
+        let admitted = chain.admit(&attrs, &mut obj).await.unwrap_err();
+        assert_eq!(admitted.message, "b says no");
+        assert_eq!(obj["seen"], serde_json::json!(["a", "b"]));
+        let validated = chain.validate(&attrs, &obj, None).await.unwrap_err();
+        assert_eq!(validated.message, "b says no");
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["admit a", "admit b", "validate a", "validate b"]
+        );
+        // As the generic store sees it: the chain is the write's validation.
+        let as_validation: &dyn WriteValidation = &chain;
+        assert!(as_validation.validate(&attrs, &obj, None).await.is_err());
+    }
 }

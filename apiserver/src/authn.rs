@@ -30,7 +30,7 @@ pub struct Authn {
     /// Bearer tokens from `--token-auth-file`.
     pub tokens: StaticTokens,
     /// The ServiceAccount token signer and verifier.
-    pub service_accounts: Option<ServiceAccountTokens>,
+    pub service_accounts: Option<Arc<ServiceAccountTokens>>,
     /// Request-header authentication for an authenticating proxy.
     pub request_header: Option<RequestHeader>,
     /// Verifies client certificates against the client CA (when the TLS layer also accepts the
@@ -411,7 +411,7 @@ impl Authn {
             Some(&ClientCertificates as &dyn Authenticator),
             Some(&self.tokens as &dyn Authenticator),
             self.service_accounts
-                .as_ref()
+                .as_deref()
                 .map(|s| s as &dyn Authenticator),
         ]
         .into_iter()

@@ -435,6 +435,37 @@ pub async fn check_rbac_write(
     })
 }
 
+/// The RBAC types' escalation check as their strategy: a Role, ClusterRole or binding is
+/// checked against its writer's own permissions before it is stored.
+pub struct RbacEscalation(pub Rbac);
+
+impl RbacEscalation {
+    /// Adds the check to the four RBAC types.
+    pub fn register(rbac: &Rbac, strategies: &mut crate::registry::StrategiesBuilder) {
+        let s = Arc::new(RbacEscalation(rbac.clone()));
+        for plural in [
+            "roles",
+            "clusterroles",
+            "rolebindings",
+            "clusterrolebindings",
+        ] {
+            strategies.add(crate::auth::RBAC_GROUP, plural, s.clone());
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::registry::Strategy for RbacEscalation {
+    async fn prepare_for_store(
+        &self,
+        write: &crate::registry::WriteAttributes<'_>,
+        obj: &mut Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        check_rbac_write(&self.0, write.cluster, write.user, write.resource, obj).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

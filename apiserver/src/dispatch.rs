@@ -55,16 +55,17 @@ pub struct AppState {
 
     /// How long a short request may take before it is answered 504 (`--request-timeout`).
     pub request_timeout: std::time::Duration,
-    /// Objects one logical cluster may hold (`--max-objects-per-workspace`).
-    pub object_limit: crate::limits::ObjectLimit,
+    /// The write path of every type, with the types' strategies.
+    pub objects: Arc<crate::registry::GenericStore>,
+    /// The admission plugins every write passes: namespace lifecycle, kcp's path annotation,
+    /// the object limit (`--max-objects-per-workspace`).
+    pub admission: Arc<crate::admission::Chain>,
     /// The decoded RBAC policy of each workspace, kept until its RBAC objects change.
     pub policies: Arc<crate::auth::PolicyCache>,
     /// RBAC authorization over the store and those policies.
     pub rbac: crate::authz::Rbac,
     /// What each user may make the server hold: unread list answers, open watches.
-    pub budgets: crate::budget::Budgets,
-    /// Seats for long synchronous request work.
-    pub heavy: crate::heavy::HeavyWork,
+    pub budgets: Arc<crate::budget::Budgets>,
 }
 
 /// What `AppState::new` needs beyond the store and the registry.
@@ -133,11 +134,41 @@ impl AppState {
             namespaces: namespaces.clone(),
             policies: policies.clone(),
         });
+        // Each type's behaviour, contributed by the layer that owns it.
+        let mut strategies = crate::registry::StrategiesBuilder::default();
+        crate::rules::register(&mut strategies);
+        strategies.add(
+            "",
+            "secrets",
+            Arc::new(crate::serviceaccounts::LegacyTokenSecrets {
+                store: store.clone(),
+                catalog: catalog.clone(),
+                signer: options.authn.service_accounts.clone(),
+            }),
+        );
+        crate::authz::RbacEscalation::register(&rbac, &mut strategies);
+        namespaces.add_strategies(&mut strategies);
+        tenancy.add_strategies(&mut strategies);
+        let objects = Arc::new(crate::registry::GenericStore::new(
+            store.clone(),
+            strategies.build(),
+            crate::heavy::HeavyWork::default(),
+        ));
+        let admission = Arc::new(crate::admission::Chain::new(vec![
+            namespaces.clone(),
+            Arc::new(crate::tenancy::PathAnnotation(tenancy.clone())),
+            Arc::new(crate::limits::ObjectCountLimit::new(
+                crate::limits::ObjectLimit::new(options.max_objects_per_workspace),
+                store.clone(),
+                catalog.clone(),
+            )),
+        ]));
         Arc::new(AppState {
             policies,
             rbac,
-            budgets: crate::budget::Budgets::new(options.budgets),
-            heavy: crate::heavy::HeavyWork::default(),
+            budgets: Arc::new(crate::budget::Budgets::new(options.budgets)),
+            objects,
+            admission,
             namespaces,
             tenancy,
             in_flight: Arc::new(tokio::sync::Semaphore::new(
@@ -146,7 +177,6 @@ impl AppState {
             authn: options.authn,
 
             request_timeout: options.request_timeout,
-            object_limit: crate::limits::ObjectLimit::new(options.max_objects_per_workspace),
             store,
             catalog,
             metrics: Metrics::with_extra(options.extra_metrics.as_ref()),
@@ -156,6 +186,17 @@ impl AppState {
 }
 
 impl AppState {
+    /// The handles the resource handlers work with.
+    pub fn resource_scope(&self) -> handlers::ResourceScope {
+        handlers::ResourceScope {
+            objects: self.objects.clone(),
+            admission: self.admission.clone(),
+            catalog: self.catalog.clone(),
+            namespaces: self.namespaces.clone(),
+            budgets: self.budgets.clone(),
+        }
+    }
+
     /// The store and the built-in types, for the service-account code.
     pub fn objects(&self) -> crate::serviceaccounts::Objects<'_> {
         crate::serviceaccounts::Objects {
@@ -458,7 +499,7 @@ async fn route(
                 .await;
             }
             let call = ResourceCall {
-                state: state.clone(),
+                scope: state.resource_scope(),
                 view,
                 virtual_workspace: info.virtual_workspace.is_some(),
                 forced_selector,

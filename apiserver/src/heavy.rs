@@ -11,8 +11,8 @@ use tokio::sync::Semaphore;
 /// Work on more bytes than this is heavy.
 const HEAVY_BYTES: usize = 64 * 1024;
 
-/// Seats for heavy work.
-#[derive(Debug)]
+/// Seats for heavy work (clones share the seats).
+#[derive(Debug, Clone)]
 pub struct HeavyWork {
     seats: Arc<Semaphore>,
 }

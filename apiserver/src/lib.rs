@@ -8,13 +8,28 @@
 //! - [`dispatch`] guards the request (in-flight limit: 429; timeout: 504; panic guard: 500), then
 //!   authenticates it ([`authn`]), resolves the workspace path to a logical cluster with the path
 //!   index in [`tenancy`], applies impersonation and authorization ([`authz`]), and routes it.
-//! - The endpoints: [`handlers`] (one file per verb), the [`discovery`] and [`openapi`]
-//!   documents, [`reviews`] (access and token reviews) and [`webhook`] (admission webhooks).
-//! - Admission of every written object: [`admission`] with the structural [`schema`], the type
-//!   [`rules`], the [`namespaces`] lifecycle and the per-workspace object [`limits`].
+//! - The endpoints: [`handlers`] (one file per verb, over a narrow
+//!   [`handlers::ResourceScope`], never the whole server state), the [`discovery`] and
+//!   [`openapi`] documents, [`reviews`] (access and token reviews) and [`webhook`] (admission
+//!   webhooks).
+//! - A write's mutating [`admission`] (the [`namespaces`] lifecycle), then the
+//!   [`registry::GenericStore`]: the server's metadata, `generateName`, the type's
+//!   [`registry::Strategy`] (the Platform Mesh [`rules`], a legacy token Secret, RBAC
+//!   escalation, namespaces, the tenancy types), the structural [`schema`] and CEL rules,
+//!   validating admission (kcp's path annotation, the per-workspace object [`limits`]), the
+//!   compare-and-swap loop, and the one mapping of storage errors to Status.
 //! - The [`registry`] of served types (built in, [`kcp_types`], CRDs, bound APIs), one view per
 //!   logical cluster in the [`catalog`].
 //! - [`storage`]: the MVCC key-value store (memory, redb or etcd backend) behind the watch cache.
+//!
+//! ```text
+//! request ─▶ server ─▶ dispatch: authn ─▶ tenancy (path) ─▶ authz ─▶ handlers
+//!                                                                       │
+//!        admission.admit ◀──────────────────────────────────────────────┤
+//!                                                                       ▼
+//!   GenericStore: prepare_for_create ─▶ set_defaults ─▶ schema/CEL ─▶ validate
+//!        ─▶ prepare_for_store ─▶ admission.validate ─▶ Store (CAS) ─▶ after_write
+//! ```
 //!
 //! `tests/layers.rs` checks that imports run down the layers only (the modules of each layer are
 //! listed in that test):

@@ -6,9 +6,12 @@
 //! no bookkeeping and the cost of counting falls only on workspaces at their limit.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use crate::catalog::ApiView;
+use serde_json::Value;
+
+use crate::admission::{Admission, Attributes, Operation, WriteValidation};
+use crate::catalog::{ApiView, Catalog};
 use crate::status::{ApiError, GroupResource};
 use crate::storage::{ListOptions, Store};
 
@@ -123,3 +126,50 @@ impl ObjectLimit {
         Ok(())
     }
 }
+
+/// The admission plugin of the object limit: a create that is stored (not a dry run) is checked
+/// against the limit and raises the workspace's bound, so the bound stays an upper bound even
+/// when the create then fails.
+pub struct ObjectCountLimit {
+    limit: ObjectLimit,
+    store: Arc<dyn Store>,
+    catalog: Arc<Catalog>,
+}
+
+impl ObjectCountLimit {
+    /// The limit `limit` over the objects of `store`, whose types `catalog` describes.
+    pub fn new(limit: ObjectLimit, store: Arc<dyn Store>, catalog: Arc<Catalog>) -> Self {
+        ObjectCountLimit {
+            limit,
+            store,
+            catalog,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl WriteValidation for ObjectCountLimit {
+    async fn validate(
+        &self,
+        attrs: &Attributes<'_>,
+        _obj: &Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        if attrs.operation != Operation::Create || attrs.dry_run {
+            return Ok(());
+        }
+        self.limit
+            .check_create(
+                self.store.as_ref(),
+                &self.catalog.view(attrs.cluster),
+                attrs.cluster,
+                &attrs.resource.gr,
+                attrs.name,
+            )
+            .await?;
+        self.limit.created(attrs.cluster);
+        Ok(())
+    }
+}
+
+impl Admission for ObjectCountLimit {}

@@ -5,12 +5,15 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
+use bytes::Bytes;
+use serde_json::{json, Value};
 use tokio::sync::Notify;
 
+use crate::admission::{Admission, Attributes, Operation, WriteValidation};
 use crate::catalog::Catalog;
+use crate::names::NameRule;
 use crate::objects::{self, meta_mut};
-use crate::registry::Resource;
+use crate::registry::{Change, Resource, StrategiesBuilder, Strategy};
 use crate::status::{ApiError, GroupResource};
 use crate::storage::{list_all, StorageError, Store};
 
@@ -120,11 +123,6 @@ impl NamespaceLifecycle {
             )));
         }
         Ok(())
-    }
-
-    /// Tells terminating namespaces that an object went away.
-    pub fn object_removed(&self, _cluster: &str, _resource: &Resource) {
-        self.removed.notify_waiters();
     }
 
     /// Starts emptying a namespace marked for deletion; it is removed once empty.
@@ -250,5 +248,79 @@ async fn sweep(state: &Inner, cluster: &str, namespace: &str) -> Result<bool, St
         }
         Err(StorageError::Conflict { .. }) => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+impl NamespaceLifecycle {
+    /// Adds the namespace type's strategy, and the one that tells terminating namespaces when
+    /// any object went away.
+    pub fn add_strategies(self: &Arc<Self>, strategies: &mut StrategiesBuilder) {
+        strategies.add("", "namespaces", Arc::new(NamespaceStrategy(self.clone())));
+        strategies.add_to_every_type(Arc::new(ContentRemoved(self.removed.clone())));
+    }
+}
+
+/// Admission's namespace lifecycle: content is created only in a namespace that exists and is
+/// not terminating.
+#[async_trait::async_trait]
+impl Admission for NamespaceLifecycle {
+    async fn admit(&self, attrs: &Attributes<'_>, _obj: &mut Value) -> Result<(), ApiError> {
+        if attrs.operation != Operation::Create || !attrs.resource.ty.namespaced {
+            return Ok(());
+        }
+        self.check_for_create(attrs.cluster, attrs.namespace.unwrap_or_default())
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl WriteValidation for NamespaceLifecycle {
+    async fn validate(
+        &self,
+        _: &Attributes<'_>,
+        _: &Value,
+        _: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+}
+
+/// The Namespace type: named as a DNS label, and deleted in two steps: marked Terminating,
+/// emptied, then removed.
+struct NamespaceStrategy(Arc<NamespaceLifecycle>);
+
+#[async_trait::async_trait]
+impl Strategy for NamespaceStrategy {
+    fn name_rule(&self) -> Option<NameRule> {
+        Some(NameRule::DnsLabel)
+    }
+
+    fn marks_on_delete(&self) -> bool {
+        true
+    }
+
+    fn begin_delete(&self, obj: &mut Value) {
+        obj["status"] = json!({"phase": "Terminating"});
+    }
+
+    async fn after_write(&self, _: &Resource, cluster: &str, stored: &Bytes, change: Change) {
+        if change != Change::DeleteBegun {
+            return;
+        }
+        if let Ok(obj) = objects::decode_stored(stored) {
+            self.0.terminate(cluster, objects::name(&obj));
+        }
+    }
+}
+
+/// Wakes the sweeps of terminating namespaces whenever an object is removed.
+struct ContentRemoved(Arc<Notify>);
+
+#[async_trait::async_trait]
+impl Strategy for ContentRemoved {
+    async fn after_write(&self, _: &Resource, _: &str, _: &Bytes, change: Change) {
+        if change == Change::Deleted {
+            self.0.notify_waiters();
+        }
     }
 }

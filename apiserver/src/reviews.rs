@@ -126,7 +126,7 @@ pub async fn serve_special(
     if rr.resource == "serviceaccounts" {
         return crate::serviceaccounts::token_request(
             objects,
-            authn.service_accounts.as_ref(),
+            authn.service_accounts.as_deref(),
             cluster,
             rr,
             body,

@@ -492,7 +492,7 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
             max_requests_in_flight: opts.max_requests_in_flight,
             authn: crate::authn::Authn {
                 tokens,
-                service_accounts: Some(service_accounts),
+                service_accounts: Some(std::sync::Arc::new(service_accounts)),
                 request_header,
                 client_ca: Some(client_ca),
             },

@@ -764,6 +764,36 @@ pub async fn fill_legacy_secret(
     Ok(())
 }
 
+/// The Secret type's part of the service-account machinery: a new legacy token Secret gets its
+/// token, as kube's token controller fills it.
+pub struct LegacyTokenSecrets {
+    /// The store objects live in.
+    pub store: std::sync::Arc<dyn Store>,
+    /// What every logical cluster serves.
+    pub catalog: std::sync::Arc<Catalog>,
+    /// The signer of the tokens; without one, Secrets stay unfilled.
+    pub signer: Option<std::sync::Arc<ServiceAccountTokens>>,
+}
+
+#[async_trait::async_trait]
+impl crate::registry::Strategy for LegacyTokenSecrets {
+    async fn prepare_for_store(
+        &self,
+        write: &crate::registry::WriteAttributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        if old.is_some() {
+            return Ok(());
+        }
+        let objects = Objects {
+            store: self.store.as_ref(),
+            catalog: &self.catalog,
+        };
+        fill_legacy_secret(objects, self.signer.as_deref(), write.cluster, obj).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

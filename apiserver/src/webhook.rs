@@ -14,7 +14,7 @@ use crate::body::Body;
 use crate::dispatch::AppState;
 use crate::objects;
 use crate::query::Query;
-use crate::registry::Resource;
+use crate::registry::{Resource, Strategy};
 use crate::response::{error_response, json_response};
 use crate::schema::FieldValidation;
 use crate::status::ApiError;
@@ -97,7 +97,7 @@ fn find_resource(state: &AppState, r: &Request) -> Option<Arc<Resource>> {
 }
 
 /// Admission of one request: allowed or not, the Status, warnings and the defaulting patch.
-fn decide(resource: &Resource, review: Review, req: &Request) -> Value {
+fn decide(resource: &Resource, strategy: &dyn Strategy, review: Review, req: &Request) -> Value {
     let mut response = json!({"uid": req.uid, "allowed": true});
     let Some(original) = req.object.clone() else {
         return response;
@@ -108,7 +108,13 @@ fn decide(resource: &Resource, review: Review, req: &Request) -> Value {
     } else {
         None
     };
-    let outcome = crate::admission::admit(resource, &mut obj, old, FieldValidation::Ignore);
+    let outcome = crate::registry::validate_object(
+        resource,
+        strategy,
+        &mut obj,
+        old,
+        FieldValidation::Ignore,
+    );
     if !outcome.warnings.is_empty() {
         response["warnings"] = json!(outcome.warnings);
     }
@@ -116,7 +122,7 @@ fn decide(resource: &Resource, review: Review, req: &Request) -> Value {
         Review::Validate => {
             if !outcome.errors.is_empty() {
                 let err =
-                    crate::admission::invalid(resource, objects::name(&original), &outcome.errors);
+                    crate::registry::invalid(resource, objects::name(&original), &outcome.errors);
                 response["allowed"] = json!(false);
                 response["status"] = err.to_status();
             }
@@ -124,7 +130,7 @@ fn decide(resource: &Resource, review: Review, req: &Request) -> Value {
         Review::Mutate => {
             // Only defaults are patched in; pruning is the API server's business.
             let mut defaulted = original.clone();
-            crate::rules::default(&resource.ty.group, &resource.ty.kind, &mut defaulted);
+            strategy.set_defaults(&mut defaulted);
             crate::schema::default(&mut defaulted, &resource.ty.schema);
             let patch = json_patch::diff(&original, &defaulted);
             if !patch.0.is_empty() {
@@ -172,7 +178,12 @@ pub async fn serve(
         // their cost is bounded by the object's size, and a hop to the pool would cost more than
         // the review itself (tens of microseconds).
         let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            decide(&resource, review, &req)
+            decide(
+                &resource,
+                state.objects.strategy(&resource).as_ref(),
+                review,
+                &req,
+            )
         }));
         let response = decided.unwrap_or_else(|_| {
             refused(
@@ -187,7 +198,12 @@ pub async fn serve(
     let (tx, rx) = tokio::sync::oneshot::channel();
     let job: Job = Box::new(move || {
         let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            decide(&resource, review, &req)
+            decide(
+                &resource,
+                state.objects.strategy(&resource).as_ref(),
+                review,
+                &req,
+            )
         }));
         let _ = tx.send(decided.ok());
     });

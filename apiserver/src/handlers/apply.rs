@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use super::create::reconcile_namespace;
 use super::update::{write_loop, write_part, Tracking};
 use super::Ctx;
+use crate::admission::Operation;
 use crate::apply::{self, ApplyConflicts};
 use crate::body::Body;
 use crate::objects::{self, meta_mut, meta_str, WritePart};
@@ -164,11 +165,6 @@ pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiErro
             .await
         }
         Err(e) if e.code == 404 && subresource.is_none() => {
-            let cluster = ctx.cluster_name()?.to_string();
-            if resource.ty.namespaced {
-                let ns = ctx.req.namespace.clone().unwrap_or_default();
-                ctx.state.namespaces.check_for_create(&cluster, &ns).await?;
-            }
             let (mut obj, managed) = apply::apply(
                 None,
                 &applied,
@@ -181,19 +177,15 @@ pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiErro
                 &now,
             )
             .map_err(|c| conflict_error(ctx.gr(), ctx.name(), &c))?;
-            objects::prepare_for_create(&mut obj, &resource, &cluster);
             apply::set_managed_fields(&mut obj, &managed);
-            ctx.admit(&mut obj, None)?;
-            ctx.prepare_new(&cluster, &mut obj).await?;
-            if ctx.dry_run()? {
-                return Ok(ctx.respond_value(StatusCode::CREATED, &obj));
-            }
-            ctx.check_object_limit(&cluster, ctx.name()).await?;
-            let key = ctx.key()?;
-            match ctx.state.store.create(&key, objects::encoder(obj)).await {
-                Ok(kv) => Ok(ctx.created(&cluster, kv).await),
-                Err(e) => Err(ctx.storage_error(e)),
-            }
+            let written = {
+                let w = ctx.write(None)?;
+                ctx.admission
+                    .admit(&w.attributes(ctx.name(), Operation::Create), &mut obj)
+                    .await?;
+                ctx.objects.create(&w, obj, ctx.admission.as_ref()).await?
+            };
+            Ok(ctx.respond_written(StatusCode::CREATED, written))
         }
         Err(e) => Err(e),
     }

@@ -6,16 +6,10 @@ use serde_json::{json, Value};
 use super::list::{collect_matching, ListFilter};
 use super::Ctx;
 use crate::body::Body;
-use crate::objects::{self, meta_mut};
+use crate::objects;
+use crate::registry::{Deleted, Preconditions};
 use crate::status::{success_status, ApiError, Cause};
-use crate::storage::{KeyValue, StorageError};
-
-/// What a delete request asked for (`DeleteOptions` from the body and the query).
-#[derive(Debug, Default)]
-struct DeleteOptions {
-    uid: Option<String>,
-    resource_version: Option<String>,
-}
+use crate::storage::KeyValue;
 
 fn options_error(field: &str, message: String) -> ApiError {
     ApiError::invalid(
@@ -30,7 +24,7 @@ fn options_error(field: &str, message: String) -> ApiError {
     )
 }
 
-fn parse_options(ctx: &Ctx) -> Result<DeleteOptions, ApiError> {
+fn parse_options(ctx: &Ctx) -> Result<Preconditions, ApiError> {
     let body: Value = if ctx.body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
@@ -76,7 +70,7 @@ fn parse_options(ctx: &Ctx) -> Result<DeleteOptions, ApiError> {
         }
     }
     let pre = body.get("preconditions");
-    Ok(DeleteOptions {
+    Ok(Preconditions {
         uid: pre
             .and_then(|p| p.get("uid"))
             .and_then(Value::as_str)
@@ -96,114 +90,17 @@ fn body_dry_run(ctx: &Ctx) -> Result<bool, ApiError> {
     Ok(from_body || ctx.dry_run()?)
 }
 
-/// The outcome of deleting one object.
-enum Deleted {
-    /// Removed from storage; the final state as watchers saw it.
-    Gone(bytes::Bytes),
-    /// Marked for deletion, waiting for finalizers.
-    Pending(bytes::Bytes),
-    /// What a dry run would have done.
-    DryRun(Value),
-}
-
-/// Deletes the object at `key` whose current state is `current`.
+/// Deletes the object at `key` whose current state is `current`, through the generic store.
 async fn delete_one(
     ctx: &Ctx,
     key: &str,
-    mut current: KeyValue,
-    opts: &DeleteOptions,
+    current: KeyValue,
+    opts: &Preconditions,
     dry_run: bool,
 ) -> Result<Deleted, ApiError> {
-    let resource = ctx.resource.clone();
-    loop {
-        let mut obj = objects::decode_stored(&current.value)?;
-        let name = objects::name(&obj).to_string();
-        let uid = objects::meta_str(&obj, "uid").unwrap_or("").to_string();
-        if let Some(want) = &opts.uid {
-            if *want != uid {
-                return Err(ApiError::conflict_with(
-                    ctx.gr(),
-                    &name,
-                    &format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
-                ));
-            }
-        }
-        if let Some(want) = &opts.resource_version {
-            if *want != current.mod_revision.to_string() {
-                return Err(ApiError::conflict_with(
-                    ctx.gr(),
-                    &name,
-                    &format!(
-                        "Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {}",
-                        current.mod_revision
-                    ),
-                ));
-            }
-        }
-        let is_namespace = resource.ty.group.is_empty() && resource.ty.plural == "namespaces";
-        if is_namespace || !objects::finalizers(&obj).is_empty() {
-            if objects::is_deleting(&obj) {
-                return Ok(Deleted::Pending(current.value));
-            }
-            let m = meta_mut(&mut obj);
-            m.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
-            m.insert("deletionGracePeriodSeconds".into(), json!(0));
-            if is_namespace {
-                obj["status"] = json!({"phase": "Terminating"});
-            }
-            if dry_run {
-                return Ok(Deleted::DryRun(obj));
-            }
-            match ctx
-                .state
-                .store
-                .update(key, current.mod_revision, objects::encoder(obj))
-                .await
-            {
-                Ok(kv) => {
-                    if is_namespace {
-                        ctx.state.namespaces.terminate(ctx.cluster_name()?, &name);
-                    }
-                    ctx.state
-                        .tenancy
-                        .after_write_bytes(&resource, ctx.cluster_name()?, &kv.value, false)
-                        .await;
-                    return Ok(Deleted::Pending(kv.value));
-                }
-                Err(StorageError::Conflict { .. }) => {}
-                Err(e) => return Err(ctx.storage_error(e)),
-            }
-        } else {
-            if dry_run {
-                return Ok(Deleted::DryRun(obj));
-            }
-            match ctx
-                .state
-                .store
-                .delete(key, current.mod_revision, objects::encoder(obj))
-                .await
-            {
-                Ok(event) => {
-                    ctx.state
-                        .namespaces
-                        .object_removed(ctx.cluster_name()?, &resource);
-                    ctx.state
-                        .tenancy
-                        .after_write_bytes(&resource, ctx.cluster_name()?, &event.value, true)
-                        .await;
-                    return Ok(Deleted::Gone(event.value));
-                }
-                Err(StorageError::Conflict { .. }) => {}
-                Err(e) => return Err(ctx.storage_error(e)),
-            }
-        }
-        // Lost a race: read again and retry.
-        current = match ctx.state.store.get(key).await {
-            Ok(Some(kv)) => kv,
-            Ok(None) => return Err(ApiError::not_found(ctx.gr(), ctx.name())),
-            Err(e) => return Err(ctx.storage_error(e)),
-        };
-    }
+    let mut w = ctx.write(None)?;
+    w.dry_run = dry_run;
+    ctx.objects.delete(&w, key, current, opts).await
 }
 
 pub(super) async fn delete(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
@@ -245,7 +142,7 @@ pub(super) async fn delete_collection(ctx: &Ctx) -> Result<Response<Body>, ApiEr
     let list = json!({
         "kind": ctx.resource.ty.list_kind,
         "apiVersion": ctx.resource.api_version,
-        "metadata": {"resourceVersion": ctx.state.store.current_revision().to_string()},
+        "metadata": {"resourceVersion": ctx.objects.storage().current_revision().to_string()},
         "items": deleted,
     });
     Ok(ctx.respond_value_raw(StatusCode::OK, &list))

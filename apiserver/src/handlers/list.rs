@@ -242,8 +242,8 @@ async fn read_page(
             (limit - items.len()).max(1)
         };
         let page = ctx
-            .state
-            .store
+            .objects
+            .storage()
             .list(ListOptions {
                 prefix: &prefix,
                 start_after: start_after.as_deref(),
@@ -284,8 +284,8 @@ async fn read_page(
             // More may follow if the store page had more or we stopped inside it.
             let k = last_key.unwrap_or_default();
             let probe = ctx
-                .state
-                .store
+                .objects
+                .storage()
                 .list(ListOptions {
                     prefix: &prefix,
                     start_after: Some(&k),
@@ -384,7 +384,7 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             (Some("0"), _) | (None, _) => (None, None),
             (Some(v), _) => {
                 let want = objects::parse_resource_version(v)?;
-                wait_for_revision(ctx.state.store.as_ref(), want)
+                wait_for_revision(ctx.objects.storage().as_ref(), want)
                     .await
                     .map_err(|e| ctx.storage_error(e))?;
                 (None, None)
@@ -402,7 +402,6 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     // An answer waiting to be read stays in memory: it counts against its user's budget, taken
     // before the answer is built, so a refused one costs nothing.
     let held = ctx
-        .state
         .budgets
         .hold_list(ctx.identity.as_deref(), size_of(&page.items))?;
     let mut list_meta = json!({"resourceVersion": page.revision.to_string()});
@@ -413,7 +412,7 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     let size = size_of(&page.items);
     let resp = match (&ctx.negotiated.output, ctx.negotiated.encoding) {
         // Stored objects are already JSON: a copy, large ones off the async workers.
-        (Output::Object, Encoding::Json) if r.conversion.is_none() => ctx.state.heavy.copy(size, || {
+        (Output::Object, Encoding::Json) if r.conversion.is_none() => ctx.objects.heavy().copy(size, || {
             // Stored objects are already JSON with their resourceVersion: splice, don't re-encode.
             let size: usize = page.items.iter().map(|kv| kv.value.len() + 1).sum();
             let mut out = BytesMut::with_capacity(size + 256);
@@ -442,7 +441,7 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             bytes_response(StatusCode::OK, "application/json", Bytes::from(out))
         }),
         // Decoding and encoding every object is heavy work.
-        (output, encoding) => ctx.state.heavy.run(size, || {
+        (output, encoding) => ctx.objects.heavy().run(size, || {
             let objs: Vec<Value> = page
                 .items
                 .iter()

@@ -16,27 +16,43 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 
+use crate::admission::Admission;
 use crate::body::Body;
-use crate::dispatch::AppState;
+use crate::budget::Budgets;
+use crate::catalog::Catalog;
 use crate::identity::Identity;
+use crate::namespaces::NamespaceLifecycle;
 use crate::negotiation::{negotiate_resource, Encoding, Negotiated, Output};
-use crate::objects;
+use crate::objects::{self, WritePart};
 use crate::query::{FieldValidation, Query};
-use crate::registry::Resource;
+use crate::registry::{storage_status, GenericStore, Resource, Stored, Write, Written};
 use crate::request_info::{ClusterTarget, ResourceRequest, Verb};
 use crate::response::{bytes_response, error_response};
 use crate::status::{ApiError, Cause, GroupResource};
 use crate::storage::{KeyValue, StorageError};
 use crate::table;
 
-/// The largest object stored: etcd's default request limit (`--max-request-bytes`), under which
-/// every object of a kube-apiserver lives, so a patch cannot grow an object without bound.
-pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+pub use crate::registry::MAX_OBJECT_BYTES;
+
+/// What the resource handlers work with: narrow handles, not the whole server.
+#[derive(Clone)]
+pub struct ResourceScope {
+    /// The write path of every type, and the storage lists and watches read.
+    pub objects: Arc<GenericStore>,
+    /// The admission every write passes.
+    pub admission: Arc<dyn Admission>,
+    /// What every logical cluster serves (wildcard requests look types up across clusters).
+    pub catalog: Arc<Catalog>,
+    /// The `default` namespace of every cluster.
+    pub namespaces: Arc<NamespaceLifecycle>,
+    /// What each user may make the server hold: unread list answers, open watches.
+    pub budgets: Arc<Budgets>,
+}
 
 /// One resource request with everything the verb handlers need.
 pub struct ResourceCall {
-    /// The server's shared state.
-    pub state: Arc<AppState>,
+    /// The handles the handlers work with.
+    pub scope: ResourceScope,
     /// The API surface the request sees.
     pub view: Arc<crate::catalog::ApiView>,
     /// Whether the request came through an APIExport virtual workspace.
@@ -60,7 +76,12 @@ pub struct ResourceCall {
 
 /// The parts of a call after the resource was resolved.
 pub(crate) struct Ctx {
-    pub state: Arc<AppState>,
+    /// The write path and storage.
+    pub objects: Arc<GenericStore>,
+    /// The admission every write passes.
+    pub admission: Arc<dyn Admission>,
+    /// Per-user budgets of unread answers and watches.
+    pub budgets: Arc<Budgets>,
     pub resource: Arc<Resource>,
     pub cluster: ClusterTarget,
     pub req: ResourceRequest,
@@ -79,85 +100,6 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// What every new object goes through after admission and before it is stored, whichever
-    /// verb creates it: a legacy token Secret gets its token, the tenancy types prepare theirs,
-    /// and RBAC objects are checked for escalation.
-    pub(super) async fn prepare_new(&self, cluster: &str, obj: &mut Value) -> Result<(), ApiError> {
-        let resource = &self.resource;
-        if resource.ty.group.is_empty() && resource.ty.kind == "Secret" {
-            crate::serviceaccounts::fill_legacy_secret(
-                self.state.objects(),
-                self.state.authn.service_accounts.as_ref(),
-                cluster,
-                obj,
-            )
-            .await?;
-        }
-        self.state
-            .tenancy
-            .prepare_as(resource, cluster, obj, None, self.identity.as_deref())
-            .await?;
-        crate::authz::check_rbac_write(
-            &self.state.rbac,
-            cluster,
-            self.identity.as_deref(),
-            resource,
-            obj,
-        )
-        .await?;
-        self.check_size(obj)
-    }
-
-    /// Refuses an object larger than [`MAX_OBJECT_BYTES`] before it reaches the store, whichever
-    /// verb produced it (a patch can grow an object past the body limit).
-    pub(super) fn check_size(&self, obj: &Value) -> Result<(), ApiError> {
-        if objects::json_len_within(obj, MAX_OBJECT_BYTES).is_some() {
-            return Ok(());
-        }
-        Err(ApiError::new(
-            413,
-            "RequestEntityTooLarge",
-            format!(
-                "{} {:?} would be larger than {MAX_OBJECT_BYTES} bytes, the most one stored object may have",
-                self.resource.gr,
-                objects::name(obj)
-            ),
-        ))
-    }
-
-    /// Refuses a create beyond the workspace's object limit.
-    pub(super) async fn check_object_limit(
-        &self,
-        cluster: &str,
-        name: &str,
-    ) -> Result<(), ApiError> {
-        let state = &self.state;
-        state
-            .object_limit
-            .check_create(
-                state.store.as_ref(),
-                &state.catalog.view(cluster),
-                cluster,
-                self.gr(),
-                name,
-            )
-            .await
-    }
-
-    /// The answer to a stored create: the object counted and the tenancy hooks run.
-    pub(super) async fn created(
-        &self,
-        cluster: &str,
-        kv: crate::storage::KeyValue,
-    ) -> Response<Body> {
-        self.state.object_limit.created(cluster);
-        self.state
-            .tenancy
-            .after_write_bytes(&self.resource, cluster, &kv.value, false)
-            .await;
-        self.respond_object(StatusCode::CREATED, kv.value)
-    }
-
     /// The addressed cluster; wildcard requests are read-only and never reach writes.
     pub fn cluster_name(&self) -> Result<&str, ApiError> {
         self.cluster
@@ -193,11 +135,43 @@ impl Ctx {
 
     /// Reads the current state of the named object.
     pub async fn current(&self) -> Result<KeyValue, ApiError> {
-        let key = self.key()?;
-        match self.state.store.get(&key).await {
-            Ok(Some(kv)) => Ok(kv),
-            Ok(None) => Err(ApiError::not_found(self.gr(), self.name())),
-            Err(e) => Err(self.storage_error(e)),
+        self.objects
+            .get(
+                &self.resource,
+                self.cluster_name()?,
+                self.req.namespace.as_deref(),
+                self.name(),
+            )
+            .await
+    }
+
+    /// The write this request makes, for the generic store; `manager` is the field manager a
+    /// plain write records (`None` for server-side apply, which records its own).
+    pub fn write<'a>(&'a self, manager: Option<&'a str>) -> Result<Write<'a>, ApiError> {
+        Ok(Write {
+            resource: &self.resource,
+            cluster: self.cluster_name()?,
+            namespace: self.req.namespace.as_deref(),
+            name: self.name(),
+            part: if self.req.subresource.as_deref() == Some("status") {
+                WritePart::Status
+            } else {
+                WritePart::Main
+            },
+            user: self.identity.as_deref(),
+            dry_run: self.dry_run()?,
+            field_validation: schema_mode(self.query.field_validation()?),
+            field_manager: manager,
+            work: self.body.len() + self.extra_work,
+        })
+    }
+
+    /// Answers with what the generic store wrote, its warnings added.
+    pub fn respond_written(&mut self, code: StatusCode, written: Written) -> Response<Body> {
+        self.warnings.extend(written.warnings);
+        match written.stored {
+            Stored::Object(bytes) => self.respond_object(code, bytes),
+            Stored::DryRun(v) => self.respond_value(code, &v),
         }
     }
 
@@ -227,36 +201,6 @@ impl Ctx {
             return Err(cannot("the body must be an object".into()));
         }
         Ok(v)
-    }
-
-    /// Runs admission (metadata, schema, type rules) on a write; collects warnings or fails
-    /// per `fieldValidation`.
-    pub fn admit(&mut self, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
-        let mode = self.query.field_validation()?;
-        let r = self.resource.clone();
-        let outcome = crate::admission::admit(&r, obj, old, schema_mode(mode));
-        if !outcome.unknown_fields.is_empty() {
-            match mode {
-                FieldValidation::Strict => {
-                    return Err(crate::admission::strict_error(&r, &outcome.unknown_fields))
-                }
-                FieldValidation::Warn => {
-                    for f in &outcome.unknown_fields {
-                        self.warnings.push(format!("unknown field {f:?}"));
-                    }
-                }
-                FieldValidation::Ignore => {}
-            }
-        }
-        if !outcome.errors.is_empty() {
-            return Err(crate::admission::invalid(
-                &r,
-                objects::name(obj),
-                &outcome.errors,
-            ));
-        }
-        self.warnings.extend(outcome.warnings);
-        Ok(())
     }
 
     /// Answers with one object in the negotiated representation.
@@ -351,43 +295,9 @@ impl Ctx {
         Ok(name)
     }
 
-    /// Records in `new.metadata.managedFields` which fields this (non-apply) write set.
-    pub fn record_update(&self, old: Option<&Value>, new: &mut Value) -> Result<(), ApiError> {
-        let manager = self.field_manager()?;
-        let base = managed_fields_base(old, new);
-        let entries = crate::apply::record_update(
-            old,
-            new,
-            base,
-            &manager,
-            &self.resource.api_version,
-            self.req.subresource.as_deref(),
-            &self.resource.ty.schema,
-            &objects::now_rfc3339(),
-        );
-        crate::apply::set_managed_fields(new, &entries);
-        Ok(())
-    }
-
     /// Whether this is a dry run.
     pub fn dry_run(&self) -> Result<bool, ApiError> {
         self.query.dry_run()
-    }
-}
-
-/// The managedFields a non-apply write starts from: the stored ones, unless the client sent
-/// different ones (then those, and `[{}]` clears them), as kube-apiserver does.
-fn managed_fields_base(old: Option<&Value>, new: &Value) -> Vec<crate::apply::ManagedFieldsEntry> {
-    let sent = new.get("metadata").and_then(|m| m.get("managedFields"));
-    let stored = old
-        .and_then(|o| o.get("metadata"))
-        .and_then(|m| m.get("managedFields"));
-    match sent {
-        Some(Value::Array(a)) if a.len() == 1 && a[0].as_object().is_some_and(|m| m.is_empty()) => {
-            Vec::new()
-        }
-        Some(s) if Some(s) != stored && !s.is_null() => crate::apply::managed_fields_of(new),
-        _ => old.map(crate::apply::managed_fields_of).unwrap_or_default(),
     }
 }
 
@@ -435,7 +345,7 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     let req = call.request;
     let resource = match (&call.cluster, call.virtual_workspace) {
         (ClusterTarget::Wildcard, false) => {
-            call.state
+            call.scope
                 .catalog
                 .wildcard_lookup(&req.group, &req.version, &req.resource)
         }
@@ -498,10 +408,12 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
         .and_then(|v| v.to_str().ok());
     let negotiated = negotiate_resource(accept)?;
     if let ClusterTarget::Name(c) = &call.cluster {
-        call.state.namespaces.ensure_cluster(c).await?;
+        call.scope.namespaces.ensure_cluster(c).await?;
     }
     let mut ctx = Ctx {
-        state: call.state,
+        objects: call.scope.objects,
+        admission: call.scope.admission,
+        budgets: call.scope.budgets,
         resource,
         cluster: call.cluster,
         req,
@@ -523,34 +435,5 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
         Verb::Patch => patch::patch(&mut ctx).await,
         Verb::Delete => delete::delete(&ctx).await,
         Verb::DeleteCollection => delete::delete_collection(&ctx).await,
-    }
-}
-
-/// Maps a storage error about object `name` of `gr` to the client's Status.
-pub(super) fn storage_status(gr: &GroupResource, name: &str, e: StorageError) -> ApiError {
-    match e {
-        StorageError::AlreadyExists(_) => ApiError::already_exists(gr, name),
-        StorageError::NotFound(_) => ApiError::not_found(gr, name),
-        StorageError::Conflict { .. } => ApiError::conflict(gr, name),
-        StorageError::Compacted {
-            requested,
-            compacted,
-        } => ApiError::gone(format!(
-            "too old resource version: {requested} ({compacted})"
-        )),
-        StorageError::FutureRevision { requested, current } => ApiError::timeout(format!(
-            "Too large resource version: {requested}, current: {current}"
-        ))
-        .with_details(crate::status::Details {
-            causes: vec![Cause {
-                reason: "ResourceVersionTooLarge".into(),
-                message: "Too large resource version".into(),
-                field: String::new(),
-            }],
-            retry_after_seconds: Some(1),
-            ..Default::default()
-        }),
-        e @ StorageError::TooSlow { .. } => ApiError::slow_watcher(e.to_string()),
-        StorageError::Backend(m) => ApiError::internal(format!("storage error: {m}")),
     }
 }

@@ -150,7 +150,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             if on {
                 if let Some(v) = rv.filter(|v| *v != "0") {
                     let want = objects::parse_resource_version(v)?;
-                    wait_for_revision(ctx.state.store.as_ref(), want)
+                    wait_for_revision(ctx.objects.storage().as_ref(), want)
                         .await
                         .map_err(|e| ctx.storage_error(e))?;
                 }
@@ -158,7 +158,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             } else {
                 match rv {
                     Some(v) if v != "0" => Start::After(objects::parse_resource_version(v)?),
-                    _ => Start::After(ctx.state.store.current_revision()),
+                    _ => Start::After(ctx.objects.storage().current_revision()),
                 }
             }
         }
@@ -179,7 +179,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     };
     let filter = ListFilter::from_query(ctx)?;
     // Taken first, so a user at the limit costs the server nothing more.
-    let held = ctx.state.budgets.hold_watch(ctx.identity.as_deref())?;
+    let held = ctx.budgets.hold_watch(ctx.identity.as_deref())?;
     let bookmarks = ctx.query.flag("allowWatchBookmarks");
     let timeout = match ctx.query.u64("timeoutSeconds")? {
         Some(s) => Duration::from_secs(s),
@@ -201,7 +201,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         .resource
         .prefix(ctx.cluster.name(), ctx.req.namespace.as_deref());
     let type_prefix_len = ctx.resource.all_clusters_prefix().len();
-    let store = ctx.state.store.clone();
+    let store = ctx.objects.storage().clone();
 
     // Read the initial state before answering, so a bad request still gets a plain error.
     let (initial, from) = match start {

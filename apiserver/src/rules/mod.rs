@@ -28,9 +28,12 @@ mod migration_configuration;
 mod platform_mesh;
 mod provider;
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
-use crate::field_error::FieldError;
+use crate::identity::Identity;
+use crate::registry::{StrategiesBuilder, Strategy};
 
 pub use account::{AccountPolicy, DEFAULT_ORG_DENY_LIST};
 pub use data_limits::MAX_DATA_BYTES;
@@ -42,31 +45,127 @@ pub const PROVIDERS_GROUP: &str = "providers.platform-mesh.io";
 /// The group of AcceptAPI, Migration and MigrationConfiguration.
 pub const BROKER_GROUP: &str = "broker.platform-mesh.io";
 
-/// The outcome of [`validate`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Report {
-    /// Violations; non-empty means the object is invalid (422).
-    pub errors: Vec<FieldError>,
-    /// Advice about valid but suspicious values (`Warning` headers), each
-    /// starting with the field path.
-    pub warnings: Vec<String>,
+pub use crate::registry::Report;
+
+/// The rules of one kind as its strategy: defaults and validation, plain functions of the object.
+struct TypeRules {
+    default: fn(&mut Value),
+    validate: fn(&Value, Option<&Value>, &mut Report),
 }
 
-impl Report {
-    /// Whether there are no errors (warnings do not count).
-    pub fn is_ok(&self) -> bool {
-        self.errors.is_empty()
+impl Strategy for TypeRules {
+    fn set_defaults(&self, obj: &mut Value) {
+        (self.default)(obj)
     }
 
-    /// Records an error.
-    pub(crate) fn error(&mut self, e: FieldError) {
-        self.errors.push(e);
+    fn validate(&self, obj: &Value, old: Option<&Value>, report: &mut Report) {
+        (self.validate)(obj, old, report)
+    }
+}
+
+/// The Account kind: the creator is set from the request, as upstream's mutating webhook does on
+/// CREATE, and the account operator's default policy validates it.
+struct AccountRules;
+
+impl Strategy for AccountRules {
+    fn prepare_for_create(&self, obj: &mut Value, user: Option<&Identity>) {
+        if let Some(user) = user {
+            account::set_creator(obj, &user.user);
+        }
     }
 
-    /// Records a warning `<field>: <text>`.
-    pub(crate) fn warn(&mut self, field: &str, text: impl AsRef<str>) {
-        self.warnings.push(format!("{field}: {}", text.as_ref()));
+    fn validate(&self, obj: &Value, old: Option<&Value>, report: &mut Report) {
+        account::validate(obj, old, &AccountPolicy::default(), report)
     }
+}
+
+fn no_defaults(_: &mut Value) {}
+
+/// Every kind with rules: group, kind, plural and its strategy.
+fn kinds() -> Vec<(&'static str, &'static str, &'static str, Arc<dyn Strategy>)> {
+    let rules = |default: fn(&mut Value), validate: fn(&Value, Option<&Value>, &mut Report)| {
+        Arc::new(TypeRules { default, validate }) as Arc<dyn Strategy>
+    };
+    vec![
+        (
+            CORE_GROUP,
+            "PlatformMesh",
+            "platformmeshes",
+            rules(platform_mesh::default, |o, _, r| {
+                platform_mesh::validate(o, r)
+            }),
+        ),
+        (CORE_GROUP, "Account", "accounts", Arc::new(AccountRules)),
+        (
+            CORE_GROUP,
+            "AccountInfo",
+            "accountinfos",
+            rules(no_defaults, |o, _, r| account_info::validate(o, r)),
+        ),
+        (
+            PROVIDERS_GROUP,
+            "Provider",
+            "providers",
+            rules(provider::default, |o, _, r| provider::validate(o, r)),
+        ),
+        (
+            PROVIDERS_GROUP,
+            "ManagedProvider",
+            "managedproviders",
+            rules(managed_provider::default, |o, _, r| {
+                managed_provider::validate(o, r)
+            }),
+        ),
+        (
+            BROKER_GROUP,
+            "AcceptAPI",
+            "acceptapis",
+            rules(no_defaults, |o, _, r| accept_api::validate(o, r)),
+        ),
+        (
+            BROKER_GROUP,
+            "Migration",
+            "migrations",
+            rules(no_defaults, |o, _, r| migration::validate(o, r)),
+        ),
+        (
+            BROKER_GROUP,
+            "MigrationConfiguration",
+            "migrationconfigurations",
+            rules(no_defaults, |o, _, r| {
+                migration_configuration::validate(o, r)
+            }),
+        ),
+        (
+            "",
+            "ConfigMap",
+            "configmaps",
+            rules(no_defaults, |o, _, r| {
+                data_limits::validate_config_map(o, r)
+            }),
+        ),
+        (
+            "",
+            "Secret",
+            "secrets",
+            rules(no_defaults, |o, _, r| data_limits::validate_secret(o, r)),
+        ),
+    ]
+}
+
+/// Adds the strategy of every kind with rules.
+pub fn register(strategies: &mut StrategiesBuilder) {
+    for (group, _, plural, strategy) in kinds() {
+        strategies.add(group, plural, strategy);
+    }
+}
+
+/// The rules of `group`/`kind`, if it has any.
+fn rules_of(group: &str, kind: &str) -> Option<Arc<dyn Strategy>> {
+    kinds()
+        .into_iter()
+        .find(|(g, k, _, _)| *g == group && *k == kind)
+        .map(|(_, _, _, s)| s)
 }
 
 /// Type-specific validation of a whole object (after schema validation).
@@ -74,22 +173,8 @@ impl Report {
 /// rules (and unknown group/kind pairs) give an empty report.
 pub fn validate(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Report {
     let mut report = Report::default();
-    match (group, kind) {
-        (CORE_GROUP, "PlatformMesh") => platform_mesh::validate(obj, &mut report),
-        (CORE_GROUP, "Account") => {
-            account::validate(obj, old, &AccountPolicy::default(), &mut report)
-        }
-        (CORE_GROUP, "AccountInfo") => account_info::validate(obj, &mut report),
-        (PROVIDERS_GROUP, "Provider") => provider::validate(obj, &mut report),
-        (PROVIDERS_GROUP, "ManagedProvider") => managed_provider::validate(obj, &mut report),
-        (BROKER_GROUP, "AcceptAPI") => accept_api::validate(obj, &mut report),
-        (BROKER_GROUP, "Migration") => migration::validate(obj, &mut report),
-        (BROKER_GROUP, "MigrationConfiguration") => {
-            migration_configuration::validate(obj, &mut report)
-        }
-        ("", "ConfigMap") => data_limits::validate_config_map(obj, &mut report),
-        ("", "Secret") => data_limits::validate_secret(obj, &mut report),
-        _ => {}
+    if let Some(rules) = rules_of(group, kind) {
+        rules.validate(obj, old, &mut report);
     }
     report
 }
@@ -109,11 +194,8 @@ pub fn validate_account(obj: &Value, old: Option<&Value>, policy: &AccountPolicy
 /// derive from `metadata.name` are skipped while the name is unknown, so call
 /// this after `generateName` has been resolved.
 pub fn default(group: &str, kind: &str, obj: &mut Value) {
-    match (group, kind) {
-        (CORE_GROUP, "PlatformMesh") => platform_mesh::default(obj),
-        (PROVIDERS_GROUP, "Provider") => provider::default(obj),
-        (PROVIDERS_GROUP, "ManagedProvider") => managed_provider::default(obj),
-        _ => {}
+    if let Some(rules) = rules_of(group, kind) {
+        rules.set_defaults(obj);
     }
 }
 
@@ -263,6 +345,8 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     use serde_json::json;
+
+    use crate::field_error::FieldError;
 
     use super::*;
 

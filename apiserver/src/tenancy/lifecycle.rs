@@ -265,7 +265,7 @@ async fn bind_defaults(
         });
         objects::prepare_for_create(&mut binding, &res, child);
         if state
-            .prepare(&res, child, &mut binding, None)
+            .prepare_binding_write(child, &mut binding, None, None)
             .await
             .is_err()
         {

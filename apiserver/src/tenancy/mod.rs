@@ -10,14 +10,16 @@ use serde_json::{json, Value};
 mod apis;
 mod follow;
 mod lifecycle;
+mod strategies;
 
+use apis::exported_schemas;
 pub use apis::{bound_clusters, export_view, is_bound, reload_cluster_types};
-use apis::{export_identity, exported_schemas, prepare_crd};
 pub use follow::follow;
 pub use lifecycle::delete_cluster;
 use lifecycle::{
     cluster_name_for, ensure_logical_cluster, finish_workspace_deletion, initialize_workspace,
 };
+pub use strategies::PathAnnotation;
 
 use crate::catalog::Catalog;
 use crate::identity::Identity;
@@ -68,10 +70,6 @@ const WORKSPACE_TYPES: &[(&str, &[&str], &[&str])] = &[
         &["team", "universal"],
     ),
 ];
-
-fn is(r: &Resource, group: &str, plural: &str) -> bool {
-    r.ty.group == group && r.ty.plural == plural
-}
 
 fn invalid(r: &Resource, name: &str, field: &str, message: String) -> ApiError {
     ApiError::invalid(
@@ -187,141 +185,63 @@ impl Tenancy {
         self.state.upgrade()
     }
 
-    /// Whether writes of this type run tenancy hooks.
-    pub fn interested(r: &Resource) -> bool {
-        matches!(
-            r.ty.group.as_str(),
-            "tenancy.kcp.io" | "apiextensions.k8s.io" | "apis.kcp.io"
-        )
-    }
-
-    /// After-write hook on stored bytes (decoded only for tenancy types).
-    pub async fn after_write_bytes(
-        &self,
-        r: &Resource,
-        cluster: &str,
-        stored: &[u8],
-        deleted: bool,
-    ) {
-        if !Self::interested(r) {
+    /// Puts the canonical path of `cluster` in the object's path annotation, as kcp's path
+    /// annotation admission does for APIExports, APIBindings and WorkspaceTypes.
+    fn set_path_annotation(&self, cluster: &str, obj: &mut Value) {
+        let Some(path) = self.path_of(cluster) else {
             return;
+        };
+        let meta = meta_mut(obj);
+        if !meta.get("annotations").is_some_and(Value::is_object) {
+            meta.insert("annotations".into(), json!({}));
         }
-        if let Ok(obj) = objects::decode_stored(stored) {
-            self.after_write(r, cluster, &obj, deleted).await;
+        if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            a.insert(PATH_ANNOTATION.into(), json!(path));
         }
     }
 
-    /// Runs before an object the server itself writes is stored (default bindings, waiting
-    /// bindings, the initial workspaces): [`Tenancy::prepare_as`] with no requester to check.
-    pub async fn prepare(
+    /// kcp's path annotation admission for every other object: an annotation, if present, must
+    /// be the canonical path of the workspace the object is written to.
+    fn check_path_annotation(
         &self,
         r: &Resource,
         cluster: &str,
-        obj: &mut Value,
-        old: Option<&Value>,
+        obj: &Value,
     ) -> Result<(), ApiError> {
-        self.prepare_as(r, cluster, obj, old, None).await
+        let Some(given) = obj["metadata"]["annotations"][PATH_ANNOTATION].as_str() else {
+            return Ok(());
+        };
+        if self.path_of(cluster).as_deref() == Some(given) {
+            return Ok(());
+        }
+        Err(invalid(
+            r,
+            objects::name(obj),
+            &format!("metadata.annotations[{PATH_ANNOTATION}]"),
+            format!(
+                "Invalid value: {given:?}: the annotation must be the canonical path of the workspace the object is written to, or absent"
+            ),
+        ))
     }
 
-    /// Runs before an object of a tenancy type is stored: fills server-owned fields and refuses
-    /// what cannot work. A client's write (`requester`) must also hold what kcp asks of it
-    /// beyond RBAC on the object itself: `bind` on the APIExport a new binding names, and
-    /// `use` on the WorkspaceType of a new workspace (except root's built-in types).
-    pub async fn prepare_as(
+    /// Prepares an APIBinding before it is stored: its path annotation, and its export resolved
+    /// (phase Bound) or waited for (phase Binding). A client's new binding (`requester`) must
+    /// also hold `bind` on the export, as kcp's APIBinding admission asks.
+    pub(crate) async fn prepare_binding_write(
         &self,
-        r: &Resource,
         cluster: &str,
         obj: &mut Value,
         old: Option<&Value>,
         requester: Option<&Identity>,
     ) -> Result<(), ApiError> {
-        if is(r, "core.kcp.io", "logicalclusters") {
-            return prepare_logical_cluster(r, obj, old);
-        }
-        // As kcp's path annotation admission: these carry their workspace's canonical path;
-        // on any other object a path annotation must name the workspace it is written to.
-        let sets_path = is(r, "apis.kcp.io", "apiexports")
-            || is(r, "apis.kcp.io", "apibindings")
-            || is(r, "tenancy.kcp.io", "workspacetypes");
-        if !sets_path {
-            if let Some(given) = obj["metadata"]["annotations"][PATH_ANNOTATION].as_str() {
-                let actual = self.path_of(cluster);
-                if actual.as_deref() != Some(given) {
-                    return Err(invalid(
-                        r,
-                        objects::name(obj),
-                        &format!("metadata.annotations[{PATH_ANNOTATION}]"),
-                        format!(
-                            "Invalid value: {given:?}: the annotation must be the canonical path of the workspace the object is written to, or absent"
-                        ),
-                    ));
-                }
+        self.set_path_annotation(cluster, obj);
+        if let Some(who) = requester {
+            let reference = &obj["spec"]["reference"]["export"];
+            if old.is_none_or(|o| o["spec"]["reference"]["export"] != *reference) {
+                self.check_bind(cluster, reference, who).await?;
             }
         }
-        if sets_path {
-            if let Some(path) = self.path_of(cluster) {
-                let meta = meta_mut(obj);
-                if !meta.get("annotations").is_some_and(Value::is_object) {
-                    meta.insert("annotations".into(), json!({}));
-                }
-                if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-                    a.insert(PATH_ANNOTATION.into(), json!(path));
-                }
-            }
-        }
-        if is(r, "tenancy.kcp.io", "workspaces") {
-            return self
-                .prepare_workspace(r, cluster, obj, old, requester)
-                .await;
-        }
-        if is(r, "tenancy.kcp.io", "workspacetypes") {
-            // Nothing to wait for here (kcp's Ready waits for the type's virtual workspace URLs).
-            obj["status"] = match old
-                .and_then(|o| o.get("status"))
-                .filter(|s| s["conditions"].is_array())
-            {
-                Some(s) => s.clone(),
-                None => json!({"conditions": [{"type": "Ready", "status": "True",
-                    "lastTransitionTime": objects::now_rfc3339()}]}),
-            };
-            return Ok(());
-        }
-        if is(r, "apiextensions.k8s.io", "customresourcedefinitions") {
-            return prepare_crd(r, obj);
-        }
-        if is(r, "apis.kcp.io", "apiresourceschemas") {
-            if let Some(old) = old {
-                if old.get("spec") != obj.get("spec") {
-                    return Err(invalid(
-                        r,
-                        objects::name(obj),
-                        "spec",
-                        "Invalid value: \"object\": APIResourceSchema spec is immutable".into(),
-                    ));
-                }
-            }
-            return Ok(());
-        }
-        if is(r, "apis.kcp.io", "apiexports") {
-            let identity = export_identity(cluster, objects::name(obj));
-            obj["status"] = json!({"identityHash": identity});
-            if let Some(s) = old.and_then(|o| o.get("status")) {
-                if s.get("identityHash").is_some() {
-                    obj["status"]["identityHash"] = s["identityHash"].clone();
-                }
-            }
-            return Ok(());
-        }
-        if is(r, "apis.kcp.io", "apibindings") {
-            if let Some(who) = requester {
-                let reference = &obj["spec"]["reference"]["export"];
-                if old.is_none_or(|o| o["spec"]["reference"]["export"] != *reference) {
-                    self.check_bind(cluster, reference, who).await?;
-                }
-            }
-            return self.prepare_binding(cluster, obj).await;
-        }
-        Ok(())
+        self.prepare_binding(cluster, obj).await
     }
 
     /// kcp's APIBinding admission: binding an export needs `bind` on `apiexports/<name>` in the
@@ -695,93 +615,87 @@ impl Tenancy {
         Ok(())
     }
 
-    /// Runs after an object of a tenancy type was written (`deleted`: it is gone).
-    pub async fn after_write(&self, r: &Resource, cluster: &str, obj: &Value, deleted: bool) {
+    /// Runs after a Workspace was written: a new one is initialized, a deleting one emptied.
+    async fn after_workspace_write(&self, cluster: &str, obj: &Value, deleted: bool) {
+        let Some(child) = obj["spec"]["cluster"].as_str().map(str::to_string) else {
+            return;
+        };
+        if deleted {
+            return;
+        }
+        if objects::is_deleting(obj) {
+            let (cluster, name) = (cluster.to_string(), objects::name(obj).to_string());
+            let weak = self.state.clone();
+            tokio::spawn(async move {
+                if let Some(state) = weak.upgrade() {
+                    finish_workspace_deletion(&state, &cluster, &name, &child).await;
+                }
+            });
+            return;
+        }
+        if obj["status"]["phase"] == "Scheduling" {
+            let parent_path = self.path_of(cluster).unwrap_or_else(|| cluster.to_string());
+            let path = format!("{parent_path}:{}", objects::name(obj));
+            self.register(&path, &child);
+            let (cluster, name) = (cluster.to_string(), objects::name(obj).to_string());
+            let weak = self.state.clone();
+            tokio::spawn(async move {
+                if let Some(state) = weak.upgrade() {
+                    if let Err(e) =
+                        initialize_workspace(&state, &cluster, &name, &child, &path).await
+                    {
+                        tracing::warn!(cluster, workspace = name, error = %e, "workspace initialization");
+                    }
+                }
+            });
+        }
+    }
+
+    /// Runs after an APIExport was written: its endpoint slice follows it, bindings that waited
+    /// for it bind, and the clusters bound to it serve its current schemas.
+    async fn after_export_write(&self, cluster: &str, obj: &Value, deleted: bool) {
         let Some(state) = self.state() else { return };
-        if is(r, "tenancy.kcp.io", "workspaces") {
-            let Some(child) = obj["spec"]["cluster"].as_str().map(str::to_string) else {
-                return;
-            };
-            if deleted {
-                return;
-            }
-            if objects::is_deleting(obj) {
-                let (cluster, name) = (cluster.to_string(), objects::name(obj).to_string());
-                let weak = self.state.clone();
-                tokio::spawn(async move {
-                    if let Some(state) = weak.upgrade() {
-                        finish_workspace_deletion(&state, &cluster, &name, &child).await;
-                    }
-                });
-                return;
-            }
-            if obj["status"]["phase"] == "Scheduling" {
-                let parent_path = self.path_of(cluster).unwrap_or_else(|| cluster.to_string());
-                let path = format!("{parent_path}:{}", objects::name(obj));
-                self.register(&path, &child);
-                let (cluster, name) = (cluster.to_string(), objects::name(obj).to_string());
-                let weak = self.state.clone();
-                tokio::spawn(async move {
-                    if let Some(state) = weak.upgrade() {
-                        if let Err(e) =
-                            initialize_workspace(&state, &cluster, &name, &child, &path).await
-                        {
-                            tracing::warn!(cluster, workspace = name, error = %e, "workspace initialization");
-                        }
-                    }
-                });
+        let name = objects::name(obj).to_string();
+        let key = format!("/apis.kcp.io/apiexportendpointslices/{cluster}/{name}");
+        if deleted {
+            if let Ok(Some(kv)) = state.store.get(&key).await {
+                if let Ok(slice) = objects::decode_stored(&kv.value) {
+                    let _ = state
+                        .store
+                        .delete(&key, kv.mod_revision, objects::encoder(slice))
+                        .await;
+                }
             }
             return;
         }
-        if is(r, "apiextensions.k8s.io", "customresourcedefinitions")
-            || is(r, "apis.kcp.io", "apibindings")
-        {
-            reload_cluster_types(&state, cluster).await;
-            return;
+        if let Ok(None) = state.store.get(&key).await {
+            let path = self.path_of(cluster).unwrap_or_else(|| cluster.to_string());
+            let url = format!(
+                "https://{}/services/apiexport/{cluster}/{name}",
+                state.advertise_address
+            );
+            let mut slice = json!({
+                "apiVersion": "apis.kcp.io/v1alpha1",
+                "kind": "APIExportEndpointSlice",
+                "metadata": {"name": name},
+                "spec": {"export": {"path": path, "name": name}},
+                "status": {"endpoints": [{"url": url}]},
+            });
+            if let Some(res) = state.catalog.builtin_view().registry.lookup(
+                "apis.kcp.io",
+                "v1alpha1",
+                "apiexportendpointslices",
+            ) {
+                objects::prepare_for_create(&mut slice, res, cluster);
+                slice["status"] = json!({"endpoints": [{"url": url}]});
+            }
+            let _ = state.store.create(&key, objects::encoder(slice)).await;
         }
-        if is(r, "apis.kcp.io", "apiexports") {
-            let name = objects::name(obj).to_string();
-            let key = format!("/apis.kcp.io/apiexportendpointslices/{cluster}/{name}");
-            if deleted {
-                if let Ok(Some(kv)) = state.store.get(&key).await {
-                    if let Ok(slice) = objects::decode_stored(&kv.value) {
-                        let _ = state
-                            .store
-                            .delete(&key, kv.mod_revision, objects::encoder(slice))
-                            .await;
-                    }
-                }
-                return;
-            }
-            if let Ok(None) = state.store.get(&key).await {
-                let path = self.path_of(cluster).unwrap_or_else(|| cluster.to_string());
-                let url = format!(
-                    "https://{}/services/apiexport/{cluster}/{name}",
-                    state.advertise_address
-                );
-                let mut slice = json!({
-                    "apiVersion": "apis.kcp.io/v1alpha1",
-                    "kind": "APIExportEndpointSlice",
-                    "metadata": {"name": name},
-                    "spec": {"export": {"path": path, "name": name}},
-                    "status": {"endpoints": [{"url": url}]},
-                });
-                if let Some(res) = state.catalog.builtin_view().registry.lookup(
-                    "apis.kcp.io",
-                    "v1alpha1",
-                    "apiexportendpointslices",
-                ) {
-                    objects::prepare_for_create(&mut slice, res, cluster);
-                    slice["status"] = json!({"endpoints": [{"url": url}]});
-                }
-                let _ = state.store.create(&key, objects::encoder(slice)).await;
-            }
-            // Bindings that waited for this export bind now.
-            self.retry_waiting_bindings(&state, &name).await;
-            // Schemas of bound clusters may have changed.
-            for c in bound_clusters(&state, cluster, &name).await {
-                reload_cluster_types(&state, &c).await;
-            }
+        // Bindings that waited for this export bind now.
+        self.retry_waiting_bindings(&state, &name).await;
+        // Schemas of bound clusters may have changed.
+        for c in bound_clusters(&state, cluster, &name).await {
+            reload_cluster_types(&state, &c).await;
         }
     }
 
@@ -789,15 +703,6 @@ impl Tenancy {
     /// now resolves.
     async fn retry_waiting_bindings(&self, state: &Tenancy, export: &str) {
         let Ok((bindings, _)) = list_all(state.store.as_ref(), "/apis.kcp.io/apibindings/").await
-        else {
-            return;
-        };
-        let Some(res) = state
-            .catalog
-            .builtin_view()
-            .registry
-            .lookup("apis.kcp.io", "v1alpha1", "apibindings")
-            .cloned()
         else {
             return;
         };
@@ -813,7 +718,10 @@ impl Tenancy {
             let Some(cluster) = key_cluster(&kv.key).map(str::to_string) else {
                 continue;
             };
-            if self.prepare(&res, &cluster, &mut b, None).await.is_err()
+            if self
+                .prepare_binding_write(&cluster, &mut b, None, None)
+                .await
+                .is_err()
                 || b["status"]["phase"] != "Bound"
             {
                 continue;
@@ -951,7 +859,7 @@ impl Tenancy {
                 let mut obj = json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws}, "spec": {"type": {"name": type_name}}});
                 objects::prepare_for_create(&mut obj, &res, ROOT_CLUSTER);
                 if self
-                    .prepare(&res, ROOT_CLUSTER, &mut obj, None)
+                    .prepare_workspace(&res, ROOT_CLUSTER, &mut obj, None, None)
                     .await
                     .is_err()
                 {

@@ -1,4 +1,18 @@
-//! The served resource types, indexed by group/version/resource, and the storage keys of their objects.
+//! The served resource types, indexed by group/version/resource, and the storage keys of their
+//! objects; the per-type [`Strategy`] seam and the [`GenericStore`] every type is written through.
+
+mod generic;
+mod strategy;
+mod validation;
+
+pub use generic::{
+    reconcile_namespace, storage_status, Attributes, Deleted, GenericStore, NoValidation,
+    Operation, Preconditions, Stored, Write, WriteValidation, Written, MAX_OBJECT_BYTES,
+};
+pub use strategy::{
+    Change, DefaultStrategy, Report, Strategies, StrategiesBuilder, Strategy, WriteAttributes,
+};
+pub use validation::{invalid, strict_error, validate_object, Outcome};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,0 +1,242 @@
+//! The tenancy types in the generic store: one strategy per type, and kcp's path annotation
+//! admission for every other object.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::apis::{export_identity, prepare_crd, reload_cluster_types};
+use super::{invalid, prepare_logical_cluster, Tenancy};
+use crate::admission::{Admission, Attributes, WriteValidation};
+use crate::objects;
+use crate::registry::{Change, Resource, StrategiesBuilder, Strategy, WriteAttributes};
+use crate::status::ApiError;
+
+impl Tenancy {
+    /// Adds the strategies of the tenancy types.
+    pub fn add_strategies(self: &Arc<Self>, strategies: &mut StrategiesBuilder) {
+        let t = || self.clone();
+        strategies
+            .add("core.kcp.io", "logicalclusters", Arc::new(LogicalClusters))
+            .add("tenancy.kcp.io", "workspaces", Arc::new(Workspaces(t())))
+            .add(
+                "tenancy.kcp.io",
+                "workspacetypes",
+                Arc::new(WorkspaceTypes(t())),
+            )
+            .add(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                Arc::new(Crds(t())),
+            )
+            .add(
+                "apis.kcp.io",
+                "apiresourceschemas",
+                Arc::new(ResourceSchemas),
+            )
+            .add("apis.kcp.io", "apiexports", Arc::new(Exports(t())))
+            .add("apis.kcp.io", "apibindings", Arc::new(Bindings(t())));
+    }
+}
+
+/// The types whose objects carry their workspace's path, set by the server (kcp's path
+/// annotation admission), and LogicalClusters, which are the server's own.
+const SETS_PATH: &[(&str, &str)] = &[
+    ("apis.kcp.io", "apiexports"),
+    ("apis.kcp.io", "apibindings"),
+    ("tenancy.kcp.io", "workspacetypes"),
+    ("core.kcp.io", "logicalclusters"),
+];
+
+/// kcp's path annotation admission: on any object but those whose path the server sets, a
+/// `kcp.io/path` annotation must be the canonical path of the workspace written to.
+pub struct PathAnnotation(pub Arc<Tenancy>);
+
+#[async_trait::async_trait]
+impl WriteValidation for PathAnnotation {
+    async fn validate(
+        &self,
+        attrs: &Attributes<'_>,
+        obj: &Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let ty = &attrs.resource.ty;
+        if SETS_PATH
+            .iter()
+            .any(|(g, p)| ty.group == *g && ty.plural == *p)
+        {
+            return Ok(());
+        }
+        self.0
+            .check_path_annotation(attrs.resource, attrs.cluster, obj)
+    }
+}
+
+impl Admission for PathAnnotation {}
+
+/// LogicalClusters: created and deleted with their workspace; clients may only touch what is
+/// not the server's.
+struct LogicalClusters;
+
+#[async_trait::async_trait]
+impl Strategy for LogicalClusters {
+    async fn prepare_for_store(
+        &self,
+        w: &WriteAttributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        prepare_logical_cluster(w.resource, obj, old)
+    }
+}
+
+/// Workspaces: scheduled onto a new logical cluster, initialized and deleted with it.
+struct Workspaces(Arc<Tenancy>);
+
+#[async_trait::async_trait]
+impl Strategy for Workspaces {
+    async fn prepare_for_store(
+        &self,
+        w: &WriteAttributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        self.0
+            .prepare_workspace(w.resource, w.cluster, obj, old, w.user)
+            .await
+    }
+
+    async fn after_write(&self, _: &Resource, cluster: &str, stored: &Bytes, change: Change) {
+        if let Ok(obj) = objects::decode_stored(stored) {
+            self.0
+                .after_workspace_write(cluster, &obj, change == Change::Deleted)
+                .await;
+        }
+    }
+}
+
+/// WorkspaceTypes: carry their path, and are Ready at once (kcp's Ready waits for the type's
+/// virtual workspace URLs; there is nothing to wait for here).
+struct WorkspaceTypes(Arc<Tenancy>);
+
+#[async_trait::async_trait]
+impl Strategy for WorkspaceTypes {
+    async fn prepare_for_store(
+        &self,
+        w: &WriteAttributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        self.0.set_path_annotation(w.cluster, obj);
+        obj["status"] = match old
+            .and_then(|o| o.get("status"))
+            .filter(|s| s["conditions"].is_array())
+        {
+            Some(s) => s.clone(),
+            None => json!({"conditions": [{"type": "Ready", "status": "True",
+                "lastTransitionTime": objects::now_rfc3339()}]}),
+        };
+        Ok(())
+    }
+}
+
+/// CustomResourceDefinitions: checked and given their status; the cluster serves their types
+/// once written.
+struct Crds(Arc<Tenancy>);
+
+#[async_trait::async_trait]
+impl Strategy for Crds {
+    async fn prepare_for_store(
+        &self,
+        w: &WriteAttributes<'_>,
+        obj: &mut Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        prepare_crd(w.resource, obj)
+    }
+
+    async fn after_write(&self, _: &Resource, cluster: &str, _: &Bytes, _: Change) {
+        if let Some(state) = self.0.state() {
+            reload_cluster_types(&state, cluster).await;
+        }
+    }
+}
+
+/// APIResourceSchemas: immutable once created, as kcp's.
+struct ResourceSchemas;
+
+#[async_trait::async_trait]
+impl Strategy for ResourceSchemas {
+    async fn prepare_for_store(
+        &self,
+        w: &WriteAttributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        match old {
+            Some(old) if old.get("spec") != obj.get("spec") => Err(invalid(
+                w.resource,
+                objects::name(obj),
+                "spec",
+                "Invalid value: \"object\": APIResourceSchema spec is immutable".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// APIExports: carry their path and an identity that never changes; their endpoint slice and
+/// the bindings to them follow their writes.
+struct Exports(Arc<Tenancy>);
+
+#[async_trait::async_trait]
+impl Strategy for Exports {
+    async fn prepare_for_store(
+        &self,
+        w: &WriteAttributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        self.0.set_path_annotation(w.cluster, obj);
+        let identity = export_identity(w.cluster, objects::name(obj));
+        obj["status"] = json!({"identityHash": identity});
+        if let Some(s) = old.and_then(|o| o.get("status")) {
+            if s.get("identityHash").is_some() {
+                obj["status"]["identityHash"] = s["identityHash"].clone();
+            }
+        }
+        Ok(())
+    }
+
+    async fn after_write(&self, _: &Resource, cluster: &str, stored: &Bytes, change: Change) {
+        if let Ok(obj) = objects::decode_stored(stored) {
+            self.0
+                .after_export_write(cluster, &obj, change == Change::Deleted)
+                .await;
+        }
+    }
+}
+
+/// APIBindings: need `bind` on their export, resolve it, and change what the cluster serves.
+struct Bindings(Arc<Tenancy>);
+
+#[async_trait::async_trait]
+impl Strategy for Bindings {
+    async fn prepare_for_store(
+        &self,
+        w: &WriteAttributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        self.0
+            .prepare_binding_write(w.cluster, obj, old, w.user)
+            .await
+    }
+
+    async fn after_write(&self, _: &Resource, cluster: &str, _: &Bytes, _: Change) {
+        if let Some(state) = self.0.state() {
+            reload_cluster_types(&state, cluster).await;
+        }
+    }
+}
