@@ -273,17 +273,7 @@ impl Admission for NamespaceLifecycle {
     }
 }
 
-#[async_trait::async_trait]
-impl WriteValidation for NamespaceLifecycle {
-    async fn validate(
-        &self,
-        _: &Attributes<'_>,
-        _: &Value,
-        _: Option<&Value>,
-    ) -> Result<(), ApiError> {
-        Ok(())
-    }
-}
+impl WriteValidation for NamespaceLifecycle {}
 
 /// The Namespace type: named as a DNS label, and deleted in two steps: marked Terminating,
 /// emptied, then removed.

@@ -62,29 +62,21 @@ pub struct Attributes<'a> {
 /// (kube's `ValidateObjectFunc`); the admission chain implements it.
 #[async_trait::async_trait]
 pub trait WriteValidation: Send + Sync {
-    /// Refuses the write, or lets it pass unchanged.
+    /// Refuses the write, or lets it pass unchanged (the default: a plugin that only mutates).
     async fn validate(
         &self,
-        attrs: &Attributes<'_>,
-        obj: &Value,
-        old: Option<&Value>,
-    ) -> Result<(), ApiError>;
+        _attrs: &Attributes<'_>,
+        _obj: &Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
 }
 
 /// Validation that lets every write pass (the server's own writes, tests).
 pub struct NoValidation;
 
-#[async_trait::async_trait]
-impl WriteValidation for NoValidation {
-    async fn validate(
-        &self,
-        _: &Attributes<'_>,
-        _: &Value,
-        _: Option<&Value>,
-    ) -> Result<(), ApiError> {
-        Ok(())
-    }
-}
+impl WriteValidation for NoValidation {}
 
 /// What one request writes, and how.
 #[derive(Clone, Copy)]
@@ -525,7 +517,8 @@ impl GenericStore {
                     ));
                 }
             }
-            let result = if strategy.marks_on_delete() || !objects::finalizers(&obj).is_empty() {
+            let marks = strategy.marks_on_delete() || !objects::finalizers(&obj).is_empty();
+            if marks {
                 if objects::is_deleting(&obj) {
                     return Ok(Deleted::Pending(current.value));
                 }
@@ -533,43 +526,39 @@ impl GenericStore {
                 m.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
                 m.insert("deletionGracePeriodSeconds".into(), json!(0));
                 strategy.begin_delete(&mut obj);
-                if w.dry_run {
-                    return Ok(Deleted::DryRun(obj));
-                }
-                match self
+            }
+            if w.dry_run {
+                return Ok(Deleted::DryRun(obj));
+            }
+            let encoded = objects::encoder(obj);
+            let written = match marks {
+                true => self
                     .store
-                    .update(key, current.mod_revision, objects::encoder(obj))
+                    .update(key, current.mod_revision, encoded)
                     .await
-                {
-                    Ok(kv) => {
-                        strategy
-                            .after_write(r, w.cluster, &kv.value, Change::DeleteBegun)
-                            .await;
-                        return Ok(Deleted::Pending(kv.value));
-                    }
-                    Err(e) => e,
-                }
-            } else {
-                if w.dry_run {
-                    return Ok(Deleted::DryRun(obj));
-                }
-                match self
+                    .map(|kv| kv.value),
+                false => self
                     .store
-                    .delete(key, current.mod_revision, objects::encoder(obj))
+                    .delete(key, current.mod_revision, encoded)
                     .await
-                {
-                    Ok(event) => {
-                        strategy
-                            .after_write(r, w.cluster, &event.value, Change::Deleted)
-                            .await;
-                        return Ok(Deleted::Gone(event.value));
-                    }
-                    Err(e) => e,
-                }
+                    .map(|event| event.value),
             };
-            match result {
-                StorageError::Conflict { .. } => {}
-                e => return Err(storage_status(w.gr(), &name, e)),
+            match written {
+                Ok(bytes) => {
+                    let change = if marks {
+                        Change::DeleteBegun
+                    } else {
+                        Change::Deleted
+                    };
+                    strategy.after_write(r, w.cluster, &bytes, change).await;
+                    return Ok(if marks {
+                        Deleted::Pending(bytes)
+                    } else {
+                        Deleted::Gone(bytes)
+                    });
+                }
+                Err(StorageError::Conflict { .. }) => {}
+                Err(e) => return Err(storage_status(w.gr(), &name, e)),
             }
             // Lost a race: read again and retry.
             current = match self.store.get(key).await {
