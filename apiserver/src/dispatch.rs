@@ -66,6 +66,8 @@ pub struct AppState {
     pub rbac: crate::authz::Rbac,
     /// What each user may make the server hold: unread list answers, open watches.
     pub budgets: Arc<crate::budget::Budgets>,
+    /// Platform Mesh's virtual workspaces (marketplace, content configurations).
+    pub views: Arc<crate::views::Views>,
 }
 
 /// What `AppState::new` needs beyond the store and the registry.
@@ -163,7 +165,13 @@ impl AppState {
                 catalog.clone(),
             )),
         ]));
+        let views = crate::views::Views::new(
+            store.clone(),
+            tenancy.clone(),
+            crate::views::ViewOptions::default(),
+        );
         Arc::new(AppState {
+            views,
             policies,
             rbac,
             budgets: Arc::new(crate::budget::Budgets::new(options.budgets)),
@@ -435,8 +443,9 @@ async fn route(
     }
     // The API surface the request sees: its cluster's, or an APIExport's virtual workspace.
     let mut forced_selector = None;
-    let view = match &info.virtual_workspace {
-        Some((export_cluster, export)) => {
+    let view = match (&info.virtual_workspace, info.view) {
+        (_, Some(kind)) => state.views.api(kind),
+        (Some((export_cluster, export)), None) => {
             match crate::tenancy::export_view(&state.tenancy, export_cluster, export).await {
                 Ok((view, identity)) => {
                     forced_selector = Some(format!(
@@ -449,7 +458,7 @@ async fn route(
                 Err(e) => return error_response(&e),
             }
         }
-        None => match &info.cluster {
+        (None, None) => match &info.cluster {
             ClusterTarget::Name(c) => state.catalog.view(c),
             ClusterTarget::Wildcard => state.catalog.builtin_view(),
         },
@@ -475,6 +484,19 @@ async fn route(
             } else {
                 Bytes::new()
             };
+            if let Some(kind) = info.view {
+                return serve_view(
+                    state,
+                    kind,
+                    view,
+                    info.cluster,
+                    rr,
+                    query,
+                    parts.headers,
+                    identity,
+                )
+                .await;
+            }
             if crate::reviews::is_review(&rr) {
                 let Some(id) = identity.as_deref() else {
                     return error_response(&ApiError::unauthorized());
@@ -537,6 +559,78 @@ async fn route(
             serve_non_resource(state, &view, other, accept.as_deref(), &query)
         }
     }
+}
+
+/// Serves a resource request of one of Platform Mesh's virtual workspaces: read-only, for one
+/// workspace, to a caller allowed to read what the view is computed from there.
+#[allow(clippy::too_many_arguments)]
+async fn serve_view(
+    state: &Arc<AppState>,
+    kind: crate::views::ViewKind,
+    view: Arc<crate::catalog::ApiView>,
+    cluster: ClusterTarget,
+    rr: request_info::ResourceRequest,
+    query: Query,
+    headers: http::HeaderMap,
+    identity: Option<Arc<crate::identity::Identity>>,
+) -> Response<Body> {
+    use request_info::Verb;
+    let Some(id) = identity.as_deref() else {
+        return error_response(&ApiError::unauthorized());
+    };
+    let ClusterTarget::Name(c) = &cluster else {
+        return error_response(&ApiError::bad_request(format!(
+            "the {} virtual workspace is computed for one workspace: name it (by name or path) instead of *",
+            kind.as_str()
+        )));
+    };
+    if !matches!(rr.verb, Verb::Get | Verb::List | Verb::Watch) {
+        let gr = crate::status::GroupResource::new(rr.group.clone(), rr.resource.clone());
+        return error_response(&ApiError::method_not_allowed(rr.verb.as_str(), &gr));
+    }
+    // Reading a view takes `list` (or `watch`) on what it is computed from, in that workspace.
+    let source = crate::views::Views::source(kind);
+    let needed = request_info::ResourceRequest {
+        group: source.group.clone(),
+        version: "v1alpha1".into(),
+        resource: source.resource.clone(),
+        namespace: None,
+        name: None,
+        subresource: None,
+        verb: if rr.verb == Verb::Watch {
+            Verb::Watch
+        } else {
+            Verb::List
+        },
+    };
+    if let Err(e) =
+        crate::authz::authorize(&state.rbac, crate::authz::Scope::Cluster(c), id, &needed).await
+    {
+        return error_response(&e);
+    }
+    if let Err(e) = state.views.check(kind, c).await {
+        return error_response(&e);
+    }
+    let mut scope = state.resource_scope();
+    scope.objects = Arc::new(crate::registry::GenericStore::new(
+        state.views.store(kind),
+        crate::registry::Strategies::default(),
+        state.objects.heavy().clone(),
+    ));
+    scope.admission = Arc::new(crate::admission::Chain::default());
+    handlers::serve(ResourceCall {
+        scope,
+        view,
+        virtual_workspace: false,
+        forced_selector: None,
+        cluster,
+        request: rr,
+        query,
+        headers,
+        body: Bytes::new(),
+        identity,
+    })
+    .await
 }
 
 /// How long a client may take to send a request body (a slow sender holds a request slot).

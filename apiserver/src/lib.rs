@@ -81,4 +81,5 @@ pub mod storage;
 pub mod strategic_merge;
 pub mod table;
 pub mod tenancy;
+pub mod views;
 pub mod webhook;

@@ -155,6 +155,35 @@ pub struct RequestInfo {
     /// `/services/apiexport/<cluster>/<export>/...`: the APIExport virtual workspace
     /// (the export's logical-cluster name and the export's name).
     pub virtual_workspace: Option<(String, String)>,
+    /// `/services/<view>/clusters/<cluster>/...`: one of Platform Mesh's virtual workspaces.
+    pub view: Option<ViewKind>,
+}
+
+/// Platform Mesh's virtual workspaces, computed views over a workspace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ViewKind {
+    /// `/services/contentconfigurations`: the UI content a workspace sees.
+    ContentConfigurations,
+    /// `/services/marketplace`: what providers offer a workspace.
+    Marketplace,
+}
+
+impl ViewKind {
+    /// The name in the URL.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ViewKind::ContentConfigurations => "contentconfigurations",
+            ViewKind::Marketplace => "marketplace",
+        }
+    }
+
+    fn from_url(name: &str) -> Option<ViewKind> {
+        match name {
+            "contentconfigurations" => Some(ViewKind::ContentConfigurations),
+            "marketplace" => Some(ViewKind::Marketplace),
+            _ => None,
+        }
+    }
 }
 
 /// Whether `s` is a valid logical-cluster name or path (`root`, `root:orgs:acme`, `system:admin`).
@@ -203,6 +232,7 @@ pub fn parse(method: &Method, raw_path: &str, watch_param: bool) -> Result<Reque
     let mut parts: &[String] = &segs;
     let mut cluster = ClusterTarget::Name(ROOT_CLUSTER.to_string());
     let mut virtual_workspace = None;
+    let mut view = None;
     if parts.first().map(String::as_str) == Some("services") {
         match parts {
             [_, kind, export_cluster, export, clusters, ..]
@@ -211,11 +241,18 @@ pub fn parse(method: &Method, raw_path: &str, watch_param: bool) -> Result<Reque
                 virtual_workspace = Some((export_cluster.clone(), export.clone()));
                 parts = &parts[4..];
             }
+            [_, kind, clusters, ..]
+                if clusters == "clusters" && ViewKind::from_url(kind).is_some() =>
+            {
+                view = ViewKind::from_url(kind);
+                parts = &parts[2..];
+            }
             _ => {
                 return Ok(RequestInfo {
                     cluster,
                     target: Target::Unknown,
                     virtual_workspace: None,
+                    view: None,
                 })
             }
         }
@@ -226,6 +263,7 @@ pub fn parse(method: &Method, raw_path: &str, watch_param: bool) -> Result<Reque
                 cluster,
                 target: Target::Unknown,
                 virtual_workspace,
+                view,
             });
         };
         cluster = if c == "*" {
@@ -244,6 +282,7 @@ pub fn parse(method: &Method, raw_path: &str, watch_param: bool) -> Result<Reque
         cluster,
         target,
         virtual_workspace,
+        view,
     })
 }
 

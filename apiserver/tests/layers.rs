@@ -61,7 +61,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "budget",
         ],
     ),
-    ("endpoints", &["handlers", "dispatch", "webhook", "reviews"]),
+    (
+        "endpoints",
+        &["handlers", "dispatch", "webhook", "reviews", "views"],
+    ),
     ("server", &["server"]),
 ];
 

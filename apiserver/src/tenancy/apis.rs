@@ -88,7 +88,7 @@ pub(super) fn prepare_crd(r: &Resource, obj: &mut Value) -> Result<(), ApiError>
 }
 
 /// A type description from a CRD-shaped spec (CRDs and APIResourceSchemas), one per served version.
-fn types_from_spec(spec: &Value) -> Vec<TypeInfo> {
+pub(crate) fn types_from_spec(spec: &Value) -> Vec<TypeInfo> {
     let names = &spec["names"];
     let s = |v: &Value| v.as_str().unwrap_or("").to_string();
     let kind = s(&names["kind"]);
