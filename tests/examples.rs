@@ -154,6 +154,8 @@ walkthrough! {
     workspaces_kubectl_1_33 => "workspaces", "1.33";
     service_accounts_kubectl_1_27 => "service-accounts", "1.27";
     service_accounts_kubectl_1_33 => "service-accounts", "1.33";
+    marketplace_kubectl_1_27 => "marketplace", "1.27";
+    marketplace_kubectl_1_33 => "marketplace", "1.33";
 }
 
 #[test]
