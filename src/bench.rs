@@ -50,6 +50,10 @@ pub struct BenchOptions {
     pub attack_list_mib: usize,
     /// Roles the attacks section creates in one workspace.
     pub attack_roles: usize,
+    /// ProviderMetadata of the views section (each offers 3 exports).
+    pub view_providers: usize,
+    /// APIBindings of the views section's contentconfigurations workspace.
+    pub view_bindings: usize,
     /// Attacks to run (all when empty): see [`crate::bench_attacks::KINDS`].
     pub attacks: Vec<String>,
     /// Sections to run (all when empty): see [`SECTIONS`].
@@ -266,6 +270,7 @@ pub const SECTIONS: &[&str] = &[
     "broker",
     "etcd",
     "attacks",
+    "views",
 ];
 
 pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
@@ -319,6 +324,9 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     }
     if wanted("attacks") {
         rows.extend(crate::bench_attacks::attacks(&opts, &tmp).await?);
+    }
+    if wanted("views") {
+        rows.extend(crate::bench_views::views(&opts, &tmp).await?);
     }
     let _ = std::fs::remove_dir_all(&tmp);
     println!();

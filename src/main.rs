@@ -12,6 +12,7 @@ mod bench_attacks;
 mod bench_broker;
 #[cfg(feature = "etcd")]
 mod bench_scale;
+mod bench_views;
 mod broker;
 mod delegation;
 mod operator;
@@ -92,6 +93,12 @@ enum Command {
         /// Roles the attacks section creates in one workspace before loading it.
         #[arg(long, default_value_t = 3_000)]
         attack_roles: usize,
+        /// ProviderMetadata of the views section, each offering 3 APIExports.
+        #[arg(long, default_value_t = 1_000)]
+        view_providers: usize,
+        /// APIBindings of the workspace whose contentconfigurations the views section lists.
+        #[arg(long, default_value_t = 100)]
+        view_bindings: usize,
         /// Run only these attacks of the attacks section (comma-separated; all when empty).
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench_attacks::KINDS))]
         attack: Vec<String>,
@@ -440,6 +447,8 @@ fn main() -> anyhow::Result<()> {
             watch_rate,
             attack_list_mib,
             attack_roles,
+            view_providers,
+            view_bindings,
             attack,
             only,
         } => {
@@ -462,6 +471,8 @@ fn main() -> anyhow::Result<()> {
                 watch_rate,
                 attack_list_mib,
                 attack_roles,
+                view_providers,
+                view_bindings,
                 attacks: attack,
                 only,
             }))

@@ -71,7 +71,20 @@ pub struct Views {
     options: ViewOptions,
     content: OnceLock<Arc<ApiView>>,
     marketplace: OnceLock<Arc<ApiView>>,
+    /// The last views computed, by view, cluster and revision: the pages of one list, and the
+    /// watchers of one workspace, share one computation.
+    computed: std::sync::Mutex<std::collections::VecDeque<(CacheKey, Arc<store::Keyed>)>>,
+    /// What the views need of each source object, by key and revision.
+    summaries: std::sync::Mutex<compute::Summaries>,
+    /// The marketplace entries last computed for each workspace, with what they were made from.
+    entries: std::sync::Mutex<std::collections::HashMap<String, compute::Entries>>,
 }
+
+/// What a computed view is remembered by.
+type CacheKey = (ViewKind, String, crate::storage::Revision);
+
+/// How many computed views are remembered.
+const COMPUTED_VIEWS: usize = 4;
 
 impl Views {
     /// The views over `store`, with workspace paths from `tenancy`.
@@ -82,7 +95,28 @@ impl Views {
             options,
             content: OnceLock::new(),
             marketplace: OnceLock::new(),
+            computed: std::sync::Mutex::default(),
+            summaries: std::sync::Mutex::default(),
+            entries: std::sync::Mutex::default(),
         })
+    }
+
+    fn remembered(&self, key: &CacheKey) -> Option<Arc<store::Keyed>> {
+        let computed = self.computed.lock().ok()?;
+        computed
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn remember(&self, key: CacheKey, view: Arc<store::Keyed>) {
+        if let Ok(mut computed) = self.computed.lock() {
+            computed.retain(|(k, _)| *k != key);
+            if computed.len() >= COMPUTED_VIEWS {
+                computed.pop_front();
+            }
+            computed.push_back((key, view));
+        }
     }
 
     /// The options the views were built with.

@@ -42,7 +42,7 @@ pub struct ViewStore {
 }
 
 /// A view's objects by key.
-type Keyed = BTreeMap<String, KeyValue>;
+pub(super) type Keyed = BTreeMap<String, KeyValue>;
 
 fn read_only() -> StorageError {
     StorageError::Backend("a virtual workspace view is read-only".into())
@@ -79,23 +79,28 @@ impl ViewStore {
     }
 
     /// The view of `cluster` at `at`, each object with its own resourceVersion.
-    async fn contents(&self, cluster: &str, at: Revision) -> Result<Keyed, StorageError> {
+    async fn contents(&self, cluster: &str, at: Revision) -> Result<Arc<Keyed>, StorageError> {
+        let cache_key = (self.kind, cluster.to_string(), at);
+        if let Some(hit) = self.views.remembered(&cache_key) {
+            return Ok(hit);
+        }
         let computed = self.views.compute(self.kind, cluster, at).await?;
-        Ok(computed
+        let keyed: Keyed = computed
             .into_iter()
             .map(|(name, c)| {
                 let key = format!("{}{cluster}/{name}", self.prefix);
-                let mut v = c.value;
-                meta_mut(&mut v).insert("resourceVersion".into(), json!(c.revision.to_string()));
                 let kv = KeyValue {
                     key: key.as_str().into(),
-                    value: Bytes::from(serde_json::to_vec(&v).unwrap_or_default()),
+                    value: c.value,
                     create_revision: c.revision,
                     mod_revision: c.revision,
                 };
                 (key, kv)
             })
-            .collect())
+            .collect();
+        let keyed = Arc::new(keyed);
+        self.views.remember(cache_key, keyed.clone());
+        Ok(keyed)
     }
 
     fn base(&self) -> &dyn Store {
@@ -152,7 +157,7 @@ impl Store for ViewStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
         let cluster = self.cluster_of(key)?;
         let at = self.base().current_revision();
-        Ok(self.contents(cluster, at).await?.remove(key))
+        Ok(self.contents(cluster, at).await?.get(key).cloned())
     }
 
     async fn list(&self, opts: ListOptions<'_>) -> Result<ListPage, StorageError> {
@@ -166,10 +171,20 @@ impl Store for ViewStore {
             None => current,
         };
         let contents = self.contents(cluster, at).await?;
+        let start = match opts.start_after {
+            Some(after) if after >= opts.prefix => std::ops::Bound::Excluded(after),
+            _ => std::ops::Bound::Included(opts.prefix),
+        };
+        let take = if opts.limit == 0 {
+            usize::MAX
+        } else {
+            opts.limit + 1
+        };
         let mut items: Vec<KeyValue> = contents
-            .into_values()
-            .filter(|kv| kv.key.starts_with(opts.prefix))
-            .filter(|kv| opts.start_after.is_none_or(|after| &*kv.key > after))
+            .range::<str, _>((start, std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(opts.prefix))
+            .take(take)
+            .map(|(_, kv)| kv.clone())
             .collect();
         let more = opts.limit > 0 && items.len() > opts.limit;
         if more {
