@@ -297,6 +297,38 @@ fn reference(file: &str) -> String {
 }
 
 /// Runs kubectl with `kubeconfig`; (success, stdout + stderr).
+/// Runs `kubectl.<version>` (beside the kubectl on PATH) with `kubeconfig`.
+async fn kubectl_version(version: &str, kubeconfig: &str, args: &[&str]) -> (bool, String) {
+    let which = std::process::Command::new("sh")
+        .args(["-c", "readlink -f \"$(command -v kubectl)\""])
+        .output()
+        .expect("find kubectl");
+    let bin = std::path::PathBuf::from(String::from_utf8_lossy(&which.stdout).trim())
+        .parent()
+        .expect("kubectl directory")
+        .join(format!("kubectl.{version}"));
+    assert!(bin.exists(), "{} is not installed", bin.display());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, kubeconfig).unwrap();
+    let out = tokio::process::Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(&path)
+        .env("HOME", dir.path())
+        .args(args)
+        .output()
+        .await
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 pub(super) async fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig");
@@ -677,6 +709,66 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
     assert!(ok, "provider1 reads its export's virtual workspace: {out}");
     let core_admin = env.secret_kubeconfig("core-admin-kubeconfig").await;
     assert!(core_admin.contains("/services/apiexport/"), "{core_admin}");
+
+    // The default connections of the portal and the marketplace reach Platform Mesh's virtual
+    // workspaces: with a workspace after them (as the portal and the gateway add it), kubectl
+    // 1.27 and 1.33 list, get and watch both views.
+    for (secret, service, resource) in [
+        (
+            "portal-kubeconfig",
+            "/services/contentconfigurations",
+            "contentconfigurations",
+        ),
+        (
+            "virtual-workspace-clusteraccess-kubeconfig",
+            "/services/marketplace",
+            "marketplaceentries",
+        ),
+    ] {
+        let text = env.secret_kubeconfig(secret).await;
+        let kc: Kubeconfig = Kubeconfig::from_yaml(&text).unwrap();
+        let server = kc.clusters[0]
+            .cluster
+            .as_ref()
+            .unwrap()
+            .server
+            .clone()
+            .unwrap();
+        assert!(server.ends_with(service), "{secret}: {server}");
+        let view = format!("{server}/clusters/root:orgs:extra1");
+        for version in ["1.27", "1.33"] {
+            let (ok, out) =
+                kubectl_version(version, &text, &["--server", &view, "get", resource]).await;
+            assert!(ok, "{secret}, kubectl {version}: {out}");
+            let (ok, out) = kubectl_version(
+                version,
+                &text,
+                &[
+                    "--server",
+                    &view,
+                    "get",
+                    resource,
+                    "--watch",
+                    "--request-timeout=1s",
+                ],
+            )
+            .await;
+            assert!(
+                !out.contains("Forbidden") && !out.contains("NotFound"),
+                "{secret}, kubectl {version} watches: {ok} {out}"
+            );
+            let (ok, out) = kubectl_version(
+                version,
+                &text,
+                &["--server", &view, "get", resource, "nothing"],
+            )
+            .await;
+            assert!(
+                !ok && out.contains("NotFound"),
+                "{secret}, kubectl {version}: {out}"
+            );
+        }
+    }
 
     // 5. Feature toggles off and on again.
     env.patch_spec(
