@@ -1,15 +1,16 @@
 //! kcp-style tenancy end to end with kube-rs: workspaces, an exported Widget API bound in two
 //! organisations, and a controller's view through the APIExport virtual workspace.
 
+mod common;
+
 use std::time::Duration;
 
-use apiserver::server::{start, RunningServer, ServeOptions, StoreKind};
 use futures::StreamExt;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Client, Config};
+use kube::Client;
 use serde_json::{json, Value};
 
 const SCHEMA: &str = include_str!("../examples/workspaces/widget-schema.yaml");
@@ -29,44 +30,7 @@ fn widgets() -> ApiResource {
     ar("example.platform-mesh.io", "v1", "Widget", "widgets")
 }
 
-struct Env {
-    server: RunningServer,
-    config: Config,
-    _dir: tempfile::TempDir,
-}
-
-impl Env {
-    async fn start() -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut opts = ServeOptions::new(
-            "127.0.0.1:0".parse().expect("addr"),
-            dir.path().join("data"),
-        );
-        opts.store = StoreKind::Memory;
-        let server = start(opts).await.expect("start");
-        let kubeconfig =
-            kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("kubeconfig");
-        let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .expect("config");
-        Env {
-            server,
-            config,
-            _dir: dir,
-        }
-    }
-
-    /// A client whose base URL is `url` (a workspace or a virtual workspace URL).
-    fn client_at(&self, url: &str) -> Client {
-        let mut c = self.config.clone();
-        c.cluster_url = url.parse().expect("url");
-        Client::try_from(c).expect("client")
-    }
-
-    fn client(&self, path: &str) -> Client {
-        self.client_at(&format!("https://{}/clusters/{path}", self.server.address))
-    }
-}
+use common::KubeEnv as Env;
 
 fn obj(yaml: &str) -> DynamicObject {
     let v: Value = serde_saphyr::from_str(yaml).expect("yaml");

@@ -6,13 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use apiserver::server::{start, RunningServer, ServeOptions, StoreKind};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{
     Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Client, Config};
+use kube::Client;
 use serde_json::{json, Value};
 
 const CONTENT_SCHEMA: &str = include_str!(
@@ -58,41 +57,20 @@ fn obj(v: Value) -> DynamicObject {
     serde_json::from_value(v).expect("object")
 }
 
-struct Env {
-    server: RunningServer,
-    config: Config,
-    dir: tempfile::TempDir,
+/// The shared in-process server, with what these tests do with it.
+struct Env(common::KubeEnv);
+
+impl std::ops::Deref for Env {
+    type Target = common::KubeEnv;
+
+    fn deref(&self) -> &common::KubeEnv {
+        &self.0
+    }
 }
 
 impl Env {
     async fn start() -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut opts = ServeOptions::new(
-            "127.0.0.1:0".parse().expect("addr"),
-            dir.path().join("data"),
-        );
-        opts.store = StoreKind::Memory;
-        let server = start(opts).await.expect("start");
-        let kubeconfig =
-            kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("kubeconfig");
-        let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .expect("config");
-        Env {
-            server,
-            config,
-            dir,
-        }
-    }
-
-    fn client_at(&self, url: &str) -> Client {
-        let mut c = self.config.clone();
-        c.cluster_url = url.parse().expect("url");
-        Client::try_from(c).expect("client")
-    }
-
-    fn client(&self, path: &str) -> Client {
-        self.client_at(&format!("https://{}/clusters/{path}", self.server.address))
+        Env(common::KubeEnv::start().await)
     }
 
     /// A client of view `view` for workspace `path` (a path or a logical-cluster name).

@@ -294,3 +294,45 @@ pub async fn in_process_with(
     .expect("client");
     (running, client, dir)
 }
+
+/// A server started in this process on the memory store, with kube-rs clients of any workspace
+/// or virtual-workspace URL as its admin.
+pub struct KubeEnv {
+    pub server: apiserver::server::RunningServer,
+    pub config: kube::Config,
+    pub dir: tempfile::TempDir,
+}
+
+impl KubeEnv {
+    pub async fn start() -> KubeEnv {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut opts = apiserver::server::ServeOptions::new(
+            "127.0.0.1:0".parse().expect("addr"),
+            dir.path().join("data"),
+        );
+        opts.store = apiserver::server::StoreKind::Memory;
+        let server = apiserver::server::start(opts).await.expect("start");
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("config");
+        KubeEnv {
+            server,
+            config,
+            dir,
+        }
+    }
+
+    /// A client whose base URL is `url` (a workspace or a virtual workspace URL).
+    pub fn client_at(&self, url: &str) -> kube::Client {
+        let mut c = self.config.clone();
+        c.cluster_url = url.parse().expect("url");
+        kube::Client::try_from(c).expect("client")
+    }
+
+    /// A client of workspace `path`.
+    pub fn client(&self, path: &str) -> kube::Client {
+        self.client_at(&format!("https://{}/clusters/{path}", self.server.address))
+    }
+}

@@ -308,32 +308,20 @@ async fn kubectl_version(version: &str, kubeconfig: &str, args: &[&str]) -> (boo
         .expect("kubectl directory")
         .join(format!("kubectl.{version}"));
     assert!(bin.exists(), "{} is not installed", bin.display());
+    run_kubectl(&bin, kubeconfig, args).await
+}
+
+pub(super) async fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String) {
+    run_kubectl(std::path::Path::new("kubectl"), kubeconfig, args).await
+}
+
+/// Runs kubectl `bin` with `kubeconfig` (in a file of its own) and `args`: whether it succeeded,
+/// and its output.
+async fn run_kubectl(bin: &std::path::Path, kubeconfig: &str, args: &[&str]) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, kubeconfig).unwrap();
     let out = tokio::process::Command::new(bin)
-        .arg("--kubeconfig")
-        .arg(&path)
-        .env("HOME", dir.path())
-        .args(args)
-        .output()
-        .await
-        .expect("kubectl runs");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-pub(super) async fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("kubeconfig");
-    std::fs::write(&path, kubeconfig).unwrap();
-    let out = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&path)
         .args(args)
