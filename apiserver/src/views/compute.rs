@@ -346,7 +346,7 @@ impl Views {
             .entries
             .lock()
             .ok()
-            .and_then(|mut e| e.remove(cluster))
+            .and_then(|mut e| e.take(cluster))
             .unwrap_or_default();
         let mut kept = Entries::new();
         let mut out = Contents::new();
@@ -384,10 +384,7 @@ impl Views {
             }
         }
         if let Ok(mut e) = self.entries.lock() {
-            if e.len() >= ENTRY_WORKSPACES {
-                e.clear();
-            }
-            e.insert(cluster.to_string(), kept);
+            e.keep(cluster, kept);
         }
         Ok(out)
     }
@@ -400,8 +397,41 @@ pub(super) type EntrySources = (Revision, Revision, Option<(Revision, String)>);
 /// A workspace's marketplace entries by name, with what each was made from.
 pub(super) type Entries = HashMap<String, (EntrySources, Bytes)>;
 
-/// The workspaces whose entries are kept between computations.
-const ENTRY_WORKSPACES: usize = 64;
+/// The most bytes of entries kept between computations, all workspaces together; beyond, the
+/// kept entries are dropped and built again when next needed.
+const ENTRY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The marketplace entries last computed for each workspace.
+#[derive(Default)]
+pub(super) struct EntryCache {
+    by_cluster: HashMap<String, (Entries, usize)>,
+    bytes: usize,
+}
+
+impl EntryCache {
+    fn take(&mut self, cluster: &str) -> Option<Entries> {
+        let (entries, bytes) = self.by_cluster.remove(cluster)?;
+        self.bytes -= bytes;
+        Some(entries)
+    }
+
+    fn keep(&mut self, cluster: &str, entries: Entries) {
+        let bytes: usize = entries
+            .iter()
+            .map(|(name, (_, b))| name.len() + b.len() + 64)
+            .sum();
+        if bytes > ENTRY_BYTES {
+            return;
+        }
+        if self.bytes + bytes > ENTRY_BYTES {
+            self.by_cluster.clear();
+            self.bytes = 0;
+        }
+        self.bytes += bytes;
+        self.by_cluster
+            .insert(cluster.to_string(), (entries, bytes));
+    }
+}
 
 /// One MarketplaceEntry, encoded.
 fn entry(

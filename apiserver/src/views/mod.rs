@@ -77,7 +77,7 @@ pub struct Views {
     /// What the views need of each source object, by key and revision.
     summaries: std::sync::Mutex<compute::Summaries>,
     /// The marketplace entries last computed for each workspace, with what they were made from.
-    entries: std::sync::Mutex<std::collections::HashMap<String, compute::Entries>>,
+    entries: std::sync::Mutex<compute::EntryCache>,
 }
 
 /// What a computed view is remembered by.
