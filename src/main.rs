@@ -201,6 +201,24 @@ struct ServeArgs {
     /// Objects one workspace may hold; creates beyond it get 403 (0: no limit).
     #[arg(long, default_value_t = 0)]
     max_objects_per_workspace: usize,
+    /// The label naming the entity type a ContentConfiguration is for (virtual workspaces).
+    #[arg(long, default_value = "ui.platform-mesh.io/entity")]
+    entity_label: String,
+    /// The label naming the APIExport or ProviderMetadata content is for (virtual workspaces).
+    #[arg(long, default_value = "ui.platform-mesh.io/content-for")]
+    content_for_label: String,
+    /// The entity type of a workspace right below `orgs` (virtual workspaces).
+    #[arg(long, default_value = "main")]
+    main_entity_name: String,
+    /// The entity type of the workspaces below an organization (virtual workspaces).
+    #[arg(long, default_value = "core_platform-mesh_io_account")]
+    account_entity_name: String,
+    /// The workspace of the core APIExport and of the platform's own content.
+    #[arg(long, default_value = "root:platform-mesh-system")]
+    resource_schema_workspace: String,
+    /// The APIExport that serves ContentConfigurations and ProviderMetadata.
+    #[arg(long, default_value = "core.platform-mesh.io")]
+    resource_apiexport_endpointslice_name: String,
     /// Open watches one user may have (429 beyond; system:masters exempt; 0: no limit).
     #[arg(long, default_value_t = apiserver::budget::DEFAULT_WATCHES_PER_USER)]
     max_watches_per_user: usize,
@@ -272,6 +290,14 @@ impl ServeArgs {
         opts.max_requests_in_flight = self.max_requests_inflight;
         opts.request_timeout = std::time::Duration::from_secs(self.request_timeout.max(1));
         opts.max_objects_per_workspace = self.max_objects_per_workspace;
+        opts.views = apiserver::views::ViewOptions {
+            entity_label: self.entity_label,
+            content_for_label: self.content_for_label,
+            main_entity: self.main_entity_name,
+            account_entity: self.account_entity_name,
+            provider_workspace: self.resource_schema_workspace,
+            core_export: self.resource_apiexport_endpointslice_name,
+        };
         opts.budgets = apiserver::budget::BudgetLimits {
             list_bytes_per_user: self.max_list_bytes_per_user,
             list_bytes: self.max_list_bytes,

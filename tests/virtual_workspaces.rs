@@ -73,6 +73,10 @@ impl Env {
         Env(common::KubeEnv::start().await)
     }
 
+    async fn start_with(adjust: impl FnOnce(&mut apiserver::server::ServeOptions)) -> Env {
+        Env(common::KubeEnv::start_with(adjust).await)
+    }
+
     /// A client of view `view` for workspace `path` (a path or a logical-cluster name).
     fn view(&self, view: &str, path: &str) -> Client {
         self.client_at(&format!(
@@ -186,11 +190,8 @@ impl Env {
     }
 }
 
-/// The world of these tests: the core export in `root:platform-mesh-system`, an organization
-/// `acme` with an account `team`, a provider `widgets` offering the Widget API with content for
-/// organizations and accounts, and content of each kind in each place.
-async fn world() -> Env {
-    let env = Env::start().await;
+/// The core export in `root:platform-mesh-system`, bound there and in `bound` workspaces.
+async fn core(env: &Env, bound: &[&str]) {
     let system = "root:platform-mesh-system";
     for schema in [CONTENT_SCHEMA, PROVIDER_SCHEMA] {
         env.create(
@@ -215,18 +216,30 @@ async fn world() -> Env {
                    "v1alpha1.providermetadatas.ui.platform-mesh.io"]}}),
     )
     .await;
+    for ws in std::iter::once(&system).chain(bound) {
+        env.bind(ws, "core", system, "core.platform-mesh.io").await;
+    }
+}
+
+/// The world of these tests: the core export in `root:platform-mesh-system`, an organization
+/// `acme` with an account `team`, a provider `widgets` offering the Widget API with content for
+/// organizations and accounts, and content of each kind in each place.
+async fn world() -> Env {
+    let env = Env::start().await;
+    let system = "root:platform-mesh-system";
     env.workspace("root:orgs", "acme", "organization").await;
     env.workspace("root:orgs:acme", "team", "account").await;
     env.workspace("root:orgs", "lonely", "organization").await;
     env.workspace("root:providers", "widgets", "provider").await;
-    for ws in [
-        system,
-        "root:orgs:acme",
-        "root:orgs:acme:team",
-        "root:providers:widgets",
-    ] {
-        env.bind(ws, "core", system, "core.platform-mesh.io").await;
-    }
+    core(
+        &env,
+        &[
+            "root:orgs:acme",
+            "root:orgs:acme:team",
+            "root:providers:widgets",
+        ],
+    )
+    .await;
 
     // The platform's own content, for organizations and for accounts.
     env.content(system, "main-home", json!({ENTITY: "main"}), true)
@@ -645,4 +658,31 @@ fn kubectl_1_27_lists_gets_and_discovers_both_views() {
 #[test]
 fn kubectl_1_33_lists_gets_and_discovers_both_views() {
     kubectl_sees_both_views("1.33");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_views_follow_upstreams_flags() {
+    let env = Env::start_with(|o| {
+        o.views.entity_label = "example.io/for".into();
+        o.views.main_entity = "org".into();
+    })
+    .await;
+    env.workspace("root:orgs", "acme", "organization").await;
+    core(&env, &["root:orgs:acme"]).await;
+    let system = "root:platform-mesh-system";
+    env.content(system, "org-home", json!({"example.io/for": "org"}), true)
+        .await;
+    env.content(system, "main-home", json!({ENTITY: "main"}), true)
+        .await;
+    let got = names(
+        env.view("contentconfigurations", "root:orgs:acme"),
+        &contents(),
+        &ListParams::default(),
+    )
+    .await;
+    assert_eq!(
+        got,
+        ["org-home"],
+        "the entity label and name come from the flags"
+    );
 }

@@ -87,6 +87,8 @@ pub struct StateOptions {
     pub extra_metrics: Option<crate::metrics::ExtraMetrics>,
     /// Per-user budgets of unread list answers and open watches.
     pub budgets: crate::budget::BudgetLimits,
+    /// The labels, entity names and core export of Platform Mesh's virtual workspaces.
+    pub views: crate::views::ViewOptions,
 }
 
 impl StateOptions {
@@ -100,6 +102,7 @@ impl StateOptions {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             extra_metrics: None,
             budgets: crate::budget::BudgetLimits::default(),
+            views: crate::views::ViewOptions::default(),
         }
     }
 }
@@ -165,11 +168,7 @@ impl AppState {
                 catalog.clone(),
             )),
         ]));
-        let views = crate::views::Views::new(
-            store.clone(),
-            tenancy.clone(),
-            crate::views::ViewOptions::default(),
-        );
+        let views = crate::views::Views::new(store.clone(), tenancy.clone(), options.views);
         Arc::new(AppState {
             views,
             policies,

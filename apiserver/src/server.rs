@@ -300,6 +300,9 @@ pub struct ServeOptions {
     pub extra_metrics: Option<crate::metrics::ExtraMetrics>,
     /// Per-user budgets: unread list answers, open watches.
     pub budgets: crate::budget::BudgetLimits,
+    /// Upstream's flags of Platform Mesh's virtual workspaces (labels, entity names, the core
+    /// export and its workspace).
+    pub views: crate::views::ViewOptions,
 }
 
 impl ServeOptions {
@@ -328,6 +331,7 @@ impl ServeOptions {
             request_timeout: crate::dispatch::DEFAULT_REQUEST_TIMEOUT,
             extra_metrics: None,
             budgets: crate::budget::BudgetLimits::default(),
+            views: crate::views::ViewOptions::default(),
         }
     }
 }
@@ -500,6 +504,7 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
             request_timeout: opts.request_timeout,
             extra_metrics: opts.extra_metrics.clone(),
             budgets: opts.budgets,
+            views: opts.views.clone(),
         },
     );
     state

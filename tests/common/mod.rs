@@ -305,12 +305,18 @@ pub struct KubeEnv {
 
 impl KubeEnv {
     pub async fn start() -> KubeEnv {
+        Self::start_with(|_| {}).await
+    }
+
+    /// [`KubeEnv::start`] with adjusted options.
+    pub async fn start_with(adjust: impl FnOnce(&mut apiserver::server::ServeOptions)) -> KubeEnv {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut opts = apiserver::server::ServeOptions::new(
             "127.0.0.1:0".parse().expect("addr"),
             dir.path().join("data"),
         );
         opts.store = apiserver::server::StoreKind::Memory;
+        adjust(&mut opts);
         let server = apiserver::server::start(opts).await.expect("start");
         let kubeconfig =
             kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("kubeconfig");
