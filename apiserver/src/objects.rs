@@ -242,18 +242,21 @@ pub fn prepare_for_update(
     let mut causes = Vec::new();
     {
         let new_meta = meta_mut(new);
-        for f in ["uid", "creationTimestamp"] {
-            match (new_meta.get(f), old_meta.get(f)) {
-                (None, Some(v)) | (Some(Value::Null), Some(v)) => {
-                    new_meta.insert(f.into(), v.clone());
-                }
-                (Some(n), Some(o)) if n != o => causes.push(Cause {
-                    reason: "FieldValueInvalid".into(),
-                    message: format!("Invalid value: {}: field is immutable", render(n)),
-                    field: format!("metadata.{f}"),
-                }),
-                _ => {}
+        match (new_meta.get("uid"), old_meta.get("uid")) {
+            (None, Some(v)) | (Some(Value::Null), Some(v)) => {
+                new_meta.insert("uid".into(), v.clone());
             }
+            (Some(n), Some(o)) if n != o => causes.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!("Invalid value: {}: field is immutable", render(n)),
+                field: "metadata.uid".into(),
+            }),
+            _ => {}
+        }
+        // As kube-apiserver: the stored creation time stays, whatever the client sends back
+        // (the official JavaScript client sends it with milliseconds).
+        if let Some(created) = old_meta.get("creationTimestamp") {
+            new_meta.insert("creationTimestamp".into(), created.clone());
         }
         for f in [
             "deletionTimestamp",
@@ -460,6 +463,23 @@ mod tests {
             "{}",
             err.message
         );
+    }
+
+    #[test]
+    fn the_stored_creation_time_stays_whatever_an_update_sends() {
+        let r = resource("configmaps");
+        let old = json!({"metadata": {"name": "a", "uid": "u1",
+            "creationTimestamp": "2026-11-26T04:08:01Z"}});
+        for sent in [
+            json!("2026-11-26T04:08:01.000Z"),
+            json!("1999-01-01T00:00:00Z"),
+            Value::Null,
+        ] {
+            let mut new =
+                json!({"metadata": {"name": "a", "uid": "u1", "creationTimestamp": sent}});
+            prepare_for_update(&mut new, &old, &r, WritePart::Main).expect("accepted");
+            assert_eq!(new["metadata"]["creationTimestamp"], "2026-11-26T04:08:01Z");
+        }
     }
 
     #[test]
