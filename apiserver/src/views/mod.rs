@@ -74,6 +74,8 @@ pub struct Views {
     /// The last views computed, by view, cluster and revision: the pages of one list, and the
     /// watchers of one workspace, share one computation.
     computed: std::sync::Mutex<std::collections::VecDeque<(CacheKey, Arc<store::Keyed>)>>,
+    /// Held while a view is computed (see `ViewStore::contents`).
+    computing: tokio::sync::Mutex<()>,
     /// What the views need of each source object, by key and revision.
     summaries: std::sync::Mutex<compute::Summaries>,
     /// The marketplace entries last computed for each workspace, with what they were made from.
@@ -96,6 +98,7 @@ impl Views {
             content: OnceLock::new(),
             marketplace: OnceLock::new(),
             computed: std::sync::Mutex::default(),
+            computing: tokio::sync::Mutex::new(()),
             summaries: std::sync::Mutex::default(),
             entries: std::sync::Mutex::default(),
         })

@@ -84,6 +84,13 @@ impl ViewStore {
         if let Some(hit) = self.views.remembered(&cache_key) {
             return Ok(hit);
         }
+        // One computation at a time: many watchers woken by one change (or many requests at
+        // once) wait for the first to compute and take its result, instead of computing it again
+        // each, so a tenant's watches cannot multiply the server's work.
+        let _turn = self.views.computing.lock().await;
+        if let Some(hit) = self.views.remembered(&cache_key) {
+            return Ok(hit);
+        }
         let computed = self.views.compute(self.kind, cluster, at).await?;
         let keyed: Keyed = computed
             .into_iter()
