@@ -8,21 +8,31 @@ use std::process::Command;
 
 use common::Server;
 
-/// Runs `tests/peers/js/<program>` with Node.js against a fresh server; returns its output.
-fn node(program: &str) -> String {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/js");
+/// Runs `program` of `tests/peers/<peer>` with `interpreter` (relative to that directory, or on
+/// PATH) against a fresh server; returns its output. `installed` is what the peer's install puts
+/// there (scripts/test installs it).
+fn run_peer(peer: &str, interpreter: &str, installed: &str, program: &str) -> String {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/peers")
+        .join(peer);
     assert!(
-        dir.join("node_modules/@kubernetes/client-node").exists(),
-        "the JavaScript client is not installed: run `npm ci` in {} (scripts/test does)",
+        dir.join(installed).exists(),
+        "the {peer} client is not installed in {} (scripts/test installs it)",
         dir.display()
     );
     let server = Server::start();
-    let out = Command::new("node")
+    let local = dir.join(interpreter);
+    let interpreter = if local.exists() {
+        local
+    } else {
+        PathBuf::from(interpreter)
+    };
+    let out = Command::new(interpreter)
         .arg(program)
         .current_dir(&dir)
         .env("KUBECONFIG", &server.kubeconfig)
         .output()
-        .expect("node runs");
+        .expect("the peer runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -34,13 +44,42 @@ fn node(program: &str) -> String {
 
 #[test]
 fn the_javascript_client_creates_reads_replaces_lists_watches_and_deletes() {
-    let out = node("configmaps.mjs");
+    let out = run_peer(
+        "js",
+        "node",
+        "node_modules/@kubernetes/client-node",
+        "configmaps.mjs",
+    );
     let steps: Vec<&str> = out.lines().collect();
     assert_eq!(
         steps,
         [
             "ok create",
             "ok read-modify-replace",
+            "ok list",
+            "ok watch",
+            "ok invalid",
+            "ok delete"
+        ],
+        "{out}"
+    );
+}
+
+#[test]
+fn the_python_client_creates_reads_replaces_patches_lists_watches_and_deletes() {
+    let out = run_peer(
+        "python",
+        ".venv/bin/python",
+        ".venv/bin/python",
+        "configmaps.py",
+    );
+    let steps: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        steps,
+        [
+            "ok create",
+            "ok read-modify-replace",
+            "ok patch",
             "ok list",
             "ok watch",
             "ok invalid",
