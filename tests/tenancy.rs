@@ -37,34 +37,6 @@ fn obj(yaml: &str) -> DynamicObject {
     serde_json::from_value(v).expect("object")
 }
 
-/// Creates a workspace of type `ty` (a name in `root`, or `<path>:<name>`) and waits for it.
-async fn create_workspace(env: &Env, parent: &str, name: &str, ty: &str) -> String {
-    let api: Api<DynamicObject> = Api::all_with(env.client(parent), &workspaces());
-    let ty = match ty.rsplit_once(':') {
-        Some((path, n)) => json!({"name": n, "path": path}),
-        None => json!({"name": ty}),
-    };
-    let ws: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-        "metadata": {"name": name}, "spec": {"type": ty},
-    }))
-    .expect("workspace");
-    api.create(&PostParams::default(), &ws)
-        .await
-        .expect("create workspace");
-    for _ in 0..100 {
-        let got = api.get(name).await.expect("get workspace");
-        if got.data["status"]["phase"] == "Ready" {
-            return got.data["spec"]["cluster"]
-                .as_str()
-                .expect("cluster")
-                .to_string();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("workspace {parent}:{name} never became Ready");
-}
-
 async fn create_widget(client: Client, name: &str) {
     let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &widgets());
     let w: DynamicObject = serde_json::from_value(json!({
@@ -80,9 +52,9 @@ async fn create_widget(client: Client, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn widgets_of_every_bound_workspace_through_the_virtual_workspace() {
     let env = Env::start().await;
-    let acme = create_workspace(&env, "root:orgs", "acme", "organization").await;
-    let beta = create_workspace(&env, "root:orgs", "beta", "organization").await;
-    create_workspace(&env, "root:providers", "widgets", "provider").await;
+    let acme = env.workspace("root:orgs", "acme", "organization").await;
+    let beta = env.workspace("root:orgs", "beta", "organization").await;
+    env.workspace("root:providers", "widgets", "provider").await;
 
     // The provider exports the Widget API.
     let provider = env.client("root:providers:widgets");
@@ -280,7 +252,7 @@ async fn widgets_of_every_bound_workspace_through_the_virtual_workspace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
     let env = Env::start().await;
-    create_workspace(&env, "root:providers", "widgets", "provider").await;
+    env.workspace("root:providers", "widgets", "provider").await;
     let provider = env.client("root:providers:widgets");
     Api::<DynamicObject>::all_with(
         provider.clone(),
@@ -325,7 +297,7 @@ async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
         .create(&PostParams::default(), &wt)
         .await
         .expect("create type");
-    create_workspace(&env, "root:orgs", "shop", "widget-shop").await;
+    env.workspace("root:orgs", "shop", "widget-shop").await;
     create_widget(env.client("root:orgs:shop"), "on-the-house").await;
 
     // A type in another workspace that extends widget-shop: it counts as widget-shop for the
@@ -352,7 +324,8 @@ async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
         .expect("create type");
     assert_eq!(deluxe.data["status"]["conditions"][0]["type"], "Ready");
     assert_eq!(deluxe.data["status"]["conditions"][0]["status"], "True");
-    create_workspace(&env, "root:orgs", "deluxe", "root:orgs:deluxe-shop").await;
+    env.workspace("root:orgs", "deluxe", "root:orgs:deluxe-shop")
+        .await;
     create_widget(env.client("root:orgs:deluxe"), "gold").await;
     let got = Api::<DynamicObject>::all_with(env.client("root:orgs"), &workspaces())
         .get("deluxe")
@@ -364,7 +337,7 @@ async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
     );
 
     // Parents and children are limited by the types.
-    create_workspace(&env, "root:orgs", "acme", "organization").await;
+    env.workspace("root:orgs", "acme", "organization").await;
     let in_acme: Api<DynamicObject> = Api::all_with(env.client("root:orgs:acme"), &workspaces());
     for (name, ty) in [
         ("p", "provider"),
@@ -385,7 +358,7 @@ async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
             other => panic!("{ty}: {other}"),
         }
     }
-    create_workspace(&env, "root:orgs:acme", "team-a", "team").await;
+    env.workspace("root:orgs:acme", "team-a", "team").await;
     let unknown: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
         "metadata": {"name": "x"}, "spec": {"type": {"name": "no-such-type"}},
@@ -400,8 +373,8 @@ async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_binding_waits_in_phase_binding_until_its_export_exists() {
     let env = Env::start().await;
-    create_workspace(&env, "root:providers", "widgets", "provider").await;
-    create_workspace(&env, "root:orgs", "early", "organization").await;
+    env.workspace("root:providers", "widgets", "provider").await;
+    env.workspace("root:orgs", "early", "organization").await;
     let bindings: Api<DynamicObject> = Api::all_with(
         env.client("root:orgs:early"),
         &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),

@@ -113,30 +113,6 @@ impl Env {
             .unwrap_or_else(|e| panic!("create in {path}: {e}"))
     }
 
-    /// Creates a workspace and waits until it is Ready; returns its logical cluster name.
-    async fn workspace(&self, parent: &str, name: &str, ty: &str) -> String {
-        let ws = ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces");
-        self.create(
-            parent,
-            &ws,
-            json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-                   "metadata": {"name": name}, "spec": {"type": {"name": ty}}}),
-        )
-        .await;
-        let api: Api<DynamicObject> = Api::all_with(self.client(parent), &ws);
-        for _ in 0..200 {
-            let got = api.get(name).await.expect("get workspace");
-            if got.data["status"]["phase"] == "Ready" {
-                return got.data["spec"]["cluster"]
-                    .as_str()
-                    .expect("cluster")
-                    .to_string();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("workspace {parent}:{name} never became Ready");
-    }
-
     async fn bind(&self, path: &str, name: &str, export_path: &str, export: &str) {
         let b = self
             .create(

@@ -68,6 +68,8 @@ pub struct AppState {
     pub budgets: Arc<crate::budget::Budgets>,
     /// Platform Mesh's virtual workspaces (marketplace, content configurations).
     pub views: Arc<crate::views::Views>,
+    /// The read-only generic store of each view, with no strategies and no admission.
+    view_scopes: Vec<(crate::views::ViewKind, handlers::ResourceScope)>,
 }
 
 /// What `AppState::new` needs beyond the store and the registry.
@@ -169,11 +171,33 @@ impl AppState {
             )),
         ]));
         let views = crate::views::Views::new(store.clone(), tenancy.clone(), options.views);
+        let budgets = Arc::new(crate::budget::Budgets::new(options.budgets));
+        let view_scopes = [
+            crate::views::ViewKind::ContentConfigurations,
+            crate::views::ViewKind::Marketplace,
+        ]
+        .into_iter()
+        .map(|kind| {
+            let scope = handlers::ResourceScope {
+                objects: Arc::new(crate::registry::GenericStore::new(
+                    views.store(kind),
+                    crate::registry::Strategies::default(),
+                    objects.heavy().clone(),
+                )),
+                admission: Arc::new(crate::admission::Chain::default()),
+                catalog: catalog.clone(),
+                namespaces: namespaces.clone(),
+                budgets: budgets.clone(),
+            };
+            (kind, scope)
+        })
+        .collect();
         Arc::new(AppState {
             views,
+            view_scopes,
             policies,
             rbac,
-            budgets: Arc::new(crate::budget::Budgets::new(options.budgets)),
+            budgets,
             objects,
             admission,
             namespaces,
@@ -610,13 +634,14 @@ async fn serve_view(
     if let Err(e) = state.views.check(kind, c).await {
         return error_response(&e);
     }
-    let mut scope = state.resource_scope();
-    scope.objects = Arc::new(crate::registry::GenericStore::new(
-        state.views.store(kind),
-        crate::registry::Strategies::default(),
-        state.objects.heavy().clone(),
-    ));
-    scope.admission = Arc::new(crate::admission::Chain::default());
+    let Some(scope) = state
+        .view_scopes
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, scope)| scope.clone())
+    else {
+        return error_response(&ApiError::path_not_found());
+    };
     handlers::serve(ResourceCall {
         scope,
         view,

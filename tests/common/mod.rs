@@ -341,4 +341,38 @@ impl KubeEnv {
     pub fn client(&self, path: &str) -> kube::Client {
         self.client_at(&format!("https://{}/clusters/{path}", self.server.address))
     }
+
+    /// Creates workspace `name` under `parent` with type `ty` (a name in `root`, or
+    /// `<path>:<name>`), waits until it is Ready, and returns its logical cluster name.
+    pub async fn workspace(&self, parent: &str, name: &str, ty: &str) -> String {
+        use kube::api::{Api, DynamicObject, PostParams};
+        let ar = kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("tenancy.kcp.io", "v1alpha1", "Workspace"),
+            "workspaces",
+        );
+        let api: Api<DynamicObject> = Api::all_with(self.client(parent), &ar);
+        let ty = match ty.rsplit_once(':') {
+            Some((path, n)) => serde_json::json!({"name": n, "path": path}),
+            None => serde_json::json!({"name": ty}),
+        };
+        let ws: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+            "metadata": {"name": name}, "spec": {"type": ty},
+        }))
+        .expect("workspace");
+        api.create(&PostParams::default(), &ws)
+            .await
+            .unwrap_or_else(|e| panic!("create workspace {parent}:{name}: {e}"));
+        for _ in 0..200 {
+            let got = api.get(name).await.expect("get workspace");
+            if got.data["status"]["phase"] == "Ready" {
+                return got.data["spec"]["cluster"]
+                    .as_str()
+                    .expect("cluster")
+                    .to_string();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("workspace {parent}:{name} never became Ready");
+    }
 }

@@ -5,7 +5,7 @@ use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::create::reconcile_namespace;
-use super::update::{write_loop, write_part, Tracking};
+use super::update::{write_loop, Tracking};
 use super::Ctx;
 use crate::admission::Operation;
 use crate::apply::{self, ApplyConflicts};
@@ -71,17 +71,7 @@ fn applied_configuration(ctx: &mut Ctx) -> Result<Value, ApiError> {
     if !unknown.is_empty() {
         match ctx.query.field_validation()? {
             FieldValidation::Strict => {
-                let list: Vec<String> = unknown
-                    .iter()
-                    .map(|f| format!("unknown field {f:?}"))
-                    .collect();
-                return Err(ApiError::bad_request(format!(
-                    "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
-                    resource.kind(),
-                    resource.ty.version,
-                    resource.kind(),
-                    list.join(", ")
-                )));
+                return Err(crate::registry::strict_error(&resource, &unknown))
             }
             FieldValidation::Warn => ctx
                 .warnings
@@ -103,7 +93,7 @@ fn applied_configuration(ctx: &mut Ctx) -> Result<Value, ApiError> {
     ] {
         m.remove(f);
     }
-    match write_part(ctx) {
+    match ctx.part() {
         WritePart::Main if resource.ty.status_subresource => {
             if let Some(o) = applied.as_object_mut() {
                 o.remove("status");

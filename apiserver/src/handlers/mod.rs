@@ -145,6 +145,15 @@ impl Ctx {
             .await
     }
 
+    /// The part of the object the request writes.
+    pub fn part(&self) -> WritePart {
+        if self.req.subresource.as_deref() == Some("status") {
+            WritePart::Status
+        } else {
+            WritePart::Main
+        }
+    }
+
     /// The write this request makes, for the generic store; `manager` is the field manager a
     /// plain write records (`None` for server-side apply, which records its own).
     pub fn write<'a>(&'a self, manager: Option<&'a str>) -> Result<Write<'a>, ApiError> {
@@ -153,11 +162,7 @@ impl Ctx {
             cluster: self.cluster_name()?,
             namespace: self.req.namespace.as_deref(),
             name: self.name(),
-            part: if self.req.subresource.as_deref() == Some("status") {
-                WritePart::Status
-            } else {
-                WritePart::Main
-            },
+            part: self.part(),
             user: self.identity.as_deref(),
             dry_run: self.dry_run()?,
             field_validation: schema_mode(self.query.field_validation()?),

@@ -6,7 +6,6 @@ use serde_json::Value;
 use super::create::decode_write_body;
 use super::Ctx;
 use crate::body::Body;
-use crate::objects::WritePart;
 use crate::status::ApiError;
 
 pub(super) async fn update(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
@@ -21,15 +20,6 @@ pub(super) enum Tracking {
     Update,
     /// Server-side apply: `compute` already set managedFields.
     Apply,
-}
-
-/// The part of the object the request writes.
-pub(super) fn write_part(ctx: &Ctx) -> WritePart {
-    if ctx.req.subresource.as_deref() == Some("status") {
-        WritePart::Status
-    } else {
-        WritePart::Main
-    }
 }
 
 /// Writes the named object's new state, computed by `compute` from the current one, through

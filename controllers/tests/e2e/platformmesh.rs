@@ -311,6 +311,18 @@ async fn kubectl_version(version: &str, kubeconfig: &str, args: &[&str]) -> (boo
     run_kubectl(&bin, kubeconfig, args).await
 }
 
+/// The server URL of a kubeconfig's first cluster.
+fn server_of(kubeconfig: &str) -> String {
+    let kc: Kubeconfig = Kubeconfig::from_yaml(kubeconfig).unwrap();
+    kc.clusters[0]
+        .cluster
+        .as_ref()
+        .unwrap()
+        .server
+        .clone()
+        .unwrap()
+}
+
 pub(super) async fn kubectl(kubeconfig: &str, args: &[&str]) -> (bool, String) {
     run_kubectl(std::path::Path::new("kubectl"), kubeconfig, args).await
 }
@@ -503,14 +515,7 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
     );
     let (ok, out) = kubectl(&scoped, &["get", "configmaps", "-A"]).await;
     assert!(!ok && out.contains("Forbidden"), "but nothing else: {out}");
-    let kc: Kubeconfig = Kubeconfig::from_yaml(&scoped).unwrap();
-    let server = kc.clusters[0]
-        .cluster
-        .as_ref()
-        .unwrap()
-        .server
-        .clone()
-        .unwrap();
+    let server = server_of(&scoped);
     assert!(
         server.ends_with("/clusters/root:platform-mesh-system"),
         "{server}"
@@ -534,14 +539,7 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
     // the export's; the two raw paths point at virtual workspaces other components serve.
     for c in controllers::platformmesh::providersecret::default_connections() {
         let text = env.secret_kubeconfig(&c.secret).await;
-        let kc: Kubeconfig = Kubeconfig::from_yaml(&text).unwrap();
-        let server = kc.clusters[0]
-            .cluster
-            .as_ref()
-            .unwrap()
-            .server
-            .clone()
-            .unwrap();
+        let server = server_of(&text);
         if let Some(raw) = &c.raw_path {
             assert_eq!(
                 server,
@@ -674,14 +672,7 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
     let (ok, out) = kubectl(&p2, &["get", "secrets", "-n", "default"]).await;
     assert!(!ok && out.contains("Forbidden"), "{out}");
     let p1 = env.secret_kubeconfig("provider1-kubeconfig").await;
-    let kc: Kubeconfig = Kubeconfig::from_yaml(&p1).unwrap();
-    let vw = kc.clusters[0]
-        .cluster
-        .as_ref()
-        .unwrap()
-        .server
-        .clone()
-        .unwrap();
+    let vw = server_of(&p1);
     assert!(vw.contains("/services/apiexport/"), "{vw}");
     let (ok, out) = kubectl(
         &p1,
@@ -714,14 +705,7 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
         ),
     ] {
         let text = env.secret_kubeconfig(secret).await;
-        let kc: Kubeconfig = Kubeconfig::from_yaml(&text).unwrap();
-        let server = kc.clusters[0]
-            .cluster
-            .as_ref()
-            .unwrap()
-            .server
-            .clone()
-            .unwrap();
+        let server = server_of(&text);
         assert!(server.ends_with(service), "{secret}: {server}");
         let view = format!("{server}/clusters/root:orgs:extra1");
         for version in ["1.27", "1.33"] {
