@@ -88,3 +88,48 @@ fn the_python_client_creates_reads_replaces_patches_lists_watches_and_deletes() 
         "{out}"
     );
 }
+
+/// The checks `tests/peers/go/clients` makes, in order.
+const GO_CHECKS: [&str; 11] = [
+    "ok namespace",
+    "ok typed-crud",
+    "ok typed-conflict",
+    "ok typed-patches",
+    "ok typed-list-pages",
+    "ok dynamic",
+    "ok informer",
+    "ok watch-resume",
+    "ok apply",
+    "ok controller-runtime",
+    "ok errors",
+];
+
+/// Runs the client-go / controller-runtime program with `kubeconfig`; returns its output lines.
+fn run_go_clients(kubeconfig: &std::path::Path) -> Vec<String> {
+    let out = Command::new(common::kube_apiserver::peer_binary("go-clients"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .expect("go-clients runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "go-clients failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn client_go_and_controller_runtime_work_against_serve() {
+    let server = Server::start();
+    assert_eq!(run_go_clients(&server.kubeconfig), GO_CHECKS);
+}
+
+/// The control: the same program passes against the real kube-apiserver, so what it expects of
+/// `serve` is what Kubernetes does.
+#[test]
+fn client_go_and_controller_runtime_checks_hold_against_kube_apiserver() {
+    let kube = common::kube_apiserver::KubeApiserver::start();
+    assert_eq!(run_go_clients(&kube.admin_kubeconfig), GO_CHECKS);
+}

@@ -8,7 +8,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 /// The four magic bytes in front of every Kubernetes protobuf message.
-const MAGIC: &[u8] = b"k8s\x00";
+pub const MAGIC: &[u8] = b"k8s\x00";
 
 #[derive(Clone, Copy)]
 enum Ty {
@@ -87,6 +87,25 @@ const OBJECT_META: &[Field] = &[
     r(13, "ownerReferences", Ty::Msg(OWNER_REFERENCE)),
     r(14, "finalizers", Ty::Str),
     r(17, "managedFields", Ty::Msg(MANAGED_FIELDS)),
+];
+
+/// meta/v1 DeleteOptions, which client-go sends with every delete of a kind it prefers protobuf
+/// for (ConfigMaps, Secrets, Namespaces, …).
+const DELETE_OPTIONS: &[Field] = &[
+    f(1, "gracePeriodSeconds", Ty::Int),
+    f(
+        2,
+        "preconditions",
+        Ty::Msg(&[f(1, "uid", Ty::Str), f(2, "resourceVersion", Ty::Str)]),
+    ),
+    f(3, "orphanDependents", Ty::Bool),
+    f(4, "propagationPolicy", Ty::Str),
+    r(5, "dryRun", Ty::Str),
+    f(
+        6,
+        "ignoreStoreReadErrorWithClusterBreakingPotential",
+        Ty::Bool,
+    ),
 ];
 
 const OBJECT_REFERENCE: &[Field] = &[
@@ -352,6 +371,8 @@ fn message_for(api_version: &str, kind: &str) -> Option<&'static [Field]> {
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         ("v1", "Event") => EVENT,
         ("coordination.k8s.io/v1", "Lease") => LEASE,
+        // Options kinds are registered in every group-version.
+        (_, "DeleteOptions") => DELETE_OPTIONS,
         _ => return None,
     })
 }

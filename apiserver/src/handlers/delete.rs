@@ -27,6 +27,13 @@ fn options_error(field: &str, message: String) -> ApiError {
 fn parse_options(ctx: &Ctx) -> Result<Preconditions, ApiError> {
     let body: Value = if ctx.body.iter().all(u8::is_ascii_whitespace) {
         json!({})
+    } else if ctx.body.starts_with(crate::protobuf::MAGIC) {
+        // client-go sends them as protobuf for the kinds it prefers protobuf for.
+        crate::protobuf::decode_object(&ctx.body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the DeleteOptions in the body could not be decoded: {e}"
+            ))
+        })?
     } else {
         serde_json::from_slice(&ctx.body).map_err(|e| {
             ApiError::bad_request(format!(
