@@ -70,6 +70,11 @@ impl Server {
         Server::spawn(data_dir, listen, &[])
     }
 
+    /// Starts a server on an existing (or new) data directory with extra `serve` flags.
+    pub fn start_in_with(data_dir: &Path, extra: &[&str]) -> Server {
+        Server::spawn(data_dir, "127.0.0.1:0", extra)
+    }
+
     fn spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
             .args(["serve", "--listen", listen, "--data-dir"])
