@@ -290,7 +290,7 @@ async fn bad_input_is_refused_with_a_status_and_changes_nothing() {
             "",
             400,
             "BadRequest",
-            "field label not supported",
+            "\"spec.x\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
         ),
         case(
             "bad limit",
@@ -338,9 +338,9 @@ async fn bad_input_is_refused_with_a_status_and_changes_nothing() {
             &format!("{CMS}?dryRun=Maybe"),
             "application/json",
             cm("dry"),
-            400,
-            "BadRequest",
-            "dryRun",
+            422,
+            "Invalid",
+            "CreateOptions.meta.k8s.io \"\" is invalid: dryRun: Unsupported value",
         ),
         case(
             "bad cluster name",

@@ -260,7 +260,7 @@ async fn tables_and_metadata_on_list_get_and_watch() {
     )
     .await
     .json();
-    assert!(none["rows"][0].get("object").is_none());
+    assert_eq!(none["rows"][0].get("object"), Some(&Value::Null));
     let meta = send_accept(
         &mut c,
         "/api/v1/configmaps",

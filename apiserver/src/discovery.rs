@@ -3,7 +3,16 @@
 
 use serde_json::{json, Value};
 
-use crate::registry::{Registry, Resource, RESOURCE_VERBS, STATUS_VERBS};
+use crate::registry::{Registry, Resource, CUSTOM_RESOURCE_VERBS, RESOURCE_VERBS, STATUS_VERBS};
+
+/// The verbs of a resource, in the order kube-apiserver lists them for its kind of type.
+fn verbs(r: &Resource) -> &'static [&'static str] {
+    if r.ty.strategic_merge_patch {
+        RESOURCE_VERBS
+    } else {
+        CUSTOM_RESOURCE_VERBS
+    }
+}
 
 fn group_version(group: &str, version: &str) -> String {
     if group.is_empty() {
@@ -66,7 +75,7 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
             "singularName": t.singular,
             "namespaced": t.namespaced,
             "kind": t.kind,
-            "verbs": RESOURCE_VERBS,
+            "verbs": verbs(r),
         });
         if !t.short_names.is_empty() {
             entry["shortNames"] = json!(t.short_names);
@@ -101,7 +110,7 @@ fn discovery_resource(r: &Resource) -> Value {
         "singularResource": t.singular,
         "scope": if t.namespaced { "Namespaced" } else { "Cluster" },
         "responseKind": kind,
-        "verbs": RESOURCE_VERBS,
+        "verbs": verbs(r),
     });
     if !t.short_names.is_empty() {
         entry["shortNames"] = json!(t.short_names);
@@ -128,7 +137,7 @@ fn discovery_group(registry: &Registry, name: &str, versions: &[String]) -> Valu
             json!({"version": v, "resources": resources, "freshness": "Current"})
         })
         .collect();
-    json!({"metadata": {"name": name, "creationTimestamp": null}, "versions": vs})
+    json!({"metadata": {"name": name}, "versions": vs})
 }
 
 /// Aggregated discovery for `/api` (`core == true`) or `/apis`, as `apidiscovery.k8s.io/<version>`.

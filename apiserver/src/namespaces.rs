@@ -109,7 +109,13 @@ impl NamespaceLifecycle {
     }
 
     /// Refuses creating content in a namespace that does not exist (404) or is terminating (403).
-    pub async fn check_for_create(&self, cluster: &str, namespace: &str) -> Result<(), ApiError> {
+    pub async fn check_for_create(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        gr: &GroupResource,
+        name: &str,
+    ) -> Result<(), ApiError> {
         let kv = self
             .inner
             .store
@@ -118,9 +124,22 @@ impl NamespaceLifecycle {
             .map_err(|e| ApiError::internal(e.to_string()))?
             .ok_or_else(|| ApiError::not_found(&namespaces_gr(), namespace))?;
         if objects::stored_is_deleting(&kv.value)? {
-            return Err(ApiError::forbidden(format!(
-                "unable to create new content in namespace {namespace} because it is being terminated"
-            )));
+            return Err(ApiError::new(
+                403,
+                "Forbidden",
+                format!("{gr} {name:?} is forbidden: unable to create new content in namespace {namespace} because it is being terminated"),
+            )
+            .with_details(crate::status::Details {
+                name: name.to_string(),
+                group: gr.group.clone(),
+                kind: gr.resource.clone(),
+                causes: vec![crate::status::Cause {
+                    reason: "NamespaceTerminating".into(),
+                    message: format!("namespace {namespace} is being terminated"),
+                    field: "metadata.namespace".into(),
+                }],
+                ..Default::default()
+            }));
         }
         Ok(())
     }
@@ -268,8 +287,13 @@ impl Admission for NamespaceLifecycle {
         if attrs.operation != Operation::Create || !attrs.resource.ty.namespaced {
             return Ok(());
         }
-        self.check_for_create(attrs.cluster, attrs.namespace.unwrap_or_default())
-            .await
+        self.check_for_create(
+            attrs.cluster,
+            attrs.namespace.unwrap_or_default(),
+            &attrs.resource.gr,
+            attrs.name,
+        )
+        .await
     }
 }
 
@@ -289,7 +313,50 @@ impl Strategy for NamespaceStrategy {
         true
     }
 
+    /// As kube-apiserver: the `kubernetes` finalizer of the namespace's content in
+    /// `spec.finalizers`, set by the server after the writer's fields are recorded.
+    async fn prepare_for_store(
+        &self,
+        _attrs: &crate::registry::WriteAttributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        if old.is_some() {
+            return Ok(());
+        }
+        if !obj.get("spec").is_some_and(Value::is_object) {
+            obj["spec"] = json!({});
+        }
+        let finalizers = &mut obj["spec"]["finalizers"];
+        if !finalizers.is_array() {
+            *finalizers = json!([]);
+        }
+        if let Some(list) = finalizers.as_array_mut() {
+            if !list.iter().any(|f| f == "kubernetes") {
+                list.push(json!("kubernetes"));
+            }
+        }
+        Ok(())
+    }
+
+    /// As kube-apiserver: the label `kubernetes.io/metadata.name` always carries the name.
+    fn set_defaults(&self, obj: &mut Value) {
+        let name = objects::name(obj).to_string();
+        if name.is_empty() {
+            return;
+        }
+        let meta = meta_mut(obj);
+        if !meta.get("labels").is_some_and(Value::is_object) {
+            meta.insert("labels".into(), json!({}));
+        }
+        if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut) {
+            labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+        }
+    }
+
     fn begin_delete(&self, obj: &mut Value) {
+        // A namespace has no grace period (kube-apiserver's namespace storage sets none).
+        meta_mut(obj).remove("deletionGracePeriodSeconds");
         obj["status"] = json!({"phase": "Terminating"});
     }
 

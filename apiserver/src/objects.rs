@@ -99,6 +99,22 @@ pub fn check_type_meta(obj: &mut Value, r: &Resource) -> Result<(), ApiError> {
             r.kind()
         )));
     };
+    // Custom resources are decoded by what the body says it is, as kube-apiserver does: both
+    // must be there. Built-in kinds take them from the URL.
+    for field in ["kind", "apiVersion"] {
+        if !r.ty.strategic_merge_patch
+            && map
+                .get(field)
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+        {
+            return Err(ApiError::bad_request(format!(
+                "the object provided is unrecognized (must be of type {}): Object '{}' is missing",
+                r.kind(),
+                if field == "kind" { "Kind" } else { field }
+            )));
+        }
+    }
     match map.get("apiVersion").and_then(Value::as_str) {
         None | Some("") => {
             map.insert("apiVersion".into(), json!(r.api_version));
@@ -116,6 +132,24 @@ pub fn check_type_meta(obj: &mut Value, r: &Resource) -> Result<(), ApiError> {
             map.insert("kind".into(), json!(r.kind()));
         }
         Some(k) if k == r.kind() => {}
+        // A custom resource of another kind is decoded, then found invalid (kube-apiserver).
+        Some(k) if !r.ty.strategic_merge_patch => {
+            let name = map
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            return Err(ApiError::invalid(
+                k,
+                &r.ty.group,
+                name,
+                vec![Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: format!("Invalid value: {k:?}: must be {}", r.kind()),
+                    field: "kind".into(),
+                }],
+            ));
+        }
         Some(k) => {
             return Err(ApiError::bad_request(format!(
                 "{} in version \"{}\" cannot be handled as a {}: the kind in the body ({k:?}) does not match the kind of the resource",
@@ -168,6 +202,14 @@ const SERVER_OWNED_ON_CREATE: &[&str] = &[
     "managedFields",
 ];
 
+/// Whether objects of the type count their spec's changes in `metadata.generation`: custom
+/// resources (CRDs, bound APIs, the Platform Mesh and kcp kinds) do; the built-in kinds served
+/// here (ConfigMaps, Secrets, Namespaces, RBAC, Leases, Events, …) have no spec and, as in
+/// kube-apiserver, no generation.
+pub fn tracks_generation(r: &Resource) -> bool {
+    !r.ty.strategic_merge_patch
+}
+
 /// Sets the server-owned metadata of a new object.
 pub fn prepare_for_create(obj: &mut Value, r: &Resource, cluster: &str) {
     if r.ty.status_subresource {
@@ -175,13 +217,20 @@ pub fn prepare_for_create(obj: &mut Value, r: &Resource, cluster: &str) {
             m.remove("status");
         }
     }
+    let tracks = tracks_generation(r);
     let meta = meta_mut(obj);
     for f in SERVER_OWNED_ON_CREATE {
-        meta.remove(*f);
+        // Where the server does not count generations, kube-apiserver keeps what the client
+        // sent (and updates keep it from then on).
+        if *f != "generation" || tracks {
+            meta.remove(*f);
+        }
     }
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
-    meta.insert("generation".into(), json!(1));
+    if tracks {
+        meta.insert("generation".into(), json!(1));
+    }
     set_cluster_annotation(meta, cluster);
     if r.ty.group.is_empty() && r.ty.plural == "namespaces" {
         obj["status"] = json!({"phase": "Active"});
@@ -246,11 +295,18 @@ pub fn prepare_for_update(
             (None, Some(v)) | (Some(Value::Null), Some(v)) => {
                 new_meta.insert("uid".into(), v.clone());
             }
-            (Some(n), Some(o)) if n != o => causes.push(Cause {
-                reason: "FieldValueInvalid".into(),
-                message: format!("Invalid value: {}: field is immutable", render(n)),
-                field: "metadata.uid".into(),
-            }),
+            // A uid in the body is a precondition, as kube-apiserver's storage checks it.
+            (Some(n), Some(o)) if n != o => {
+                return Err(ApiError::conflict_with(
+                    &r.gr,
+                    name(old),
+                    &format!(
+                        "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                        n.as_str().unwrap_or_default(),
+                        o.as_str().unwrap_or_default()
+                    ),
+                ))
+            }
             _ => {}
         }
         // As kube-apiserver: the stored creation time stays, whatever the client sends back
@@ -301,7 +357,7 @@ pub fn prepare_for_update(
     if !causes.is_empty() {
         return Err(ApiError::invalid(r.kind(), &r.ty.group, name(old), causes));
     }
-    if spec_changed(old, new, r.ty.status_subresource) {
+    if tracks_generation(r) && spec_changed(old, new, r.ty.status_subresource) {
         let g = meta(old)
             .and_then(|m| m.get("generation"))
             .and_then(Value::as_i64)
@@ -309,13 +365,6 @@ pub fn prepare_for_update(
         meta_mut(new).insert("generation".into(), json!(g + 1));
     }
     Ok(())
-}
-
-fn render(v: &Value) -> String {
-    match v {
-        Value::String(s) => format!("{s:?}"),
-        other => other.to_string(),
-    }
 }
 
 /// Whether two versions of an object are the same write (resourceVersion ignored).
@@ -452,14 +501,15 @@ mod tests {
     }
 
     #[test]
-    fn immutable_uid() {
+    fn a_different_uid_is_a_failed_precondition() {
         let r = resource("configmaps");
         let old = json!({"metadata": {"name": "a", "uid": "u1"}});
         let mut new = json!({"metadata": {"name": "a", "uid": "u2"}});
-        let err = prepare_for_update(&mut new, &old, &r, WritePart::Main).expect_err("immutable");
+        let err = prepare_for_update(&mut new, &old, &r, WritePart::Main).expect_err("conflict");
+        assert_eq!(err.code, 409);
         assert!(
             err.message
-                .contains("metadata.uid: Invalid value: \"u2\": field is immutable"),
+                .ends_with("Precondition failed: UID in precondition: u2, UID in object meta: u1"),
             "{}",
             err.message
         );

@@ -43,32 +43,46 @@ impl Query {
         matches!(self.get(key), Some("true" | "1" | "True" | "TRUE"))
     }
 
-    /// `dryRun=All`; any other value is a 400 as in kube-apiserver.
-    pub fn dry_run(&self) -> Result<bool, ApiError> {
+    /// `dryRun=All`; any other value is refused as kube-apiserver refuses it: 422, the options
+    /// of the request (`options`: `CreateOptions`, `PatchOptions`, …) being invalid.
+    pub fn dry_run(&self, options: &str) -> Result<bool, ApiError> {
         let mut dry = false;
         for v in &self.dry_run {
             match v.as_str() {
                 "All" => dry = true,
                 "" => {}
-                other => {
-                    return Err(ApiError::bad_request(format!(
-                        "dryRun: Unsupported value: {other:?}: supported values: \"All\""
-                    )))
+                _ => {
+                    let values: Vec<String> =
+                        self.dry_run.iter().map(|v| format!("{v:?}")).collect();
+                    return Err(options_invalid(
+                        options,
+                        "dryRun",
+                        "FieldValueNotSupported",
+                        format!(
+                            "Unsupported value: [{}]: supported values: \"All\"",
+                            values.join(", ")
+                        ),
+                    ));
                 }
             }
         }
         Ok(dry)
     }
 
-    /// `fieldValidation` (default Warn).
-    pub fn field_validation(&self) -> Result<FieldValidation, ApiError> {
+    /// `fieldValidation` (default Warn); anything else is refused as [`Query::dry_run`] says.
+    pub fn field_validation(&self, options: &str) -> Result<FieldValidation, ApiError> {
         match self.get("fieldValidation").unwrap_or("") {
             "" | "Warn" => Ok(FieldValidation::Warn),
             "Strict" => Ok(FieldValidation::Strict),
             "Ignore" => Ok(FieldValidation::Ignore),
-            other => Err(ApiError::bad_request(format!(
-                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
-            ))),
+            other => Err(options_invalid(
+                options,
+                "fieldValidation",
+                "FieldValueNotSupported",
+                format!(
+                    "Unsupported value: {other:?}: supported values: \"\", \"Ignore\", \"Strict\", \"Warn\""
+                ),
+            )),
         }
     }
 
@@ -127,6 +141,20 @@ pub fn parse_go_duration(s: &str) -> Option<std::time::Duration> {
     Some(total)
 }
 
+/// The 422 of invalid request options, as kube-apiserver words it.
+fn options_invalid(options: &str, field: &str, reason: &str, message: String) -> ApiError {
+    ApiError::invalid(
+        options,
+        "meta.k8s.io",
+        "",
+        vec![crate::status::Cause {
+            reason: reason.into(),
+            message,
+            field: field.into(),
+        }],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,12 +176,19 @@ mod tests {
         assert_eq!(q.get("labelSelector"), Some("app=x,env in (a)"));
         assert!(q.flag("watch"));
         assert_eq!(q.u64("limit").ok().flatten(), Some(5));
-        assert_eq!(q.dry_run().ok(), Some(true));
-        assert!(Query::parse(Some("dryRun=Some")).dry_run().is_err());
+        assert_eq!(q.dry_run("CreateOptions").ok(), Some(true));
+        let e = Query::parse(Some("dryRun=Some"))
+            .dry_run("CreateOptions")
+            .expect_err("refused");
+        assert_eq!(e.code, 422);
+        assert_eq!(
+            e.message,
+            "CreateOptions.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: [\"Some\"]: supported values: \"All\""
+        );
         assert!(Query::parse(Some("limit=x")).u64("limit").is_err());
         assert_eq!(
             Query::parse(Some("fieldValidation=Strict"))
-                .field_validation()
+                .field_validation("CreateOptions")
                 .ok(),
             Some(FieldValidation::Strict)
         );

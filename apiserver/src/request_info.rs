@@ -346,10 +346,12 @@ fn resource_target(
         rest = &rest[1..];
     }
     let mut namespace = None;
+    let mut in_namespace = false;
     if rest.first() == Some(&"namespaces") && rest.len() > 1 {
         namespace = Some(rest[1].to_string());
         if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2]) {
             rest = &rest[2..];
+            in_namespace = true;
         }
     }
     let (resource, name, subresource) = match rest {
@@ -358,8 +360,9 @@ fn resource_target(
         [r, n, s] => (*r, Some(n.to_string()), Some(s.to_string())),
         _ => return Target::Unknown,
     };
-    if resource == "namespaces" {
-        // A namespace is cluster-scoped: `/namespaces/<ns>` names it.
+    if resource == "namespaces" && !in_namespace {
+        // A namespace is cluster-scoped: `/namespaces/<ns>` names it (while
+        // `/namespaces/<ns>/namespaces` asks for namespaces in a namespace, which do not exist).
         namespace = None;
     }
     let verb = match (method.clone(), name.is_some()) {

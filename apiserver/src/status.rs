@@ -183,6 +183,17 @@ impl ApiError {
         )
     }
 
+    /// A 405 for a method the URL has no route for (a PUT of a collection, a POST of a
+    /// namespaced kind outside a namespace), in kube-apiserver's words.
+    pub fn method_not_routed() -> Self {
+        ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+        .with_details(Details::default())
+    }
+
     /// A 406 `NotAcceptable`: no media type in the `Accept` header can be served.
     pub fn not_acceptable(accept: &str) -> Self {
         ApiError::new(
@@ -315,7 +326,14 @@ impl ApiError {
                 let causes: Vec<Value> = d
                     .causes
                     .iter()
-                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .map(|c| {
+                        // As metav1.StatusCause: an empty field is left out.
+                        let mut cause = json!({"reason": c.reason, "message": c.message});
+                        if !c.field.is_empty() {
+                            cause["field"] = json!(c.field);
+                        }
+                        cause
+                    })
                     .collect();
                 details.insert("causes".into(), Value::Array(causes));
             }
@@ -343,12 +361,16 @@ impl std::error::Error for ApiError {}
 
 /// A `Status` of success, as returned by a delete that removed the object right away.
 pub fn success_status(gr: &GroupResource, name: &str, uid: &str) -> Value {
+    let mut details = json!({"name": name, "kind": gr.resource, "uid": uid});
+    if !gr.group.is_empty() {
+        details["group"] = json!(gr.group);
+    }
     json!({
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Success",
-        "details": {"name": name, "group": gr.group, "kind": gr.resource, "uid": uid},
+        "details": details,
     })
 }
 

@@ -382,7 +382,9 @@ pub fn build_table(
                 Value::Array(row_cells(columns, obj, now)),
             );
             match include {
-                IncludeObject::None => {}
+                IncludeObject::None => {
+                    row.insert("object".to_string(), Value::Null);
+                }
                 IncludeObject::Metadata => {
                     let metadata = match obj.get("metadata") {
                         Some(m @ Value::Object(_)) => m.clone(),

@@ -117,7 +117,8 @@ pub fn record_update(
 /// Server-side apply of `applied` (the parsed apply-patch body) by `manager`.
 ///
 /// * The field set of `applied` becomes exactly `manager`'s `Apply` entry (for this
-///   subresource), stamped `now` when the object changes (or the entry is new).
+///   subresource), stamped `now` when the object changes (otherwise it keeps its time, or
+///   has none when it is new).
 /// * A field the apply changes (or adds) that another entry owns is a conflict;
 ///   with `force` its ownership moves to `manager` instead. Equal values are shared.
 /// * The result is `live` with `applied` merged in (maps per key, map lists per key
@@ -184,9 +185,12 @@ pub fn apply(
 
     let object_changed =
         live.is_none_or(|l| without_managed_fields(l) != without_managed_fields(&result));
+    // As kube-apiserver: the time moves only when the apply changes the object; a new entry for
+    // an apply that changes nothing (sharing fields at their current values) has none.
     let time = match &previous {
-        Some(p) if !object_changed => p.entry.time.clone(),
-        _ => Some(now.to_string()),
+        _ if object_changed => Some(now.to_string()),
+        Some(p) => p.entry.time.clone(),
+        None => None,
     };
     owners.push(Owner {
         entry: ManagedFieldsEntry {

@@ -12,7 +12,7 @@ use crate::apply::{self, ApplyConflicts};
 use crate::body::Body;
 use crate::objects::{self, meta_mut, meta_str, WritePart};
 use crate::query::FieldValidation;
-use crate::status::{ApiError, Cause, Details, GroupResource};
+use crate::status::{ApiError, Cause, Details};
 
 fn patch_options_error(reason: &str, message: &str, field: &str) -> ApiError {
     ApiError::invalid(
@@ -28,11 +28,9 @@ fn patch_options_error(reason: &str, message: &str, field: &str) -> ApiError {
 }
 
 /// The 409 of an apply that conflicts with other managers.
-fn conflict_error(gr: &GroupResource, name: &str, c: &ApplyConflicts) -> ApiError {
+/// Like kube-apiserver's, it names no object, only the conflicting fields.
+fn conflict_error(c: &ApplyConflicts) -> ApiError {
     ApiError::new(409, "Conflict", c.message()).with_details(Details {
-        name: name.to_string(),
-        group: gr.group.clone(),
-        kind: gr.resource.clone(),
         causes: c
             .causes()
             .into_iter()
@@ -46,10 +44,25 @@ fn conflict_error(gr: &GroupResource, name: &str, c: &ApplyConflicts) -> ApiErro
     })
 }
 
-/// The applied configuration, decoded, checked and cut to the part the request may write.
-fn applied_configuration(ctx: &mut Ctx) -> Result<Value, ApiError> {
+/// The applied configuration, decoded, checked and cut to the part the request may write, and
+/// the resourceVersion it names: a precondition, as in kube-apiserver.
+fn applied_configuration(ctx: &mut Ctx) -> Result<(Value, Option<String>), ApiError> {
     let resource = ctx.resource.clone();
     let mut applied = ctx.decode_body(true)?;
+    // An applied configuration says what it is (kube-apiserver decodes it by that).
+    let type_meta = |k: &str| applied.get(k).and_then(Value::as_str).unwrap_or("");
+    if type_meta("apiVersion").is_empty() || type_meta("kind").is_empty() {
+        let api_version = type_meta("apiVersion");
+        let gv = if api_version.contains('/') {
+            api_version.to_string()
+        } else {
+            format!("/{api_version}")
+        };
+        return Err(ApiError::bad_request(format!(
+            "invalid object type: {gv}, Kind={}",
+            type_meta("kind")
+        )));
+    }
     objects::check_type_meta(&mut applied, &resource)?;
     match meta_str(&applied, "name") {
         Some(n) if n == ctx.name() => {}
@@ -69,7 +82,7 @@ fn applied_configuration(ctx: &mut Ctx) -> Result<Value, ApiError> {
     reconcile_namespace(ctx, &mut applied)?;
     let unknown = crate::schema::prune(&mut applied, &resource.ty.schema);
     if !unknown.is_empty() {
-        match ctx.query.field_validation()? {
+        match ctx.query.field_validation(ctx.options_kind())? {
             FieldValidation::Strict => {
                 return Err(crate::registry::strict_error(&resource, &unknown))
             }
@@ -79,6 +92,9 @@ fn applied_configuration(ctx: &mut Ctx) -> Result<Value, ApiError> {
             FieldValidation::Ignore => {}
         }
     }
+    let precondition = meta_str(&applied, "resourceVersion")
+        .filter(|rv| !rv.is_empty())
+        .map(str::to_string);
     // The server owns these; an applier cannot claim them.
     let m = meta_mut(&mut applied);
     for f in [
@@ -111,7 +127,7 @@ fn applied_configuration(ctx: &mut Ctx) -> Result<Value, ApiError> {
             applied = only;
         }
     }
-    Ok(applied)
+    Ok((applied, precondition))
 }
 
 pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
@@ -127,7 +143,7 @@ pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiErro
     };
     ctx.field_manager()?;
     let force = ctx.query.flag("force");
-    let applied = applied_configuration(ctx)?;
+    let (applied, precondition) = applied_configuration(ctx)?;
     let resource = ctx.resource.clone();
     let subresource = ctx.req.subresource.clone();
     let now = objects::now_rfc3339();
@@ -136,6 +152,11 @@ pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiErro
             let gr = ctx.gr().clone();
             let name = ctx.name().to_string();
             write_loop(ctx, Tracking::Apply, |current| {
+                if let Some(rv) = &precondition {
+                    if meta_str(current, "resourceVersion") != Some(rv.as_str()) {
+                        return Err(ApiError::conflict(&gr, &name));
+                    }
+                }
                 let managed = apply::managed_fields_of(current);
                 let (mut merged, managed) = apply::apply(
                     Some(current),
@@ -148,7 +169,7 @@ pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiErro
                     &resource.ty.schema,
                     &now,
                 )
-                .map_err(|c| conflict_error(&gr, &name, &c))?;
+                .map_err(|c| conflict_error(&c))?;
                 apply::set_managed_fields(&mut merged, &managed);
                 Ok(merged)
             })
@@ -166,7 +187,7 @@ pub(super) async fn apply_patch(ctx: &mut Ctx) -> Result<Response<Body>, ApiErro
                 &resource.ty.schema,
                 &now,
             )
-            .map_err(|c| conflict_error(ctx.gr(), ctx.name(), &c))?;
+            .map_err(|c| conflict_error(&c))?;
             apply::set_managed_fields(&mut obj, &managed);
             let written = {
                 let w = ctx.write(None)?;

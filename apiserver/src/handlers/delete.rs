@@ -55,7 +55,7 @@ fn parse_options(ctx: &Ctx) -> Result<Preconditions, ApiError> {
         if !matches!(p, "Orphan" | "Background" | "Foreground") {
             return Err(options_error(
                 "propagationPolicy",
-                format!("Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""),
+                format!("Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""),
             ));
         }
     }
@@ -117,17 +117,19 @@ pub(super) async fn delete(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     let key = ctx.key()?;
     match delete_one(ctx, &key, current, &opts, dry_run).await? {
         Deleted::Pending(bytes) => Ok(ctx.respond_object(StatusCode::OK, bytes)),
-        Deleted::DryRun(v) => Ok(ctx.respond_value(StatusCode::OK, &v)),
+        // As kube-apiserver's generic store: an object that is gone (or would be, in a dry
+        // run) is answered with a Status naming it; one that waits for finalizers, as itself.
+        Deleted::DryRun(v) if objects::is_deleting(&v) && !objects::finalizers(&v).is_empty() => {
+            Ok(ctx.respond_value(StatusCode::OK, &v))
+        }
+        Deleted::DryRun(v) => {
+            let uid = objects::meta_str(&v, "uid").unwrap_or("");
+            Ok(ctx.respond_value_raw(StatusCode::OK, &success_status(ctx.gr(), ctx.name(), uid)))
+        }
         Deleted::Gone(bytes) => {
-            if ctx.resource.ty.strategic_merge_patch {
-                // Built-in kinds answer with a Status, as kube-apiserver's generic store does.
-                let obj = objects::decode_stored(&bytes)?;
-                let uid = objects::meta_str(&obj, "uid").unwrap_or("");
-                Ok(ctx
-                    .respond_value_raw(StatusCode::OK, &success_status(ctx.gr(), ctx.name(), uid)))
-            } else {
-                Ok(ctx.respond_object(StatusCode::OK, bytes))
-            }
+            let obj = objects::decode_stored(&bytes)?;
+            let uid = objects::meta_str(&obj, "uid").unwrap_or("");
+            Ok(ctx.respond_value_raw(StatusCode::OK, &success_status(ctx.gr(), ctx.name(), uid)))
         }
     }
 }

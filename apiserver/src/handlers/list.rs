@@ -14,7 +14,7 @@ use crate::negotiation::{Encoding, Output};
 use crate::objects;
 use crate::request_info::ClusterTarget;
 use crate::response::bytes_response;
-use crate::selectors::{FieldSelector, LabelSelector};
+use crate::selectors::{FieldSelector, LabelSelector, SelectorError};
 use crate::status::{ApiError, Cause};
 use crate::storage::{KeyValue, ListOptions, Revision, StorageError, Store};
 use crate::table;
@@ -94,8 +94,19 @@ impl ListFilter {
             Some(s) => {
                 let f =
                     FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?;
-                f.validate_fields(&selectable_fields(ctx))
-                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                let allowed = selectable_fields(ctx);
+                f.validate_fields(&allowed).map_err(|e| match e {
+                    // Built-in kinds with only the metadata fields say it kube-apiserver's way
+                    // (its default field label conversion); the others as the error says.
+                    SelectorError::UnsupportedField(field)
+                        if ctx.resource.ty.strategic_merge_patch && allowed.len() == 2 =>
+                    {
+                        ApiError::bad_request(format!(
+                            "{field:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                        ))
+                    }
+                    e => ApiError::bad_request(e.to_string()),
+                })?;
                 Some(f)
             }
             None => None,
@@ -323,6 +334,8 @@ pub(crate) async fn collect_matching(
 
 pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     let q = &ctx.query;
+    // Part of the list options, checked even though a list answers at once.
+    q.u64("timeoutSeconds")?;
     let rv = q.get("resourceVersion").filter(|s| !s.is_empty());
     let rvm = q.get("resourceVersionMatch").filter(|s| !s.is_empty());
     let cont = q.get("continue").filter(|s| !s.is_empty());
@@ -353,7 +366,7 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
                 vec![Cause {
                     reason: "FieldValueNotSupported".into(),
                     message: format!(
-                        "Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\""
+                        "Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
                     ),
                     field: "resourceVersionMatch".into(),
                 }],
@@ -367,9 +380,9 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         }
     }
     if cont.is_some() && rv.is_some_and(|v| v != "0") {
-        return Err(list_options_error(
+        // A 400, not a 422: kube-apiserver checks this outside the options' validation.
+        return Err(ApiError::bad_request(
             "specifying resource version is not allowed when using continue",
-            "resourceVersion",
         ));
     }
     let filter = ListFilter::from_query(ctx)?;

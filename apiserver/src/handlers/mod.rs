@@ -165,7 +165,7 @@ impl Ctx {
             part: self.part(),
             user: self.identity.as_deref(),
             dry_run: self.dry_run()?,
-            field_validation: schema_mode(self.query.field_validation()?),
+            field_validation: schema_mode(self.query.field_validation(self.options_kind())?),
             field_manager: manager,
             work: self.body.len() + self.extra_work,
         })
@@ -255,7 +255,11 @@ impl Ctx {
                     &[v],
                     include,
                     &format!("meta.k8s.io/{version}"),
-                    json!({}),
+                    // The Table of one object carries its resourceVersion, as kube-apiserver's.
+                    match objects::meta_str(v, "resourceVersion") {
+                        Some(rv) => json!({"resourceVersion": rv}),
+                        None => json!({}),
+                    },
                     time::OffsetDateTime::now_utc(),
                     false,
                 )
@@ -274,15 +278,27 @@ impl Ctx {
         }
     }
 
-    /// The field manager of a write: `fieldManager`, else the User-Agent up to its first `/`.
+    /// The field manager of a write: `fieldManager`, else the User-Agent up to its first `/`
+    /// (its printable characters), else `unknown`, as kube-apiserver names it.
     pub fn field_manager(&self) -> Result<String, ApiError> {
-        let name = match self.query.get("fieldManager").filter(|m| !m.is_empty()) {
+        let mut name = match self.query.get("fieldManager").filter(|m| !m.is_empty()) {
             Some(m) => m.to_string(),
             None => self
                 .header(header::USER_AGENT)
-                .map(|ua| ua.split('/').next().unwrap_or("").to_string())
+                .map(|ua| {
+                    ua.split('/')
+                        .next()
+                        .unwrap_or("")
+                        .chars()
+                        .filter(|c| !c.is_control())
+                        .take(128)
+                        .collect()
+                })
                 .unwrap_or_default(),
         };
+        if name.is_empty() {
+            name = "unknown".into();
+        }
         if name.chars().count() > 128 || name.chars().any(|c| c.is_control()) {
             return Err(ApiError::invalid(
                 "PatchOptions",
@@ -302,7 +318,20 @@ impl Ctx {
 
     /// Whether this is a dry run.
     pub fn dry_run(&self) -> Result<bool, ApiError> {
-        self.query.dry_run()
+        self.query.dry_run(self.options_kind())
+    }
+
+    /// The kind of the options of this request, as errors about them name it.
+    pub fn options_kind(&self) -> &'static str {
+        use crate::request_info::Verb;
+        match self.req.verb {
+            Verb::Create => "CreateOptions",
+            Verb::Update => "UpdateOptions",
+            Verb::Patch => "PatchOptions",
+            Verb::Delete | Verb::DeleteCollection => "DeleteOptions",
+            Verb::Get => "GetOptions",
+            Verb::List | Verb::Watch => "ListOptions",
+        }
     }
 }
 
@@ -391,6 +420,21 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     }
     if req.namespace.is_some() && !resource.ty.namespaced {
         return Err(ApiError::path_not_found());
+    }
+    // Routes kube-apiserver does not have: writes of a whole collection, and creating a
+    // namespaced kind outside a namespace.
+    let unrouted = match req.verb {
+        Verb::Update | Verb::Patch => req.name.is_none(),
+        Verb::Create => req.namespace.is_none() && resource.ty.namespaced,
+        _ => false,
+    };
+    if unrouted {
+        // Custom resources have no route there at all (404); built-in kinds refuse the method.
+        return Err(if resource.ty.strategic_merge_patch {
+            ApiError::method_not_routed()
+        } else {
+            ApiError::path_not_found()
+        });
     }
     if let Some(n) = &req.name {
         let problems = crate::names::validate_path_segment_name(n, false);

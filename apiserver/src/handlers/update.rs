@@ -10,6 +10,24 @@ use crate::status::ApiError;
 
 pub(super) async fn update(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     let body = decode_write_body(ctx)?;
+    // As kube-apiserver: only the built-in kinds take an update without a resourceVersion;
+    // custom resources (and CRDs) must say which version they replace.
+    let unconditional = body
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty);
+    if unconditional && !ctx.resource.ty.strategic_merge_patch {
+        return Err(ApiError::invalid(
+            &ctx.resource.ty.plural,
+            &ctx.resource.ty.group,
+            ctx.req.name.as_deref().unwrap_or(""),
+            vec![crate::status::Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: 0: must be specified for an update".into(),
+                field: "metadata.resourceVersion".into(),
+            }],
+        ));
+    }
     write_loop(ctx, Tracking::Update, |_current| Ok(body.clone())).await
 }
 

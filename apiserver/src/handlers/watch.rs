@@ -154,7 +154,11 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
                         .await
                         .map_err(|e| ctx.storage_error(e))?;
                 }
-                Start::Initial { end_bookmark: true }
+                // The bookmark that ends the initial events goes only to a client that
+                // takes bookmarks, as kube-apiserver sends it.
+                Start::Initial {
+                    end_bookmark: ctx.query.flag("allowWatchBookmarks"),
+                }
             } else {
                 match rv {
                     Some(v) if v != "0" => Start::After(objects::parse_resource_version(v)?),

@@ -12,7 +12,7 @@ pub use generic::{
 pub use strategy::{
     Change, DefaultStrategy, Report, Strategies, StrategiesBuilder, Strategy, WriteAttributes,
 };
-pub use validation::{invalid, strict_error, validate_object, Outcome};
+pub use validation::{duplicate_key, invalid, strict_error, validate_object, Outcome};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +31,17 @@ pub const RESOURCE_VERBS: &[&str] = &[
     "get",
     "list",
     "patch",
+    "update",
+    "watch",
+];
+/// The same verbs in the order kube-apiserver lists them for custom resources.
+pub const CUSTOM_RESOURCE_VERBS: &[&str] = &[
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "create",
     "update",
     "watch",
 ];

@@ -58,11 +58,8 @@ pub fn invalid(r: &Resource, name: &str, errors: &[FieldError]) -> ApiError {
         .map(|e| Cause {
             reason: e.reason().to_string(),
             message: e.body(),
-            field: if e.field == "<nil>" {
-                String::new()
-            } else {
-                e.field.clone()
-            },
+            // An error about no field is "<nil>", as kube-apiserver prints a nil path.
+            field: e.field.clone(),
         })
         .collect();
     ApiError::invalid(r.kind(), &r.ty.group, name, causes)
@@ -81,4 +78,107 @@ pub fn strict_error(r: &Resource, unknown: &[String]) -> ApiError {
         r.kind(),
         list.join(", ")
     ))
+}
+
+/// The first key that appears twice in one object of a JSON document (as `a.b.c`), which a
+/// strict decoder refuses; `None` when there is none or the text is not JSON.
+pub fn duplicate_key(json: &[u8]) -> Option<String> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::cell::RefCell;
+
+    /// Walks a value; `found` keeps the first duplicate's path.
+    struct Walk<'a> {
+        path: String,
+        found: &'a RefCell<Option<String>>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq
+                .next_element_seed(Walk {
+                    path: self.path.clone(),
+                    found: self.found,
+                })?
+                .is_some()
+            {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let path = if self.path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{}.{key}", self.path)
+                };
+                if !seen.insert(key) && self.found.borrow().is_none() {
+                    *self.found.borrow_mut() = Some(path.clone());
+                }
+                map.next_value_seed(Walk {
+                    path,
+                    found: self.found,
+                })?;
+            }
+            Ok(())
+        }
+    }
+
+    let found = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(json);
+    // serde_json's nesting limit stays: a body deeper than it is refused elsewhere.
+    let walk = Walk {
+        path: String::new(),
+        found: &found,
+    };
+    walk.deserialize(&mut de).ok()?;
+    found.into_inner()
+}
+
+#[cfg(test)]
+mod duplicate_tests {
+    use super::duplicate_key;
+
+    #[test]
+    fn the_first_repeated_key_is_named_by_its_path() {
+        assert_eq!(duplicate_key(br#"{"a": 1, "b": {"c": 1}}"#), None);
+        assert_eq!(
+            duplicate_key(br#"{"data": {"a": "1"}, "data": {"b": "2"}}"#).as_deref(),
+            Some("data")
+        );
+        assert_eq!(
+            duplicate_key(br#"{"metadata": {"labels": {"x": "1", "x": "2"}}}"#).as_deref(),
+            Some("metadata.labels.x")
+        );
+        assert_eq!(duplicate_key(br#"[{"a": 1}, {"a": 2}]"#), None);
+        assert_eq!(duplicate_key(b"not json"), None);
+    }
 }

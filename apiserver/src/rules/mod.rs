@@ -140,15 +140,13 @@ fn kinds() -> Vec<(&'static str, &'static str, &'static str, Arc<dyn Strategy>)>
             "",
             "ConfigMap",
             "configmaps",
-            rules(no_defaults, |o, _, r| {
-                data_limits::validate_config_map(o, r)
-            }),
+            rules(no_defaults, data_limits::validate_config_map),
         ),
         (
             "",
             "Secret",
             "secrets",
-            rules(no_defaults, |o, _, r| data_limits::validate_secret(o, r)),
+            rules(data_limits::default_secret, data_limits::validate_secret),
         ),
     ]
 }
@@ -320,12 +318,18 @@ pub(crate) mod test_support {
         out
     }
 
-    /// Asserts each case yields exactly its one expected error, with and without defaults.
+    /// Asserts each case yields exactly its one expected error, with and without defaults
+    /// (besides kube-apiserver's note that CEL rules were skipped over a malformed object).
     pub fn check_cases(cases: &[InvalidCase]) {
         for c in cases {
             let want = vec![format!("{}: {}", c.field, c.message)];
             for with_defaults in [false, true] {
-                let got = all_errors(c.group, c.kind, &c.object, with_defaults);
+                let mut got = all_errors(c.group, c.kind, &c.object, with_defaults);
+                got.retain(|e| {
+                    !e.starts_with(
+                        "<nil>: Invalid value: null: some validation rules were not checked",
+                    )
+                });
                 assert_eq!(got, want, "case {:?} (defaults: {with_defaults})", c.name);
             }
         }

@@ -102,6 +102,21 @@ impl Admission {
     }
 }
 
+/// Whether any part of `schema` has `x-kubernetes-validations`.
+fn has_cel_rules(schema: &Value, depth: usize) -> bool {
+    if depth > 64 {
+        return false;
+    }
+    match schema {
+        Value::Object(m) => m.iter().any(|(k, v)| {
+            (k == "x-kubernetes-validations" && v.as_array().is_some_and(|a| !a.is_empty()))
+                || has_cel_rules(v, depth + 1)
+        }),
+        Value::Array(items) => items.iter().any(|v| has_cel_rules(v, depth + 1)),
+        _ => false,
+    }
+}
+
 /// The write pipeline for one object: prune (recording unknown fields unless
 /// `mode` is [`FieldValidation::Ignore`]), default, validate, then evaluate
 /// CEL rules (transition rules against `old`, the stored object on update).
@@ -118,7 +133,29 @@ pub fn admit(
     let unknown = prune(obj, schema);
     default(obj, schema);
     let mut errors = validate(obj, schema);
-    errors.extend(validate_cel(obj, old, schema));
+    // As kube-apiserver: CEL rules are not evaluated over an object whose shape is already
+    // wrong (a wrong type, a missing required field, a value outside an enum, too long or too
+    // many); the client hears that some rules were not checked.
+    let blocking = errors.iter().any(|e| {
+        use crate::field_error::FieldErrorKind as K;
+        matches!(
+            e.kind,
+            K::NotSupported | K::Required | K::TooLong | K::TooMany | K::TypeInvalid
+        )
+    });
+    if blocking {
+        if has_cel_rules(schema, 0) {
+            // kube-apiserver's error has no field and a nil value, printed `<nil>` and `null`.
+            errors.push(crate::field_error::FieldError::new(
+                "<nil>",
+                crate::field_error::FieldErrorKind::Invalid,
+                None,
+                "null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ));
+        }
+    } else {
+        errors.extend(validate_cel(obj, old, schema));
+    }
     Admission {
         unknown_fields: if mode == FieldValidation::Ignore {
             Vec::new()

@@ -254,7 +254,8 @@ fn include_variants_and_v1beta1() {
         NOW,
         false,
     );
-    assert!(t["rows"][0].get("object").is_none());
+    // As kube-apiserver: the row's object is there, as null.
+    assert_eq!(t["rows"][0].get("object"), Some(&Value::Null));
     let bare = json!({"kind": "Widget"});
     let t = build_table(
         &cols,

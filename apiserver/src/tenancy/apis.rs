@@ -125,11 +125,19 @@ pub(crate) fn types_from_spec(spec: &Value) -> Vec<TypeInfo> {
             .map(|cols| {
                 cols.iter()
                     .map(|c| {
+                        // Without a description, kube-apiserver describes the column by its path.
+                        let description = match s(&c["description"]) {
+                            d if d.is_empty() => format!(
+                                "Custom resource definition column (in JSONPath format): {}",
+                                s(&c["jsonPath"])
+                            ),
+                            d => d,
+                        };
                         let mut col = api::serving::PrinterColumn::json_path(
                             &s(&c["name"]),
                             &s(&c["type"]),
                             &s(&c["jsonPath"]),
-                            &s(&c["description"]),
+                            &description,
                         );
                         col.priority = c["priority"].as_i64().unwrap_or(0) as i32;
                         col

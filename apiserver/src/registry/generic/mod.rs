@@ -274,6 +274,20 @@ impl GenericStore {
             &w.resource.ty.schema,
             &objects::now_rfc3339(),
         );
+        // Writes of the main resource do not own the status (kube-apiserver resets it for
+        // them), nor the annotation only the server sets.
+        let main_resets_status = w.resource.ty.status_subresource && w.part == WritePart::Main;
+        let entries: Vec<_> = entries
+            .into_iter()
+            .filter_map(|mut e| {
+                if main_resets_status {
+                    if let Some(f) = e.fields_v1.as_object_mut() {
+                        f.remove("f:status");
+                    }
+                }
+                without_server_annotation(e)
+            })
+            .collect();
         crate::apply::set_managed_fields(new, &entries);
     }
 
@@ -441,20 +455,28 @@ impl GenericStore {
                 return Ok(written(Stored::Object(current.value)));
             }
             if w.dry_run {
+                // What would be replaced: the current resourceVersion, as kube-apiserver answers.
+                meta_mut(&mut new).insert(
+                    "resourceVersion".into(),
+                    json!(current.mod_revision.to_string()),
+                );
                 return Ok(written(Stored::DryRun(new)));
             }
             if objects::is_deleting(&new) && objects::finalizers(&new).is_empty() {
-                // The last finalizer is gone: the object goes now.
+                // The last finalizer is gone: the object goes now. Watchers see it go as it was
+                // last stored (as kube-apiserver's DELETED event carries etcd's previous value);
+                // the writer gets what it wrote.
                 match self
                     .store
-                    .delete(&key, current.mod_revision, objects::encoder(new))
+                    .delete(&key, current.mod_revision, objects::encoder(old.clone()))
                     .await
                 {
                     Ok(event) => {
                         strategy
                             .after_write(r, w.cluster, &event.value, Change::Deleted)
                             .await;
-                        return Ok(written(Stored::Object(event.value)));
+                        let mut answer = objects::encoder(new);
+                        return Ok(written(Stored::Object(answer(event.revision).into())));
                     }
                     Err(StorageError::Conflict { .. }) if !precondition => continue,
                     Err(e) => return Err(storage_status(w.gr(), w.name, e)),
@@ -496,22 +518,24 @@ impl GenericStore {
             let mut obj = objects::decode_stored(&current.value)?;
             let name = objects::name(&obj).to_string();
             let uid = meta_str(&obj, "uid").unwrap_or("").to_string();
+            // kube-apiserver names the kind (not the resource) in these two conflicts.
+            let by_kind = GroupResource::new(&r.ty.group, &r.ty.kind);
             if let Some(want) = &preconditions.uid {
                 if *want != uid {
                     return Err(ApiError::conflict_with(
-                        w.gr(),
+                        &by_kind,
                         &name,
-                        &format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
+                        &format!("the UID in the precondition ({want}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"),
                     ));
                 }
             }
             if let Some(want) = &preconditions.resource_version {
                 if *want != current.mod_revision.to_string() {
                     return Err(ApiError::conflict_with(
-                        w.gr(),
+                        &by_kind,
                         &name,
                         &format!(
-                            "Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {}",
+                            "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({}). The object might have been modified",
                             current.mod_revision
                         ),
                     ));
@@ -618,6 +642,28 @@ fn check_size(gr: &GroupResource, obj: &Value) -> Result<(), ApiError> {
     ))
 }
 
+/// An entry without the `kcp.io/cluster` annotation, which the server sets and no manager owns
+/// (so managedFields are what kube-apiserver records for the same writes); `None` when nothing
+/// else is left.
+fn without_server_annotation(
+    mut entry: crate::apply::ManagedFieldsEntry,
+) -> Option<crate::apply::ManagedFieldsEntry> {
+    let key = format!("f:{}", objects::CLUSTER_ANNOTATION);
+    let fields = &mut entry.fields_v1;
+    if let Some(meta) = fields.get_mut("f:metadata").and_then(Value::as_object_mut) {
+        if let Some(ann) = meta.get_mut("f:annotations").and_then(Value::as_object_mut) {
+            if ann.remove(&key).is_some() && ann.keys().all(|k| k == ".") {
+                meta.remove("f:annotations");
+            }
+        }
+        if meta.is_empty() {
+            fields.as_object_mut().map(|f| f.remove("f:metadata"));
+        }
+    }
+    let empty = fields.as_object().is_some_and(serde_json::Map::is_empty);
+    (!empty).then_some(entry)
+}
+
 /// The managedFields a non-apply write starts from: the stored ones, unless the client sent
 /// different ones (then those, and `[{}]` clears them), as kube-apiserver does.
 fn managed_fields_base(old: Option<&Value>, new: &Value) -> Vec<crate::apply::ManagedFieldsEntry> {
@@ -648,7 +694,7 @@ pub fn storage_status(gr: &GroupResource, name: &str, e: StorageError) -> ApiErr
             "too old resource version: {requested} ({compacted})"
         )),
         StorageError::FutureRevision { requested, current } => ApiError::timeout(format!(
-            "Too large resource version: {requested}, current: {current}"
+            "Timeout: Too large resource version: {requested}, current: {current}"
         ))
         .with_details(crate::status::Details {
             causes: vec![Cause {
