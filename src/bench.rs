@@ -218,7 +218,7 @@ pub(crate) fn object_1k(name: &str) -> serde_json::Value {
 }
 
 /// Creates `n` objects through the API with `writers` connections.
-async fn load_objects(
+pub(crate) async fn load_objects(
     client: &ClientConfig,
     n: usize,
     writers: usize,
@@ -271,6 +271,7 @@ pub const SECTIONS: &[&str] = &[
     "etcd",
     "attacks",
     "views",
+    "kube",
 ];
 
 pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
@@ -327,6 +328,14 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     }
     if wanted("views") {
         rows.extend(crate::bench_views::views(&opts, &tmp).await?);
+    }
+    // Beside the real kube-apiserver: only when asked for (it needs the Go peers of
+    // `scripts/peers` and the etcd backend).
+    if opts.only.iter().any(|o| o == "kube") {
+        #[cfg(feature = "etcd")]
+        rows.extend(crate::bench_kube::kube(&opts, &tmp).await?);
+        #[cfg(not(feature = "etcd"))]
+        anyhow::bail!("the kube section needs a binary built with --features etcd");
     }
     let _ = std::fs::remove_dir_all(&tmp);
     println!();

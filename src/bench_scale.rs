@@ -21,7 +21,7 @@ use crate::bench::{closed_loop, ms, object_1k, rss_of, BenchOptions, ChildServer
 use crate::bench_broker::{post, wait_ready};
 
 /// Microseconds since the epoch, as written into each object.
-fn now_micros() -> u64 {
+pub(crate) fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
@@ -120,7 +120,7 @@ impl CpuMeter {
 }
 
 /// Reads one watch response line by line, recording the delay of every event carrying `sent`.
-async fn follow_watch(
+pub(crate) async fn follow_watch(
     mut sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
     path: String,
     until: Instant,
@@ -194,7 +194,7 @@ async fn raw_watch(endpoint: String, until: Instant) -> anyhow::Result<Vec<u32>>
     }
 }
 
-fn micros_ms(sorted: &[u32], p: f64) -> String {
+pub(crate) fn micros_ms(sorted: &[u32], p: f64) -> String {
     if sorted.is_empty() {
         return "n/a".into();
     }

@@ -11,11 +11,14 @@ mod bench;
 mod bench_attacks;
 mod bench_broker;
 #[cfg(feature = "etcd")]
+mod bench_kube;
+#[cfg(feature = "etcd")]
 mod bench_scale;
 mod bench_views;
 mod broker;
 mod delegation;
 mod operator;
+mod peers;
 
 /// mimalloc instead of glibc's malloc: the server allocates many small short-lived values per
 /// request (JSON trees, headers, frames), where glibc spent a fifth of the create path's CPU.

@@ -630,9 +630,25 @@ async fn unread_lists_and_idle_watches_are_bounded_per_user() {
     }
     assert!(listed, "alice's budget came back");
 
+    // A watch's initial state counts like a list until it is read: unread, it leaves no room
+    // for another large answer.
+    let mut conn = slow_reader(&t.env).await;
+    let everything = conn
+        .send_request(bearer_get(&format!("{cms}?watch=true"), "alice-token"))
+        .await
+        .expect("watch");
+    assert_eq!(everything.status(), StatusCode::OK);
+    let r = conn
+        .send_request(bearer_get(&cms, "alice-token"))
+        .await
+        .expect("list");
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    drop(everything);
+    drop(conn);
+
     // Watches: three per user, whether read or not; others and admins are not limited by hers.
     let mut conn = slow_reader(&t.env).await;
-    let watch = format!("{cms}?watch=true");
+    let watch = format!("{cms}?watch=true&labelSelector=selects%3Dnothing");
     let mut open = Vec::new();
     for _ in 0..3 {
         let r = conn

@@ -152,6 +152,31 @@ impl ListFilter {
         true
     }
 
+    /// Whether a stored object matches. A label selector alone reads only the object's labels
+    /// (skipping the rest of the JSON without building it); a field selector decodes it whole.
+    pub fn matches_stored(&self, stored: &[u8]) -> Result<bool, ApiError> {
+        if self.field.is_none() {
+            if let Some(l) = &self.label {
+                #[derive(serde::Deserialize)]
+                struct Meta {
+                    #[serde(default)]
+                    labels: Option<serde_json::Map<String, Value>>,
+                }
+                #[derive(serde::Deserialize)]
+                struct Labels {
+                    #[serde(default)]
+                    metadata: Option<Meta>,
+                }
+                let only: Labels = serde_json::from_slice(stored)
+                    .map_err(|e| ApiError::internal(format!("stored object: {e}")))?;
+                let labels = only.metadata.and_then(|m| m.labels).map(Value::Object);
+                return Ok(l.matches(labels.as_ref()));
+            }
+            return Ok(true);
+        }
+        Ok(self.matches_object(&objects::decode_stored(stored)?))
+    }
+
     pub fn matches_object(&self, obj: &Value) -> bool {
         if let Some(l) = &self.label {
             if !l.matches(obj.get("metadata").and_then(|m| m.get("labels"))) {
@@ -277,7 +302,7 @@ async fn read_page(
             last_key = Some(kv.key.to_string());
             if filter.matches_key(type_prefix_len, &kv.key) {
                 let keep = if filter.needs_object() {
-                    filter.matches_object(&objects::decode_stored(&kv.value)?)
+                    filter.matches_stored(&kv.value)?
                 } else {
                     true
                 };

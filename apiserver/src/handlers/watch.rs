@@ -22,6 +22,48 @@ use crate::status::{ApiError, Cause};
 use crate::storage::{Event, EventType, Revision, StorageError};
 use crate::table::{self, IncludeObject};
 
+/// The objects under `prefix` that `filter` selects, read page by page at one revision (so no
+/// more than a page of others is in memory at once).
+async fn list_selected(
+    ctx: &Ctx,
+    filter: &ListFilter,
+    prefix: &str,
+    type_prefix_len: usize,
+) -> Result<(Vec<crate::storage::KeyValue>, Revision), ApiError> {
+    let store = ctx.objects.storage();
+    let mut out = Vec::new();
+    let mut start: Option<String> = None;
+    let mut revision = None;
+    loop {
+        let page = store
+            .list(crate::storage::ListOptions {
+                prefix,
+                start_after: start.as_deref(),
+                limit: INITIAL_PAGE,
+                revision,
+            })
+            .await
+            .map_err(|e| ctx.storage_error(e))?;
+        revision = Some(page.revision);
+        start = page.items.last().map(|kv| kv.key.to_string());
+        for kv in page.items {
+            if !filter.matches_key(type_prefix_len, &kv.key) {
+                continue;
+            }
+            if filter.needs_object() && !filter.matches_stored(&kv.value).unwrap_or(false) {
+                continue;
+            }
+            out.push(kv);
+        }
+        if !page.more || start.is_none() {
+            return Ok((out, page.revision));
+        }
+    }
+}
+
+/// Page size of the initial state's read.
+const INITIAL_PAGE: usize = 500;
+
 /// How often an idle watch with bookmarks enabled gets one.
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -207,12 +249,15 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     let type_prefix_len = ctx.resource.all_clusters_prefix().len();
     let store = ctx.objects.storage().clone();
 
-    // Read the initial state before answering, so a bad request still gets a plain error.
+    // Read the initial state before answering, so a bad request still gets a plain error. Only
+    // what the watcher selected is kept, and it counts against the user's budget of unread
+    // answers like a list: a watch of a few objects in a large namespace holds only those.
+    let mut initial_held = Vec::new();
     let (initial, from) = match start {
         Start::Initial { end_bookmark } => {
-            let (items, rev) = crate::storage::list_all(store.as_ref(), &prefix)
-                .await
-                .map_err(|e| ctx.storage_error(e))?;
+            let (items, rev) = list_selected(ctx, &filter, &prefix, type_prefix_len).await?;
+            let bytes = items.iter().map(|kv| kv.value.len()).sum();
+            initial_held = ctx.budgets.hold_list(ctx.identity.as_deref(), bytes)?;
             (Some((items, end_bookmark)), rev)
         }
         Start::After(rev) => (None, rev),
@@ -237,6 +282,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     });
     let body = Body::stream(Box::pin(WatchFrames {
         initial: initial.into_iter(),
+        initial_held,
         end_bookmark,
         events,
         failed,
@@ -267,6 +313,8 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
 /// goes from the watch cache to the peer without another task in between.
 struct WatchFrames {
     initial: std::vec::IntoIter<crate::storage::KeyValue>,
+    /// The list budget the initial objects take until they are handed to the connection.
+    initial_held: Vec<tokio::sync::OwnedSemaphorePermit>,
     /// The revision of the bookmark that closes the initial objects, if one was asked for.
     end_bookmark: Option<Revision>,
     /// The events; `None` once the watch ended.
@@ -283,20 +331,13 @@ struct WatchFrames {
 
 impl WatchFrames {
     fn next_initial(&mut self) -> Option<Bytes> {
+        // The initial items were selected when they were read.
         for kv in self.initial.by_ref() {
-            if !self.filter.matches_key(self.type_prefix_len, &kv.key) {
-                continue;
-            }
-            if self.filter.needs_object() {
-                match objects::decode_stored(&kv.value) {
-                    Ok(v) if self.filter.matches_object(&v) => {}
-                    _ => continue,
-                }
-            }
             if let Ok(frame) = self.encoder.frame("ADDED", &kv.value) {
                 return Some(frame);
             }
         }
+        self.initial_held.clear();
         self.end_bookmark
             .take()
             .map(|rev| self.encoder.bookmark(rev, true))
