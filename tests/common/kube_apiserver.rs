@@ -7,6 +7,7 @@ mod peers;
 
 use std::path::PathBuf;
 
+#[allow(unused_imports)]
 pub use peers::KUBERNETES_VERSION;
 
 /// The path of a Go peer built by `scripts/peers`.
