@@ -155,7 +155,8 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-const RBAC_KUBE: &str = r#"
+/// Everything on the three Platform Mesh groups.
+const EDITOR_ROLE: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: platform-mesh-editor}
@@ -163,32 +164,17 @@ rules:
 - apiGroups: [core.platform-mesh.io, providers.platform-mesh.io, broker.platform-mesh.io]
   resources: ["*"]
   verbs: ["*"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: platform-mesh-users}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: platform-mesh-editor}
-subjects:
-- {kind: Group, apiGroup: rbac.authorization.k8s.io, name: platform-mesh-users}
 "#;
 
-/// In platform-mesh, only alice (not the whole group) may edit.
-const RBAC_PM: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: platform-mesh-editor}
-rules:
-- apiGroups: [core.platform-mesh.io, providers.platform-mesh.io, broker.platform-mesh.io]
-  resources: ["*"]
-  verbs: ["*"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: alice-edits}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: platform-mesh-editor}
-subjects:
-- {kind: User, apiGroup: rbac.authorization.k8s.io, name: alice}
-"#;
+/// The editor role and a binding of it named `name` to one subject (`User` or `Group`).
+fn editors(name: &str, kind: &str, subject: &str) -> String {
+    format!(
+        "{EDITOR_ROLE}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata: {{name: {name}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: platform-mesh-editor}}\n\
+         subjects:\n- {{kind: {kind}, apiGroup: rbac.authorization.k8s.io, name: {subject}}}\n"
+    )
+}
 
 #[test]
 fn kube_apiserver_serves_the_platform_mesh_apis_through_its_aggregator() {
@@ -339,8 +325,15 @@ fn kube_apiserver_serves_the_platform_mesh_apis_through_its_aggregator() {
     assert_eq!(left.trim(), "");
 
     // Users of kube-apiserver, authorized twice: kube's RBAC, then platform-mesh's.
-    kube.ok_stdin(&["apply", "-f", "-"], RBAC_KUBE);
-    c.pm.ok_stdin(&["apply", "-f", "-"], RBAC_PM);
+    // kube-apiserver lets the whole group edit; platform-mesh only alice.
+    kube.ok_stdin(
+        &["apply", "-f", "-"],
+        &editors("platform-mesh-users", "Group", "platform-mesh-users"),
+    );
+    c.pm.ok_stdin(
+        &["apply", "-f", "-"],
+        &editors("alice-edits", "User", "alice"),
+    );
     let alice = c.kubectl_as("alice", &["platform-mesh-users"]);
     let bob = c.kubectl_as("bob", &["platform-mesh-users"]);
     let carol = c.kubectl_as("carol", &[]);

@@ -148,10 +148,16 @@ pub(super) async fn delete_collection(ctx: &Ctx) -> Result<Response<Body>, ApiEr
             Err(e) => return Err(e),
         }
     }
+    let mut metadata =
+        json!({"resourceVersion": ctx.objects.storage().current_revision().to_string()});
+    if !ctx.resource.ty.strategic_merge_patch {
+        // As a list of custom resources from kube-apiserver.
+        metadata["continue"] = json!("");
+    }
     let list = json!({
         "kind": ctx.resource.ty.list_kind,
         "apiVersion": ctx.resource.api_version,
-        "metadata": {"resourceVersion": ctx.objects.storage().current_revision().to_string()},
+        "metadata": metadata,
         "items": deleted,
     });
     Ok(ctx.respond_value_raw(StatusCode::OK, &list))

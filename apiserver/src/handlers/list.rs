@@ -443,8 +443,15 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         .budgets
         .hold_list(ctx.identity.as_deref(), size_of(&page.items))?;
     let mut list_meta = json!({"resourceVersion": page.revision.to_string()});
-    if let Some(t) = &page.continue_token {
-        list_meta["continue"] = json!(t);
+    match &page.continue_token {
+        Some(t) => list_meta["continue"] = json!(t),
+        // Plain lists of custom resources say it even when empty, as kube-apiserver's do.
+        None if !ctx.resource.ty.strategic_merge_patch
+            && matches!(ctx.negotiated.output, Output::Object) =>
+        {
+            list_meta["continue"] = json!("")
+        }
+        None => {}
     }
     let r = &ctx.resource;
     let size = size_of(&page.items);

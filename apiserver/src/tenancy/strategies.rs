@@ -147,6 +147,15 @@ struct Crds(Arc<Tenancy>);
 
 #[async_trait::async_trait]
 impl Strategy for Crds {
+    /// As kube-apiserver: a CRD without `spec.conversion` converts nothing (`strategy: None`).
+    fn set_defaults(&self, obj: &mut Value) {
+        if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+            if !spec.get("conversion").is_some_and(Value::is_object) {
+                spec.insert("conversion".into(), serde_json::json!({"strategy": "None"}));
+            }
+        }
+    }
+
     async fn prepare_for_store(
         &self,
         w: &WriteAttributes<'_>,
