@@ -28,17 +28,10 @@ fn kubectl_bin() -> PathBuf {
 
 /// Runs `platform-mesh <args>` and returns its stdout.
 fn platform_mesh(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
-        .args(args)
-        .output()
-        .expect("run platform-mesh");
-    assert!(
-        out.status.success(),
-        "platform-mesh {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::stdout_of(
+        Command::new(env!("CARGO_BIN_EXE_platform-mesh")).args(args),
+        &format!("platform-mesh {}", args.join(" ")),
+    )
 }
 
 /// kube-apiserver and a `serve` it can reach as the Service `platform-mesh` in

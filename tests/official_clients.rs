@@ -27,19 +27,13 @@ fn run_peer(peer: &str, interpreter: &str, installed: &str, program: &str) -> St
     } else {
         PathBuf::from(interpreter)
     };
-    let out = Command::new(interpreter)
-        .arg(program)
-        .current_dir(&dir)
-        .env("KUBECONFIG", &server.kubeconfig)
-        .output()
-        .expect("the peer runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{program} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    common::stdout_of(
+        Command::new(interpreter)
+            .arg(program)
+            .current_dir(&dir)
+            .env("KUBECONFIG", &server.kubeconfig),
+        program,
+    )
 }
 
 #[test]
@@ -106,18 +100,15 @@ const GO_CHECKS: [&str; 11] = [
 
 /// Runs the client-go / controller-runtime program with `kubeconfig`; returns its output lines.
 fn run_go_clients(kubeconfig: &std::path::Path) -> Vec<String> {
-    let out = Command::new(common::kube_apiserver::peer_binary("go-clients"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .output()
-        .expect("go-clients runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "go-clients failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout.lines().map(str::to_string).collect()
+    common::stdout_of(
+        Command::new(common::kube_apiserver::peer_binary("go-clients"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig),
+        "go-clients",
+    )
+    .lines()
+    .map(str::to_string)
+    .collect()
 }
 
 #[test]

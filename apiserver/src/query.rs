@@ -54,7 +54,7 @@ impl Query {
                 _ => {
                     let values: Vec<String> =
                         self.dry_run.iter().map(|v| format!("{v:?}")).collect();
-                    return Err(options_invalid(
+                    return Err(ApiError::options_invalid(
                         options,
                         "dryRun",
                         "FieldValueNotSupported",
@@ -75,7 +75,7 @@ impl Query {
             "" | "Warn" => Ok(FieldValidation::Warn),
             "Strict" => Ok(FieldValidation::Strict),
             "Ignore" => Ok(FieldValidation::Ignore),
-            other => Err(options_invalid(
+            other => Err(ApiError::options_invalid(
                 options,
                 "fieldValidation",
                 "FieldValueNotSupported",
@@ -139,20 +139,6 @@ pub fn parse_go_duration(s: &str) -> Option<std::time::Duration> {
         rest = next;
     }
     Some(total)
-}
-
-/// The 422 of invalid request options, as kube-apiserver words it.
-fn options_invalid(options: &str, field: &str, reason: &str, message: String) -> ApiError {
-    ApiError::invalid(
-        options,
-        "meta.k8s.io",
-        "",
-        vec![crate::status::Cause {
-            reason: reason.into(),
-            message,
-            field: field.into(),
-        }],
-    )
 }
 
 #[cfg(test)]

@@ -183,6 +183,26 @@ impl ApiError {
         )
     }
 
+    /// A 422 for invalid request options (`CreateOptions`, `ListOptions`, `PatchOptions`, …), in
+    /// kube-apiserver's words: `<options>.meta.k8s.io "" is invalid: <field>: <message>`.
+    pub fn options_invalid(
+        options: &str,
+        field: &str,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        ApiError::invalid(
+            options,
+            "meta.k8s.io",
+            "",
+            vec![Cause {
+                reason: reason.into(),
+                message: message.into(),
+                field: field.into(),
+            }],
+        )
+    }
+
     /// A 405 for a method the URL has no route for (a PUT of a collection, a POST of a
     /// namespaced kind outside a namespace), in kube-apiserver's words.
     pub fn method_not_routed() -> Self {

@@ -158,21 +158,29 @@ impl Drop for Server {
     }
 }
 
-/// Runs `platform-mesh bench <args>` and returns its report, failing the test if it fails.
-pub fn bench(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
-        .arg("bench")
-        .args(args)
-        .env("RUST_LOG", "error")
+/// Runs `cmd` and returns its stdout, failing the test (with both outputs) if it fails.
+pub fn stdout_of(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
         .output()
-        .expect("run bench");
+        .unwrap_or_else(|e| panic!("{what} does not run: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "bench failed: {stdout}\n{}",
+        "{what} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// Runs `platform-mesh bench <args>` and returns its report, failing the test if it fails.
+pub fn bench(args: &[&str]) -> String {
+    stdout_of(
+        Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+            .arg("bench")
+            .args(args)
+            .env("RUST_LOG", "error"),
+        "bench",
+    )
 }
 
 /// Every versioned kubectl of the machine image: `kubectl.1.NN` beside the binary `kubectl` resolves to.
@@ -265,6 +273,17 @@ impl Kubectl {
     }
 }
 
+/// Options of an in-process server on a free port, on the memory store, with its files in
+/// `dir/data`.
+fn memory_options(dir: &Path) -> apiserver::server::ServeOptions {
+    let mut opts = apiserver::server::ServeOptions::new(
+        "127.0.0.1:0".parse().expect("addr"),
+        dir.join("data"),
+    );
+    opts.store = apiserver::server::StoreKind::Memory;
+    opts
+}
+
 /// A server started in this process on the memory store, with an admin client; the temporary
 /// data directory lives as long as the returned guard.
 pub async fn in_process() -> (
@@ -284,11 +303,7 @@ pub async fn in_process_with(
     tempfile::TempDir,
 ) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut opts = apiserver::server::ServeOptions::new(
-        "127.0.0.1:0".parse().expect("addr"),
-        dir.path().join("data"),
-    );
-    opts.store = apiserver::server::StoreKind::Memory;
+    let mut opts = memory_options(dir.path());
     adjust(&mut opts);
     let pki = opts.data_dir.join("pki");
     let running = apiserver::server::start(opts).await.expect("start");
@@ -318,11 +333,7 @@ impl KubeEnv {
     /// [`KubeEnv::start`] with adjusted options.
     pub async fn start_with(adjust: impl FnOnce(&mut apiserver::server::ServeOptions)) -> KubeEnv {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut opts = apiserver::server::ServeOptions::new(
-            "127.0.0.1:0".parse().expect("addr"),
-            dir.path().join("data"),
-        );
-        opts.store = apiserver::server::StoreKind::Memory;
+        let mut opts = memory_options(dir.path());
         adjust(&mut opts);
         let server = apiserver::server::start(opts).await.expect("start");
         let kubeconfig =

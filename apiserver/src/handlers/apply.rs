@@ -15,16 +15,7 @@ use crate::query::FieldValidation;
 use crate::status::{ApiError, Cause, Details};
 
 fn patch_options_error(reason: &str, message: &str, field: &str) -> ApiError {
-    ApiError::invalid(
-        "PatchOptions",
-        "meta.k8s.io",
-        "",
-        vec![Cause {
-            reason: reason.into(),
-            message: message.into(),
-            field: field.into(),
-        }],
-    )
+    ApiError::options_invalid("PatchOptions", field, reason, message)
 }
 
 /// The 409 of an apply that conflicts with other managers.

@@ -8,20 +8,11 @@ use super::Ctx;
 use crate::body::Body;
 use crate::objects;
 use crate::registry::{Deleted, Preconditions};
-use crate::status::{success_status, ApiError, Cause};
+use crate::status::{success_status, ApiError};
 use crate::storage::KeyValue;
 
 fn options_error(field: &str, message: String) -> ApiError {
-    ApiError::invalid(
-        "DeleteOptions",
-        "meta.k8s.io",
-        "",
-        vec![Cause {
-            reason: "FieldValueNotSupported".into(),
-            message,
-            field: field.into(),
-        }],
-    )
+    ApiError::options_invalid("DeleteOptions", field, "FieldValueNotSupported", message)
 }
 
 fn parse_options(ctx: &Ctx) -> Result<Preconditions, ApiError> {
@@ -122,16 +113,15 @@ pub(super) async fn delete(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         Deleted::DryRun(v) if objects::is_deleting(&v) && !objects::finalizers(&v).is_empty() => {
             Ok(ctx.respond_value(StatusCode::OK, &v))
         }
-        Deleted::DryRun(v) => {
-            let uid = objects::meta_str(&v, "uid").unwrap_or("");
-            Ok(ctx.respond_value_raw(StatusCode::OK, &success_status(ctx.gr(), ctx.name(), uid)))
-        }
-        Deleted::Gone(bytes) => {
-            let obj = objects::decode_stored(&bytes)?;
-            let uid = objects::meta_str(&obj, "uid").unwrap_or("");
-            Ok(ctx.respond_value_raw(StatusCode::OK, &success_status(ctx.gr(), ctx.name(), uid)))
-        }
+        Deleted::DryRun(v) => Ok(gone(ctx, &v)),
+        Deleted::Gone(bytes) => Ok(gone(ctx, &objects::decode_stored(&bytes)?)),
     }
+}
+
+/// The Status of a deleted object `obj`.
+fn gone(ctx: &Ctx, obj: &Value) -> Response<Body> {
+    let uid = objects::meta_str(obj, "uid").unwrap_or("");
+    ctx.respond_value_raw(StatusCode::OK, &success_status(ctx.gr(), ctx.name(), uid))
 }
 
 pub(super) async fn delete_collection(ctx: &Ctx) -> Result<Response<Body>, ApiError> {

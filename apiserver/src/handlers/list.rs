@@ -15,7 +15,7 @@ use crate::objects;
 use crate::request_info::ClusterTarget;
 use crate::response::bytes_response;
 use crate::selectors::{FieldSelector, LabelSelector, SelectorError};
-use crate::status::{ApiError, Cause};
+use crate::status::ApiError;
 use crate::storage::{KeyValue, ListOptions, Revision, StorageError, Store};
 use crate::table;
 
@@ -213,16 +213,13 @@ fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
     Ok((rev, start))
 }
 
-fn list_options_error(message: &str, field: &str) -> ApiError {
-    ApiError::invalid(
+/// A forbidden combination of list (and watch) options.
+pub(super) fn list_options_error(message: &str, field: &str) -> ApiError {
+    ApiError::options_invalid(
         "ListOptions",
-        "meta.k8s.io",
-        "",
-        vec![Cause {
-            reason: "FieldValueForbidden".into(),
-            message: format!("Forbidden: {message}"),
-            field: field.into(),
-        }],
+        field,
+        "FieldValueForbidden",
+        format!("Forbidden: {message}"),
     )
 }
 
@@ -384,17 +381,13 @@ pub(super) async fn list(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             ));
         }
         if m != "Exact" && m != "NotOlderThan" {
-            return Err(ApiError::invalid(
+            return Err(ApiError::options_invalid(
                 "ListOptions",
-                "meta.k8s.io",
-                "",
-                vec![Cause {
-                    reason: "FieldValueNotSupported".into(),
-                    message: format!(
-                        "Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
-                    ),
-                    field: "resourceVersionMatch".into(),
-                }],
+                "resourceVersionMatch",
+                "FieldValueNotSupported",
+                format!(
+                    "Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
+                ),
             ));
         }
         if m == "Exact" && rv == Some("0") {

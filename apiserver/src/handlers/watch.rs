@@ -12,57 +12,15 @@ use futures::{Stream, StreamExt};
 use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::list::{wait_for_revision, ListFilter};
+use super::list::{list_options_error, wait_for_revision, ListFilter};
 use super::{partial_metadata, Ctx};
 use crate::body::Body;
 use crate::negotiation::Output;
 use crate::objects;
 use crate::registry::Resource;
-use crate::status::{ApiError, Cause};
+use crate::status::ApiError;
 use crate::storage::{Event, EventType, Revision, StorageError};
 use crate::table::{self, IncludeObject};
-
-/// The objects under `prefix` that `filter` selects, read page by page at one revision (so no
-/// more than a page of others is in memory at once).
-async fn list_selected(
-    ctx: &Ctx,
-    filter: &ListFilter,
-    prefix: &str,
-    type_prefix_len: usize,
-) -> Result<(Vec<crate::storage::KeyValue>, Revision), ApiError> {
-    let store = ctx.objects.storage();
-    let mut out = Vec::new();
-    let mut start: Option<String> = None;
-    let mut revision = None;
-    loop {
-        let page = store
-            .list(crate::storage::ListOptions {
-                prefix,
-                start_after: start.as_deref(),
-                limit: INITIAL_PAGE,
-                revision,
-            })
-            .await
-            .map_err(|e| ctx.storage_error(e))?;
-        revision = Some(page.revision);
-        start = page.items.last().map(|kv| kv.key.to_string());
-        for kv in page.items {
-            if !filter.matches_key(type_prefix_len, &kv.key) {
-                continue;
-            }
-            if filter.needs_object() && !filter.matches_stored(&kv.value).unwrap_or(false) {
-                continue;
-            }
-            out.push(kv);
-        }
-        if !page.more || start.is_none() {
-            return Ok((out, page.revision));
-        }
-    }
-}
-
-/// Page size of the initial state's read.
-const INITIAL_PAGE: usize = 500;
 
 /// How often an idle watch with bookmarks enabled gets one.
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
@@ -154,19 +112,6 @@ fn error_frame(e: &ApiError) -> Bytes {
     ))
 }
 
-fn options_error(message: &str, field: &str) -> ApiError {
-    ApiError::invalid(
-        "ListOptions",
-        "meta.k8s.io",
-        "",
-        vec![Cause {
-            reason: "FieldValueForbidden".into(),
-            message: format!("Forbidden: {message}"),
-            field: field.into(),
-        }],
-    )
-}
-
 /// Where a watch starts.
 enum Start {
     /// Send the current state as ADDED events first (optionally closed by the initial-events bookmark).
@@ -184,7 +129,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         Some(v) => {
             let on = matches!(v, "true" | "1");
             if rvm != Some("NotOlderThan") {
-                return Err(options_error(
+                return Err(list_options_error(
                     "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
                     "sendInitialEvents",
                 ));
@@ -210,7 +155,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         }
         None => {
             if rvm.is_some() {
-                return Err(options_error(
+                return Err(list_options_error(
                     "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
                     "resourceVersionMatch",
                 ));
@@ -255,7 +200,8 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     let mut initial_held = Vec::new();
     let (initial, from) = match start {
         Start::Initial { end_bookmark } => {
-            let (items, rev) = list_selected(ctx, &filter, &prefix, type_prefix_len).await?;
+            // Read page by page, keeping only the selected objects (as a list does).
+            let (items, rev) = super::list::collect_matching(ctx, &filter).await?;
             let bytes = items.iter().map(|kv| kv.value.len()).sum();
             initial_held = ctx.budgets.hold_list(ctx.identity.as_deref(), bytes)?;
             (Some((items, end_bookmark)), rev)

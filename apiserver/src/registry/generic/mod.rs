@@ -648,11 +648,13 @@ fn check_size(gr: &GroupResource, obj: &Value) -> Result<(), ApiError> {
 fn without_server_annotation(
     mut entry: crate::apply::ManagedFieldsEntry,
 ) -> Option<crate::apply::ManagedFieldsEntry> {
-    let key = format!("f:{}", objects::CLUSTER_ANNOTATION);
+    // `f:` + objects::CLUSTER_ANNOTATION, spelled out: this runs on every write.
+    const KEY: &str = "f:kcp.io/cluster";
+    debug_assert_eq!(KEY, format!("f:{}", objects::CLUSTER_ANNOTATION));
     let fields = &mut entry.fields_v1;
     if let Some(meta) = fields.get_mut("f:metadata").and_then(Value::as_object_mut) {
         if let Some(ann) = meta.get_mut("f:annotations").and_then(Value::as_object_mut) {
-            if ann.remove(&key).is_some() && ann.keys().all(|k| k == ".") {
+            if ann.remove(KEY).is_some() && ann.keys().all(|k| k == ".") {
                 meta.remove("f:annotations");
             }
         }
