@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -17,6 +18,7 @@ mod bench_scale;
 mod bench_views;
 mod broker;
 mod delegation;
+mod extension;
 mod operator;
 mod peers;
 
@@ -40,6 +42,9 @@ struct Cli {
 enum Command {
     /// Run the HTTPS Kubernetes-API server.
     Serve(Box<ServeArgs>),
+    /// Serve only Platform Mesh's virtual workspaces (marketplace, contentconfigurations) in
+    /// front of a kcp this process does not own: kcp's workspaces, tokens and permissions.
+    VirtualWorkspaces(Box<VirtualWorkspacesArgs>),
     /// Run the resource broker: copy consumer objects to accepting providers and bring their
     /// status and related resources back.
     Broker(Box<broker::BrokerArgs>),
@@ -158,6 +163,17 @@ enum Command {
     },
 }
 
+/// `platform-mesh virtual-workspaces`.
+#[derive(clap::Args)]
+struct VirtualWorkspacesArgs {
+    #[command(flatten)]
+    kcp: extension::KcpArgs,
+    #[command(flatten)]
+    views: ViewArgs,
+    #[command(flatten)]
+    request_header: RequestHeaderArgs,
+}
+
 #[derive(clap::Args)]
 struct ServeArgs {
     /// Address to listen on.
@@ -204,24 +220,6 @@ struct ServeArgs {
     /// Objects one workspace may hold; creates beyond it get 403 (0: no limit).
     #[arg(long, default_value_t = 0)]
     max_objects_per_workspace: usize,
-    /// The label naming the entity type a ContentConfiguration is for (virtual workspaces).
-    #[arg(long, default_value = "ui.platform-mesh.io/entity")]
-    entity_label: String,
-    /// The label naming the APIExport or ProviderMetadata content is for (virtual workspaces).
-    #[arg(long, default_value = "ui.platform-mesh.io/content-for")]
-    content_for_label: String,
-    /// The entity type of a workspace right below `orgs` (virtual workspaces).
-    #[arg(long, default_value = "main")]
-    main_entity_name: String,
-    /// The entity type of the workspaces below an organization (virtual workspaces).
-    #[arg(long, default_value = "core_platform-mesh_io_account")]
-    account_entity_name: String,
-    /// The workspace of the core APIExport and of the platform's own content.
-    #[arg(long, default_value = "root:platform-mesh-system")]
-    resource_schema_workspace: String,
-    /// The APIExport that serves ContentConfigurations and ProviderMetadata.
-    #[arg(long, default_value = "core.platform-mesh.io")]
-    resource_apiexport_endpointslice_name: String,
     /// Open watches one user may have (429 beyond; system:masters exempt; 0: no limit).
     #[arg(long, default_value_t = apiserver::budget::DEFAULT_WATCHES_PER_USER)]
     max_watches_per_user: usize,
@@ -250,6 +248,104 @@ struct ServeArgs {
     /// Audiences accepted in tokens (default: the issuer).
     #[arg(long, value_delimiter = ',')]
     api_audiences: Vec<String>,
+    /// Kubeconfig of the kube-apiserver this server extends: its
+    /// kube-system/extension-apiserver-authentication ConfigMap sets the request-header options
+    /// no flag sets.
+    #[arg(long, conflicts_with = "authentication_in_cluster")]
+    authentication_kubeconfig: Option<PathBuf>,
+    /// As --authentication-kubeconfig, with the pod's service account (deploy/aggregation).
+    #[arg(long)]
+    authentication_in_cluster: bool,
+    #[command(flatten)]
+    views: ViewArgs,
+    #[command(flatten)]
+    request_header: RequestHeaderArgs,
+    #[command(flatten)]
+    controllers: operator::ControllerArgs,
+}
+
+impl ServeArgs {
+    /// The server's options and the controllers' flags.
+    fn into_options(
+        self,
+    ) -> anyhow::Result<(apiserver::server::ServeOptions, operator::ControllerArgs)> {
+        let mut opts = apiserver::server::ServeOptions::new(self.listen, self.data_dir);
+        opts.tls_cert_file = self.tls_cert_file;
+        opts.tls_private_key_file = self.tls_private_key_file;
+        opts.client_ca_file = self.client_ca_file;
+        opts.max_requests_in_flight = self.max_requests_inflight;
+        opts.request_timeout = std::time::Duration::from_secs(self.request_timeout.max(1));
+        opts.max_objects_per_workspace = self.max_objects_per_workspace;
+        opts.views = self.views.into_options();
+        opts.budgets = apiserver::budget::BudgetLimits {
+            list_bytes_per_user: self.max_list_bytes_per_user,
+            list_bytes: self.max_list_bytes,
+            watches_per_user: self.max_watches_per_user,
+        };
+        if let Some(cache) = opts.watch_cache.as_mut() {
+            cache.window_bytes = self.watch_cache_window_bytes;
+            cache.watcher_buffer_bytes = self.watch_buffer_bytes;
+        }
+        opts.token_auth_file = self.token_auth_file;
+        opts.service_account_key_file = self.service_account_key_file;
+        opts.service_account_issuer = self.service_account_issuer;
+        opts.api_audiences = self.api_audiences;
+        self.request_header.apply(&mut opts);
+        if self.in_memory {
+            opts.store = apiserver::server::StoreKind::Memory;
+        }
+        if !self.etcd_servers.is_empty() {
+            let tls = EtcdTlsFiles {
+                ca: self.etcd_cafile,
+                cert: self.etcd_certfile,
+                key: self.etcd_keyfile,
+            };
+            opts.store = etcd_store(self.etcd_servers, self.etcd_prefix, tls)?;
+        }
+        Ok((opts, self.controllers))
+    }
+}
+
+/// Upstream's flags of Platform Mesh's virtual workspaces.
+#[derive(clap::Args)]
+struct ViewArgs {
+    /// The label naming the entity type a ContentConfiguration is for (virtual workspaces).
+    #[arg(long, default_value = "ui.platform-mesh.io/entity")]
+    entity_label: String,
+    /// The label naming the APIExport or ProviderMetadata content is for (virtual workspaces).
+    #[arg(long, default_value = "ui.platform-mesh.io/content-for")]
+    content_for_label: String,
+    /// The entity type of a workspace right below `orgs` (virtual workspaces).
+    #[arg(long, default_value = "main")]
+    main_entity_name: String,
+    /// The entity type of the workspaces below an organization (virtual workspaces).
+    #[arg(long, default_value = "core_platform-mesh_io_account")]
+    account_entity_name: String,
+    /// The workspace of the core APIExport and of the platform's own content.
+    #[arg(long, default_value = "root:platform-mesh-system")]
+    resource_schema_workspace: String,
+    /// The APIExport that serves ContentConfigurations and ProviderMetadata.
+    #[arg(long, default_value = "core.platform-mesh.io")]
+    resource_apiexport_endpointslice_name: String,
+}
+
+impl ViewArgs {
+    fn into_options(self) -> apiserver::views::ViewOptions {
+        apiserver::views::ViewOptions {
+            entity_label: self.entity_label,
+            content_for_label: self.content_for_label,
+            main_entity: self.main_entity_name,
+            account_entity: self.account_entity_name,
+            provider_workspace: self.resource_schema_workspace,
+            core_export: self.resource_apiexport_endpointslice_name,
+        }
+    }
+}
+
+/// Request-header authentication: whom to trust as an authenticating proxy (kube-apiserver's
+/// aggregator, kcp's front proxy) and which headers it sets.
+#[derive(clap::Args)]
+struct RequestHeaderArgs {
     /// CA (PEM) of the authenticating proxy's client certificate (kube-apiserver's
     /// --proxy-client-cert-file); enables X-Remote-User style request-header authentication.
     #[arg(long)]
@@ -269,69 +365,16 @@ struct ServeArgs {
     /// Header prefixes carrying extra attributes (default X-Remote-Extra-).
     #[arg(long, value_delimiter = ',')]
     requestheader_extra_headers_prefix: Vec<String>,
-    /// Kubeconfig of the kube-apiserver this server extends: its
-    /// kube-system/extension-apiserver-authentication ConfigMap sets the request-header options
-    /// no flag sets.
-    #[arg(long, conflicts_with = "authentication_in_cluster")]
-    authentication_kubeconfig: Option<PathBuf>,
-    /// As --authentication-kubeconfig, with the pod's service account (deploy/aggregation).
-    #[arg(long)]
-    authentication_in_cluster: bool,
-    #[command(flatten)]
-    controllers: operator::ControllerArgs,
 }
 
-impl ServeArgs {
-    /// The server's options and the controllers' flags.
-    fn into_options(
-        self,
-    ) -> anyhow::Result<(apiserver::server::ServeOptions, operator::ControllerArgs)> {
-        let mut opts = apiserver::server::ServeOptions::new(self.listen, self.data_dir);
-        opts.tls_cert_file = self.tls_cert_file;
-        opts.tls_private_key_file = self.tls_private_key_file;
-        opts.client_ca_file = self.client_ca_file;
-        opts.max_requests_in_flight = self.max_requests_inflight;
-        opts.request_timeout = std::time::Duration::from_secs(self.request_timeout.max(1));
-        opts.max_objects_per_workspace = self.max_objects_per_workspace;
-        opts.views = apiserver::views::ViewOptions {
-            entity_label: self.entity_label,
-            content_for_label: self.content_for_label,
-            main_entity: self.main_entity_name,
-            account_entity: self.account_entity_name,
-            provider_workspace: self.resource_schema_workspace,
-            core_export: self.resource_apiexport_endpointslice_name,
-        };
-        opts.budgets = apiserver::budget::BudgetLimits {
-            list_bytes_per_user: self.max_list_bytes_per_user,
-            list_bytes: self.max_list_bytes,
-            watches_per_user: self.max_watches_per_user,
-        };
-        if let Some(cache) = opts.watch_cache.as_mut() {
-            cache.window_bytes = self.watch_cache_window_bytes;
-            cache.watcher_buffer_bytes = self.watch_buffer_bytes;
-        }
-        opts.token_auth_file = self.token_auth_file;
-        opts.service_account_key_file = self.service_account_key_file;
-        opts.service_account_issuer = self.service_account_issuer;
-        opts.api_audiences = self.api_audiences;
+impl RequestHeaderArgs {
+    fn apply(self, opts: &mut apiserver::server::ServeOptions) {
         opts.requestheader_client_ca_file = self.requestheader_client_ca_file;
         opts.requestheader_allowed_names = self.requestheader_allowed_names;
         opts.requestheader_username_headers = self.requestheader_username_headers;
         opts.requestheader_uid_headers = self.requestheader_uid_headers;
         opts.requestheader_group_headers = self.requestheader_group_headers;
         opts.requestheader_extra_headers_prefix = self.requestheader_extra_headers_prefix;
-        if self.in_memory {
-            opts.store = apiserver::server::StoreKind::Memory;
-        }
-        if !self.etcd_servers.is_empty() {
-            let tls = EtcdTlsFiles {
-                ca: self.etcd_cafile,
-                cert: self.etcd_certfile,
-                key: self.etcd_keyfile,
-            };
-            opts.store = etcd_store(self.etcd_servers, self.etcd_prefix, tls)?;
-        }
-        Ok((opts, self.controllers))
     }
 }
 
@@ -456,6 +499,43 @@ fn main() -> anyhow::Result<()> {
                 }
                 controllers.shutdown().await;
                 anyhow::Ok(())
+            })
+        }
+        Command::VirtualWorkspaces(args) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async move {
+                let VirtualWorkspacesArgs {
+                    kcp,
+                    views,
+                    request_header,
+                } = *args;
+                let upstream = Arc::new(
+                    extension::KcpUpstream::connect(&kcp.kcp_kubeconfig, kcp.server_url.as_deref())
+                        .await?,
+                );
+                let ext = apiserver::views::Extension::new(upstream.clone());
+                let mut opts = apiserver::server::ServeOptions::new(kcp.listen, kcp.data_dir);
+                opts.store = apiserver::server::StoreKind::Memory;
+                opts.tls_cert_file = kcp.tls_cert_file;
+                opts.tls_private_key_file = kcp.tls_private_key_file;
+                opts.client_ca_file = kcp.client_ca_file;
+                opts.views = views.into_options();
+                opts.extension = Some(ext.clone());
+                request_header.apply(&mut opts);
+                let view_options = opts.views.clone();
+                let server = apiserver::server::start(opts).await?;
+                let mirror =
+                    extension::mirror(upstream, ext, server.state.store.clone(), view_options);
+                eprintln!(
+                    "platform-mesh virtual workspaces are serving on https://{}/services/{{marketplace,contentconfigurations}}/clusters/<workspace>",
+                    server.address
+                );
+                let result = tokio::select! {
+                    r = shutdown_signal() => r,
+                    r = async { server.wait().await } => r.map_err(anyhow::Error::from),
+                };
+                mirror.abort();
+                result
             })
         }
         Command::Bench {
@@ -618,4 +698,13 @@ async fn shutdown_signal() -> anyhow::Result<()> {
     #[cfg(not(unix))]
     tokio::signal::ctrl_c().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of every subcommand's flags (unique names, groups, requirements).
+    #[test]
+    fn the_command_line_is_well_formed() {
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
+    }
 }

@@ -73,15 +73,14 @@ fn run_walkthrough(example: &str, version: &str) {
         std::env::var("PATH").unwrap_or_default()
     );
     let mut background = Background(Vec::new());
+    // The walkthroughs name files of the server's data directory as the quick start makes it.
+    let data_dir = format!("{}/", server.data_dir.display());
+    let in_data_dir = |s: &str| s.replace(".platform-mesh/", &data_dir);
     for step in cmds {
         let cmd = match step {
-            Step::Shell(cmd) => cmd,
+            Step::Shell(cmd) => in_data_dir(&cmd),
             Step::Background(args) => {
-                let admin = server.kubeconfig.display().to_string();
-                let args: Vec<String> = args
-                    .into_iter()
-                    .map(|a| a.replace(".platform-mesh/admin.kubeconfig", &admin))
-                    .collect();
+                let args: Vec<String> = args.iter().map(|a| in_data_dir(a)).collect();
                 let child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
                     .args(&args)
                     .current_dir(&root)

@@ -69,10 +69,6 @@ impl std::ops::Deref for Env {
 }
 
 impl Env {
-    async fn start() -> Env {
-        Env(common::KubeEnv::start().await)
-    }
-
     async fn start_with(adjust: impl FnOnce(&mut apiserver::server::ServeOptions)) -> Env {
         Env(common::KubeEnv::start_with(adjust).await)
     }
@@ -201,7 +197,12 @@ async fn core(env: &Env, bound: &[&str]) {
 /// `acme` with an account `team`, a provider `widgets` offering the Widget API with content for
 /// organizations and accounts, and content of each kind in each place.
 async fn world() -> Env {
-    let env = Env::start().await;
+    world_with(|_| {}).await
+}
+
+/// [`world`] on a server with adjusted options.
+async fn world_with(adjust: impl FnOnce(&mut apiserver::server::ServeOptions)) -> Env {
+    let env = Env::start_with(adjust).await;
     let system = "root:platform-mesh-system";
     env.workspace("root:orgs", "acme", "organization").await;
     env.workspace("root:orgs:acme", "team", "account").await;
@@ -450,11 +451,15 @@ async fn the_marketplace_offers_each_export_of_a_provider_and_tells_whether_it_i
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_sees_an_offer_appear_and_become_installed() {
-    let env = world().await;
-    let api: Api<DynamicObject> =
-        Api::all_with(env.view("marketplace", "root:orgs:acme:team"), &entries());
+/// Watches the marketplace of `api` from a fresh list, publishes a second Widget export and
+/// waits for its entry's ADDED event; returns the list's resourceVersion and the open watch.
+async fn an_offer_appears(
+    env: &Env,
+    api: &Api<DynamicObject>,
+) -> (
+    String,
+    futures::stream::BoxStream<'static, kube::Result<WatchEvent<DynamicObject>>>,
+) {
     let list = api.list(&ListParams::default()).await.expect("list");
     let rv = list.metadata.resource_version.clone().expect("rv");
     let mut events = api
@@ -481,6 +486,15 @@ async fn a_watch_sees_an_offer_appear_and_become_installed() {
         o.metadata.name.as_deref(),
         Some("sprockets.example.platform-mesh.io-widgets")
     );
+    (rv, events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_sees_an_offer_appear_and_become_installed() {
+    let env = world().await;
+    let api: Api<DynamicObject> =
+        Api::all_with(env.view("marketplace", "root:orgs:acme:team"), &entries());
+    let (rv, mut events) = an_offer_appears(&env, &api).await;
     // The account binds the Widget API: its entry is modified to name the binding.
     env.bind(
         "root:orgs:acme:team",
@@ -581,20 +595,15 @@ async fn forbidden_users_and_unfit_workspaces_get_clear_statuses() {
     assert_eq!(code, 403);
 }
 
-fn kubectl_sees_both_views(version: &str) {
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let env = runtime.block_on(world());
-    let bin = common::kubectl_binary(version)
-        .unwrap_or_else(|| panic!("kubectl.{version} beside the kubectl on PATH"));
-    let kubectl = common::Kubectl::new(bin, &env.server.kubeconfig);
-    let base = format!("https://{}", env.server.address);
-    let market = format!("{base}/services/marketplace/clusters/root:orgs:acme");
-    let table = kubectl.ok(&["--server", &market, "get", "marketplaceentries"]);
+/// kubectl lists, gets, discovers and explains both views at `market` and `content` (the
+/// views of `root:orgs:acme` of [`world`]).
+fn kubectl_reads_both_views(kubectl: &common::Kubectl, market: &str, content: &str) {
+    let table = kubectl.ok(&["--server", market, "get", "marketplaceentries"]);
     assert!(table.contains("Widgets Inc."), "{table}");
     assert!(table.contains("widgets"), "{table}");
     let one = kubectl.ok(&[
         "--server",
-        &market,
+        market,
         "get",
         "marketplaceentry",
         &format!("{WIDGETS}-widgets"),
@@ -602,10 +611,9 @@ fn kubectl_sees_both_views(version: &str) {
         "jsonpath={.spec.apiBindingName}",
     ]);
     assert_eq!(one, "widgets");
-    let content = format!("{base}/services/contentconfigurations/clusters/root:orgs:acme");
     let names = kubectl.ok(&[
         "--server",
-        &content,
+        content,
         "get",
         "contentconfigurations",
         "-o",
@@ -619,10 +627,24 @@ fn kubectl_sees_both_views(version: &str) {
             "contentconfiguration.ui.platform-mesh.io/widgets-org",
         ]
     );
-    let resources = kubectl.ok(&["--server", &content, "api-resources"]);
+    let resources = kubectl.ok(&["--server", content, "api-resources"]);
     assert!(resources.contains("contentconfigurations"), "{resources}");
-    let explained = kubectl.ok(&["--server", &market, "explain", "marketplaceentries.spec"]);
+    let explained = kubectl.ok(&["--server", market, "explain", "marketplaceentries.spec"]);
     assert!(explained.contains("apiBindingName"), "{explained}");
+}
+
+fn kubectl_sees_both_views(version: &str) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let env = runtime.block_on(world());
+    let bin = common::kubectl_binary(version)
+        .unwrap_or_else(|| panic!("kubectl.{version} beside the kubectl on PATH"));
+    let kubectl = common::Kubectl::new(bin, &env.server.kubeconfig);
+    let base = format!("https://{}", env.server.address);
+    kubectl_reads_both_views(
+        &kubectl,
+        &format!("{base}/services/marketplace/clusters/root:orgs:acme"),
+        &format!("{base}/services/contentconfigurations/clusters/root:orgs:acme"),
+    );
     drop(env);
 }
 
@@ -661,4 +683,453 @@ async fn the_views_follow_upstreams_flags() {
         ["org-home"],
         "the entity label and name come from the flags"
     );
+}
+
+// Extension mode: `platform-mesh virtual-workspaces` in front of a server it does not own (here
+// `serve`, playing kcp), reading it through the core export's endpoint slice, with kcp's
+// workspaces, tokens and permissions.
+
+/// A running `platform-mesh virtual-workspaces`, trusting the fronted server's client CA.
+struct Extension {
+    child: std::process::Child,
+    address: String,
+    /// The extension's own CA (it serves with a certificate of it).
+    ca_pem: String,
+    /// The fronted server's admin certificate and key, accepted by the extension too.
+    admin: (String, String),
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Extension {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Extension {
+    fn start(env: &Env) -> Extension {
+        Extension::start_with(env, &[])
+    }
+
+    fn start_with(env: &Env, extra: &[&str]) -> Extension {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pki = env.dir.path().join("data").join("pki");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+            .args([
+                "virtual-workspaces",
+                "--listen",
+                "127.0.0.1:0",
+                "--kcp-kubeconfig",
+            ])
+            .arg(&env.server.kubeconfig)
+            .arg("--client-ca-file")
+            .arg(pki.join("ca.crt"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start platform-mesh virtual-workspaces");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let prefix = "platform-mesh virtual workspaces are serving on https://";
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                match line.strip_prefix(prefix) {
+                    Some(rest) => {
+                        let address = rest.split('/').next().unwrap_or_default().to_string();
+                        let _ = tx.send(address);
+                    }
+                    None => eprintln!("[extension] {line}"),
+                }
+            }
+        });
+        let address = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the extension did not report its address");
+        let read = |p: std::path::PathBuf| std::fs::read_to_string(p).expect("pki file");
+        Extension {
+            child,
+            address,
+            ca_pem: read(dir.path().join("data").join("pki").join("ca.crt")),
+            admin: (read(pki.join("admin.crt")), read(pki.join("admin.key"))),
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, view: &str, path: &str) -> String {
+        format!("https://{}/services/{view}/clusters/{path}", self.address)
+    }
+
+    /// A kubeconfig for `url`: the extension's CA, and a client certificate or a token.
+    fn kubeconfig(&self, url: &str, user: Value) -> kube::config::Kubeconfig {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Config", "current-context": "x",
+            "clusters": [{"name": "x", "cluster": {"server": url,
+                "certificate-authority-data": b64(&self.ca_pem)}}],
+            "users": [{"name": "x", "user": user}],
+            "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+        }))
+        .expect("kubeconfig")
+    }
+
+    fn admin_user(&self) -> Value {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        json!({"client-certificate-data": b64(&self.admin.0),
+               "client-key-data": b64(&self.admin.1)})
+    }
+
+    async fn client_with(&self, url: &str, user: Value) -> Client {
+        let config =
+            kube::Config::from_custom_kubeconfig(self.kubeconfig(url, user), &Default::default())
+                .await
+                .expect("config");
+        Client::try_from(config).expect("client")
+    }
+
+    /// The fronted server's admin, through the extension.
+    async fn view(&self, view: &str, path: &str) -> Client {
+        self.client_with(&self.url(view, path), self.admin_user())
+            .await
+    }
+}
+
+/// What a view answers, comparable across servers: the items (without resourceVersions and
+/// managed fields, which are each server's own) or the error's code.
+async fn answer(client: Client, r: &ApiResource, params: &ListParams) -> Result<Vec<Value>, u16> {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("resourceVersion");
+                m.remove("managedFields");
+                m.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let api: Api<DynamicObject> = Api::all_with(client, r);
+    match api.list(params).await {
+        Ok(list) => Ok(list
+            .items
+            .into_iter()
+            .map(|o| {
+                let mut v = serde_json::to_value(o).expect("json");
+                strip(&mut v);
+                v
+            })
+            .collect()),
+        Err(kube::Error::Api(s)) => Err(s.code),
+        Err(e) => panic!("not a Status: {e}"),
+    }
+}
+
+/// Waits until the extension answers `view` for `path` as the server itself does.
+async fn same_answers(env: &Env, ext: &Extension, view: &str, path: &str, params: &ListParams) {
+    let r = if view == "marketplace" {
+        entries()
+    } else {
+        contents()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let want = answer(env.view(view, path), &r, params).await;
+        let got = answer(ext.view(view, path).await, &r, params).await;
+        if got == want {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "{view} of {path} ({params:?}) differs:\nserve:     {}\nextension: {}",
+                serde_json::to_string(&want.ok()).unwrap_or_default(),
+                serde_json::to_string(&got).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extension_mode_serves_the_same_answers_over_a_server_it_does_not_own() {
+    let tokens = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(tokens.path(), "dora-token,dora,dora-uid\n").expect("write tokens");
+    let token_file = tokens.path().to_path_buf();
+    let env = world_with(|o| o.token_auth_file = Some(token_file)).await;
+    let ext = Extension::start(&env);
+    let acme_name = {
+        let ws: Api<DynamicObject> = Api::all_with(
+            env.client("root:orgs"),
+            &ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces"),
+        );
+        ws.get("acme").await.expect("acme").data["spec"]["cluster"]
+            .as_str()
+            .expect("cluster")
+            .to_string()
+    };
+    let all = ListParams::default();
+    // Every rule, by path and by name, and every clear error, answer alike.
+    for view in ["contentconfigurations", "marketplace"] {
+        for path in [
+            "root:orgs:acme",
+            acme_name.as_str(),
+            "root:orgs:acme:team",
+            "root:orgs:lonely",
+            "root",
+            "root:orgs:nowhere",
+        ] {
+            same_answers(&env, &ext, view, path, &all).await;
+        }
+    }
+    for params in [
+        ListParams::default().labels(&format!("{ENTITY}=main")),
+        ListParams::default().fields("metadata.name=acme-page"),
+    ] {
+        same_answers(
+            &env,
+            &ext,
+            "contentconfigurations",
+            "root:orgs:acme",
+            &params,
+        )
+        .await;
+    }
+    // GET by name answers from the view there too.
+    let api: Api<DynamicObject> =
+        Api::all_with(ext.view("marketplace", "root:orgs:acme").await, &entries());
+    let entry = api.get(&format!("{WIDGETS}-widgets")).await.expect("get");
+    assert_eq!(entry.data["spec"]["apiBindingName"], "widgets");
+
+    // A watch through the extension sees an offer appear when a provider publishes an export.
+    let team: Api<DynamicObject> = Api::all_with(
+        ext.view("marketplace", "root:orgs:acme:team").await,
+        &entries(),
+    );
+    let _watch = an_offer_appears(&env, &team).await;
+    // Binding it and withdrawing content follow too.
+    env.bind(
+        "root:orgs:acme:team",
+        "my-widgets",
+        "root:providers:widgets",
+        WIDGETS,
+    )
+    .await;
+    let api: Api<DynamicObject> = Api::all_with(env.client("root:orgs:acme"), &contents());
+    api.delete("acme-page", &Default::default())
+        .await
+        .expect("delete");
+    for view in ["contentconfigurations", "marketplace"] {
+        for path in ["root:orgs:acme", "root:orgs:acme:team"] {
+            same_answers(&env, &ext, view, path, &all).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extension_mode_takes_its_users_and_permissions_from_the_fronted_server() {
+    let tokens = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(tokens.path(), "dora-token,dora,dora-uid\n").expect("write tokens");
+    let token_file = tokens.path().to_path_buf();
+    let env = world_with(|o| o.token_auth_file = Some(token_file)).await;
+    // dora may list ContentConfigurations in acme, nothing else.
+    let rbac = |kind: &str, plural: &str| ar("rbac.authorization.k8s.io", "v1", kind, plural);
+    env.create(
+        "root:orgs:acme",
+        &rbac("ClusterRole", "clusterroles"),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "content-reader"},
+               "rules": [{"apiGroups": ["ui.platform-mesh.io"],
+                          "resources": ["contentconfigurations"],
+                          "verbs": ["list", "watch"]}]}),
+    )
+    .await;
+    env.create(
+        "root:orgs:acme",
+        &rbac("ClusterRoleBinding", "clusterrolebindings"),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "dora"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "content-reader"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                             "name": "dora"}]}),
+    )
+    .await;
+    // kcp's front proxy: a client certificate of its own CA, the user in X-Remote-* headers.
+    let proxy_dir = tempfile::tempdir().expect("tempdir");
+    let proxy = certs::load_or_create(proxy_dir.path(), &[]).expect("front-proxy CA");
+    let proxy_ca = proxy_dir.path().join("ca.crt");
+    let ext = Extension::start_with(
+        &env,
+        &[
+            "--requestheader-client-ca-file",
+            proxy_ca.to_str().expect("path"),
+            "--requestheader-allowed-names",
+            "front-proxy",
+        ],
+    );
+    let all = ListParams::default();
+    same_answers(&env, &ext, "contentconfigurations", "root:orgs:acme", &all).await;
+    let (proxy_cert, proxy_key) = proxy
+        .issue_client_certificate("front-proxy", &[], 1)
+        .expect("proxy certificate");
+    for (user, want) in [("dora", 200), ("mallory", 403)] {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let mut config = kube::Config::from_custom_kubeconfig(
+            ext.kubeconfig(
+                &ext.url("contentconfigurations", "root:orgs:acme"),
+                json!({"client-certificate-data": b64(&proxy_cert),
+                       "client-key-data": b64(&proxy_key)}),
+            ),
+            &Default::default(),
+        )
+        .await
+        .expect("config");
+        config.headers = vec![
+            (
+                "x-remote-user".parse().expect("name"),
+                user.parse().expect("value"),
+            ),
+            (
+                "x-remote-group".parse().expect("name"),
+                "system:authenticated".parse().expect("value"),
+            ),
+        ];
+        let got = answer(Client::try_from(config).expect("client"), &contents(), &all).await;
+        assert_eq!(
+            got.err().unwrap_or(200),
+            want,
+            "{user} through the front proxy"
+        );
+    }
+    let dora = json!({"token": "dora-token"});
+    let code = |r: Result<Vec<Value>, u16>| r.err().unwrap_or(200);
+    // A token the fronted server accepts, with its permissions there.
+    let got = answer(
+        ext.client_with(
+            &ext.url("contentconfigurations", "root:orgs:acme"),
+            dora.clone(),
+        )
+        .await,
+        &contents(),
+        &all,
+    )
+    .await;
+    assert_eq!(
+        got.map(|items| items.len()),
+        Ok(3),
+        "dora reads acme's content"
+    );
+    for (view, path) in [
+        ("marketplace", "root:orgs:acme"),
+        ("contentconfigurations", "root:orgs:acme:team"),
+        ("contentconfigurations", "root:orgs:nowhere"),
+    ] {
+        let r = if view == "marketplace" {
+            entries()
+        } else {
+            contents()
+        };
+        let got = answer(
+            ext.client_with(&ext.url(view, path), dora.clone()).await,
+            &r,
+            &all,
+        )
+        .await;
+        assert_eq!(code(got), 403, "dora in {view} of {path}");
+    }
+    // A token it does not accept; a certificate of a user without permissions.
+    let got = answer(
+        ext.client_with(
+            &ext.url("contentconfigurations", "root:orgs:acme"),
+            json!({"token": "guessed"}),
+        )
+        .await,
+        &contents(),
+        &all,
+    )
+    .await;
+    assert_eq!(code(got), 401);
+    let pki = certs::load_or_create(&env.dir.path().join("data").join("pki"), &[]).expect("pki");
+    let (cert, key) = pki
+        .issue_client_certificate("mallory", &[], 1)
+        .expect("certificate");
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let mallory = json!({"client-certificate-data": b64(&cert), "client-key-data": b64(&key)});
+    for view in ["contentconfigurations", "marketplace"] {
+        let r = if view == "marketplace" {
+            entries()
+        } else {
+            contents()
+        };
+        let got = answer(
+            ext.client_with(&ext.url(view, "root:orgs:acme"), mallory.clone())
+                .await,
+            &r,
+            &all,
+        )
+        .await;
+        assert_eq!(code(got), 403, "mallory in {view}");
+    }
+    // The extension serves the views and nothing else.
+    let plain = ext
+        .client_with(
+            &format!("https://{}/clusters/root:orgs:acme", ext.address),
+            ext.admin_user(),
+        )
+        .await;
+    let namespaces: Api<DynamicObject> =
+        Api::all_with(plain, &ar("", "v1", "Namespace", "namespaces"));
+    match namespaces.list(&all).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 404, "{s:?}"),
+        other => panic!("namespaces through the extension: {other:?}"),
+    }
+}
+
+fn kubectl_sees_both_views_through_the_extension(version: &str) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let env = runtime.block_on(world());
+    let ext = Extension::start(&env);
+    runtime.block_on(same_answers(
+        &env,
+        &ext,
+        "marketplace",
+        "root:orgs:acme",
+        &ListParams::default(),
+    ));
+    let bin = common::kubectl_binary(version)
+        .unwrap_or_else(|| panic!("kubectl.{version} beside the kubectl on PATH"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let market = ext.url("marketplace", "root:orgs:acme");
+    let config = ext.kubeconfig(&market, ext.admin_user());
+    std::fs::write(&kubeconfig, serde_json::to_string(&config).expect("json")).expect("write");
+    let kubectl = common::Kubectl::new(bin, &kubeconfig);
+    kubectl_reads_both_views(
+        &kubectl,
+        &market,
+        &ext.url("contentconfigurations", "root:orgs:acme"),
+    );
+    drop(ext);
+    drop(env);
+}
+
+#[test]
+fn kubectl_1_27_lists_and_gets_both_views_through_the_extension() {
+    kubectl_sees_both_views_through_the_extension("1.27");
+}
+
+#[test]
+fn kubectl_1_33_lists_and_gets_both_views_through_the_extension() {
+    kubectl_sees_both_views_through_the_extension("1.33");
 }

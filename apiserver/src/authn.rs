@@ -36,6 +36,8 @@ pub struct Authn {
     /// Verifies client certificates against the client CA (when the TLS layer also accepts the
     /// request-header CA, a certificate must be told apart).
     pub client_ca: Option<Arc<dyn ClientCertVerifier>>,
+    /// Bearer tokens some other server reviews (the kcp fronted in extension mode), asked last.
+    pub delegated: Option<Arc<dyn Authenticator>>,
 }
 
 impl std::fmt::Debug for Authn {
@@ -413,6 +415,7 @@ impl Authn {
             self.service_accounts
                 .as_deref()
                 .map(|s| s as &dyn Authenticator),
+            self.delegated.as_deref(),
         ]
         .into_iter()
         .flatten()

@@ -70,6 +70,9 @@ pub struct AppState {
     pub views: Arc<crate::views::Views>,
     /// The read-only generic store of each view, with no strategies and no admission.
     view_scopes: Vec<(crate::views::ViewKind, handlers::ResourceScope)>,
+    /// Extension mode: the kcp this server fronts, which resolves workspaces and authorizes the
+    /// view requests (the server then serves nothing but the views).
+    pub extension: Option<Arc<crate::views::Extension>>,
 }
 
 /// What `AppState::new` needs beyond the store and the registry.
@@ -91,6 +94,8 @@ pub struct StateOptions {
     pub budgets: crate::budget::BudgetLimits,
     /// The labels, entity names and core export of Platform Mesh's virtual workspaces.
     pub views: crate::views::ViewOptions,
+    /// Extension mode: serve only the views, for the workspaces of this upstream kcp.
+    pub extension: Option<Arc<crate::views::Extension>>,
 }
 
 impl StateOptions {
@@ -105,6 +110,7 @@ impl StateOptions {
             extra_metrics: None,
             budgets: crate::budget::BudgetLimits::default(),
             views: crate::views::ViewOptions::default(),
+            extension: None,
         }
     }
 }
@@ -170,7 +176,11 @@ impl AppState {
                 catalog.clone(),
             )),
         ]));
-        let views = crate::views::Views::new(store.clone(), tenancy.clone(), options.views);
+        let paths: Arc<dyn crate::views::WorkspacePaths> = match &options.extension {
+            Some(x) => x.clone(),
+            None => tenancy.clone(),
+        };
+        let views = crate::views::Views::new(store.clone(), paths, options.views);
         let budgets = Arc::new(crate::budget::Budgets::new(options.budgets));
         let view_scopes = [
             crate::views::ViewKind::ContentConfigurations,
@@ -195,6 +205,7 @@ impl AppState {
         Arc::new(AppState {
             views,
             view_scopes,
+            extension: options.extension,
             policies,
             rbac,
             budgets,
@@ -217,6 +228,15 @@ impl AppState {
 }
 
 impl AppState {
+    /// Who decides what a caller may do: RBAC of the server's workspaces, or in extension mode
+    /// the kcp it fronts.
+    pub fn authorizer(&self) -> &dyn crate::authz::Authorizer {
+        match &self.extension {
+            Some(x) => x.as_ref(),
+            None => &self.rbac,
+        }
+    }
+
     /// The handles the resource handlers work with.
     pub fn resource_scope(&self) -> handlers::ResourceScope {
         handlers::ResourceScope {
@@ -385,10 +405,21 @@ async fn route(
         info.target,
         Target::Health { .. } | Target::Version | Target::Metrics | Target::Admission(_)
     );
+    // In extension mode the server serves the views and nothing of its own.
+    if state.extension.is_some() && cluster_scoped && info.view.is_none() {
+        return error_response(&ApiError::path_not_found());
+    }
     if cluster_scoped {
-        info.cluster = match state.tenancy.resolve(info.cluster) {
-            Ok(c) => c,
-            Err(e) => return error_response(&e),
+        let target = std::mem::replace(&mut info.cluster, ClusterTarget::Wildcard);
+        info.cluster = match (&state.extension, target) {
+            (Some(x), ClusterTarget::Name(c)) => match x.resolve(&c).await {
+                Ok(name) => ClusterTarget::Name(name),
+                Err(e) => return error_response(&e),
+            },
+            (_, target) => match state.tenancy.resolve(target) {
+                Ok(c) => c,
+                Err(e) => return error_response(&e),
+            },
         };
     }
     // Impersonation is checked in the addressed workspace (the export's, for a virtual workspace).
@@ -415,9 +446,14 @@ async fn route(
         matches!(info.target, Target::Resource(_)),
     ) {
         let verb = parts.method.as_str().to_ascii_lowercase();
-        if let Err(e) =
-            crate::authz::authorize_non_resource(&state.rbac, scope, id, &verb, parts.uri.path())
-                .await
+        if let Err(e) = crate::authz::authorize_non_resource(
+            state.authorizer(),
+            scope,
+            id,
+            &verb,
+            parts.uri.path(),
+        )
+        .await
         {
             return error_response(&e);
         }
@@ -626,8 +662,13 @@ async fn serve_view(
             Verb::List
         },
     };
-    if let Err(e) =
-        crate::authz::authorize(&state.rbac, crate::authz::Scope::Cluster(c), id, &needed).await
+    if let Err(e) = crate::authz::authorize(
+        state.authorizer(),
+        crate::authz::Scope::Cluster(c),
+        id,
+        &needed,
+    )
+    .await
     {
         return error_response(&e);
     }

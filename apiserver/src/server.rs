@@ -303,6 +303,10 @@ pub struct ServeOptions {
     /// Upstream's flags of Platform Mesh's virtual workspaces (labels, entity names, the core
     /// export and its workspace).
     pub views: crate::views::ViewOptions,
+    /// Extension mode: serve only the views, in front of this kcp (which resolves workspaces,
+    /// reviews bearer tokens and authorizes); the caller mirrors what the views are computed
+    /// from into the store.
+    pub extension: Option<Arc<crate::views::Extension>>,
 }
 
 impl ServeOptions {
@@ -332,6 +336,7 @@ impl ServeOptions {
             extra_metrics: None,
             budgets: crate::budget::BudgetLimits::default(),
             views: crate::views::ViewOptions::default(),
+            extension: None,
         }
     }
 }
@@ -499,12 +504,14 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
                 service_accounts: Some(std::sync::Arc::new(service_accounts)),
                 request_header,
                 client_ca: Some(client_ca),
+                delegated: opts.extension.as_ref().map(|x| x.authenticator()),
             },
             max_objects_per_workspace: opts.max_objects_per_workspace,
             request_timeout: opts.request_timeout,
             extra_metrics: opts.extra_metrics.clone(),
             budgets: opts.budgets,
             views: opts.views.clone(),
+            extension: opts.extension.clone(),
         },
     );
     state

@@ -10,7 +10,7 @@ use super::Tenancy;
 use crate::objects;
 use crate::registry::{Resource, TypeInfo};
 use crate::status::{ApiError, Cause};
-use crate::storage::list_all;
+use crate::storage::{list_all, Store};
 
 use super::invalid;
 
@@ -303,12 +303,19 @@ pub async fn is_bound(
     export_cluster: &str,
     export: &str,
 ) -> Result<bool, ApiError> {
-    let (bindings, _) = list_all(
-        state.store.as_ref(),
-        &format!("/apis.kcp.io/apibindings/{cluster}/"),
-    )
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    is_bound_in(state.store.as_ref(), cluster, export_cluster, export).await
+}
+
+/// [`is_bound`], read from `store` (the views' copy of a kcp in extension mode).
+pub async fn is_bound_in(
+    store: &dyn Store,
+    cluster: &str,
+    export_cluster: &str,
+    export: &str,
+) -> Result<bool, ApiError> {
+    let (bindings, _) = list_all(store, &format!("/apis.kcp.io/apibindings/{cluster}/"))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(bindings.iter().any(|kv| {
         objects::decode_stored(&kv.value).is_ok_and(|b| {
             b["status"]["phase"] == "Bound"

@@ -14,7 +14,7 @@ mod strategies;
 
 use apis::exported_schemas;
 pub(crate) use apis::types_from_spec;
-pub use apis::{bound_clusters, export_view, is_bound, reload_cluster_types};
+pub use apis::{bound_clusters, export_view, is_bound, is_bound_in, reload_cluster_types};
 pub use follow::follow;
 pub use lifecycle::delete_cluster;
 use lifecycle::{

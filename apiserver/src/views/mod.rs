@@ -11,7 +11,9 @@
 //! authenticated and reads with its own identity.
 
 mod compute;
+pub mod mirror;
 mod store;
+pub mod upstream;
 
 use std::sync::{Arc, OnceLock};
 
@@ -23,8 +25,9 @@ use crate::registry::{Resource, TypeInfo};
 pub use crate::request_info::ViewKind;
 use crate::status::{ApiError, GroupResource};
 use crate::storage::Store;
-use crate::tenancy::Tenancy;
+pub use mirror::{Mirror, MirrorError, SourceKind};
 pub use store::ViewStore;
+pub use upstream::{Extension, Upstream, UpstreamError, Workspace, WorkspacePaths};
 
 /// Upstream's flags, with the values its chart sets.
 #[derive(Clone, Debug)]
@@ -67,7 +70,7 @@ const CONTENT_SCHEMA: &str = include_str!(
 /// What both views are computed from, and their API surfaces.
 pub struct Views {
     store: Arc<dyn Store>,
-    tenancy: Arc<Tenancy>,
+    paths: Arc<dyn WorkspacePaths>,
     options: ViewOptions,
     content: OnceLock<Arc<ApiView>>,
     marketplace: OnceLock<Arc<ApiView>>,
@@ -89,11 +92,16 @@ type CacheKey = (ViewKind, String, crate::storage::Revision);
 const COMPUTED_VIEWS: usize = 4;
 
 impl Views {
-    /// The views over `store`, with workspace paths from `tenancy`.
-    pub fn new(store: Arc<dyn Store>, tenancy: Arc<Tenancy>, options: ViewOptions) -> Arc<Self> {
+    /// The views over `store`, with workspace paths from `paths` (the server's tenancy, or the
+    /// upstream kcp's in extension mode).
+    pub fn new(
+        store: Arc<dyn Store>,
+        paths: Arc<dyn WorkspacePaths>,
+        options: ViewOptions,
+    ) -> Arc<Self> {
         Arc::new(Views {
             store,
-            tenancy,
+            paths,
             options,
             content: OnceLock::new(),
             marketplace: OnceLock::new(),
@@ -156,7 +164,7 @@ impl Views {
     /// parent (the entity type comes from it), or one without a binding to the core export.
     pub async fn check(&self, kind: ViewKind, cluster: &str) -> Result<(), ApiError> {
         let path = self
-            .tenancy
+            .paths
             .path_of(cluster)
             .unwrap_or_else(|| cluster.into());
         if kind == ViewKind::ContentConfigurations && self.entity_type(cluster).is_none() {
@@ -165,8 +173,8 @@ impl Views {
             )));
         }
         let core = self.core().await?;
-        let bound = crate::tenancy::is_bound(
-            &self.tenancy,
+        let bound = crate::tenancy::is_bound_in(
+            self.store.as_ref(),
             cluster,
             &core.cluster,
             &self.options.core_export,
@@ -190,7 +198,7 @@ impl Views {
     /// The entity type of a workspace's content: the main entity for a workspace right below
     /// `orgs`, the account entity below that; `None` for a workspace without a parent.
     fn entity_type(&self, cluster: &str) -> Option<&str> {
-        let path = self.tenancy.path_of(cluster)?;
+        let path = self.paths.path_of(cluster)?;
         let (parent, _) = path.rsplit_once(':')?;
         let parent_name = parent.rsplit(':').next().unwrap_or(parent);
         Some(if parent_name == "orgs" {
@@ -212,14 +220,10 @@ impl Views {
                 ),
             )
         };
-        let cluster = match self
-            .tenancy
-            .resolve(crate::request_info::ClusterTarget::Name(
-                self.options.provider_workspace.clone(),
-            )) {
-            Ok(crate::request_info::ClusterTarget::Name(c)) => c,
-            _ => return Err(missing()),
-        };
+        let cluster = self
+            .paths
+            .name_of(&self.options.provider_workspace)
+            .ok_or_else(missing)?;
         let key = format!(
             "/apis.kcp.io/apiexports/{cluster}/{}",
             self.options.core_export
