@@ -261,8 +261,12 @@ pub async fn broker(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<Strin
     }
     let kcp =
         |ws: &str, plural: &str| format!("/clusters/root:{ws}/apis/apis.kcp.io/v1alpha1/{plural}");
+    // An APIResourceSchema holds the structural schema itself, not under openAPIV3Schema.
+    let mut schema_spec = certificate_spec();
+    let structural = schema_spec["versions"][0]["schema"]["openAPIV3Schema"].take();
+    schema_spec["versions"][0]["schema"] = structural;
     post(&mut conn, &kcp("platform", "apiresourceschemas"), json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIResourceSchema",
-        "metadata": {"name": "v1alpha1.certificates.example.platform-mesh.io"}, "spec": certificate_spec()})).await?;
+        "metadata": {"name": "v1alpha1.certificates.example.platform-mesh.io"}, "spec": schema_spec})).await?;
     post(&mut conn, &kcp("platform", "apiexports"), json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
         "metadata": {"name": "certificates"}, "spec": {"latestResourceSchemas": ["v1alpha1.certificates.example.platform-mesh.io"]}})).await?;
     for p in ["provider-a", "provider-b"] {

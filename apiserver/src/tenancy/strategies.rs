@@ -190,9 +190,43 @@ impl Strategy for ResourceSchemas {
                 "spec",
                 "Invalid value: \"object\": APIResourceSchema spec is immutable".into(),
             )),
-            _ => Ok(()),
+            Some(_) => Ok(()),
+            None => check_schema_roots(obj),
         }
     }
+}
+
+/// kcp's APIResourceSchema admission: each version's `schema` is the structural schema itself
+/// (not nested under `openAPIV3Schema` as in a CRD), of type object at its root, validated as the
+/// CRD it becomes (so its errors name `openAPIV3Schema`); kcp refuses with 403 Forbidden.
+fn check_schema_roots(obj: &Value) -> Result<(), ApiError> {
+    let mut errors = Vec::new();
+    for (i, v) in obj["spec"]["versions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let field = format!("spec.versions[{i}].schema.openAPIV3Schema.type");
+        match v["schema"]["type"].as_str().unwrap_or_default() {
+            "object" => {}
+            "" => errors.push(format!(
+                "{field}: Required value: must not be empty at the root"
+            )),
+            other => errors.push(format!(
+                "{field}: Invalid value: {other:?}: must be object at the root"
+            )),
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(format!(
+        "apiresourceschemas.apis.kcp.io {:?} is forbidden: [{}]",
+        objects::name(obj),
+        errors.join(", ")
+    )))
 }
 
 /// APIExports: carry their path and an identity that never changes; their endpoint slice and

@@ -740,7 +740,11 @@ fn kcp_kind(kind: &str, plural: &str) -> ApiResource {
 
 /// Publishes the Certificate API as APIExport `certificates` of `client`'s workspace.
 pub(crate) async fn export_certificates(client: &kube::Client) {
-    let crd = certificate_crd();
+    let mut crd = certificate_crd();
+    // An APIResourceSchema version holds the structural schema itself, not under openAPIV3Schema.
+    for v in crd["spec"]["versions"].as_array_mut().into_iter().flatten() {
+        v["schema"] = v["schema"]["openAPIV3Schema"].take();
+    }
     let schema: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIResourceSchema",
         "metadata": {"name": "v1alpha1.certificates.example.platform-mesh.io"},

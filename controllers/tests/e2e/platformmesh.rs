@@ -398,8 +398,8 @@ async fn provider_workspace(env: &Env, name: &str) {
             "spec": {"group": "e2e.example.io", "scope": "Namespaced",
                 "names": {"kind": "Widget", "listKind": "WidgetList", "plural": "widgets", "singular": "widget"},
                 "versions": [{"name": "v1", "served": true, "storage": true,
-                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}}),
+                    "schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}]}}),
     )
     .await;
     create(
