@@ -1,7 +1,9 @@
-//! The real kube-apiserver as a peer of the tests and of `platform-mesh bench --only kube`: the
-//! release pinned in `tests/peers/go/go.mod`, built by `scripts/peers` into `target/peers`
-//! together with the etcd it is built and tested with, and started here on free loopback ports
-//! with certificates from the `certs` crate. (The tests include this file with `#[path]`.)
+//! The real kube-apiserver and the real kcp as peers of the tests and of `platform-mesh bench
+//! --only kube`: kube-apiserver at the release pinned in `tests/peers/go/go.mod`, with the etcd
+//! it is built and tested with, and kcp at the release pinned in `tests/peers/kcp/go.mod`, built
+//! by `scripts/peers` into `target/peers` and started here on free loopback ports (kube-apiserver
+//! with certificates from the `certs` crate, kcp with its own). (The tests include this file
+//! with `#[path]`.)
 //!
 //! The peer is set up as a cluster that extends itself with aggregated APIs and webhooks: a
 //! front-proxy CA separate from the client CA, `--requestheader-*` naming the proxy's client
@@ -23,6 +25,9 @@ use std::time::{Duration, Instant};
 /// The Kubernetes release of the peer, as pinned in `tests/peers/go/go.mod`.
 pub const KUBERNETES_VERSION: &str = "v1.34.4";
 
+/// The kcp release of the peer, as pinned in `tests/peers/kcp/go.mod`.
+pub const KCP_VERSION: &str = "v0.28.1";
+
 /// The common name of the client certificate kube-apiserver presents to aggregated servers.
 pub const PROXY_CLIENT_NAME: &str = "front-proxy-client";
 
@@ -35,8 +40,8 @@ pub fn peer_binary(name: &str) -> anyhow::Result<PathBuf> {
     let path = dir.join(name);
     if !path.is_file() {
         return Err(anyhow!(
-            "{} is missing: `scripts/peers` builds it from tests/peers/go (k8s.io/kubernetes {KUBERNETES_VERSION}) \
-             and `scripts/test` runs that first",
+            "{} is missing: `scripts/peers` builds it from tests/peers (k8s.io/kubernetes {KUBERNETES_VERSION}, \
+             kcp {KCP_VERSION}) and `scripts/test` runs that first",
             path.display()
         ));
     }
@@ -257,5 +262,118 @@ impl Drop for KubeApiserver {
         let _ = self.apiserver.wait();
         let _ = self.etcd.kill();
         let _ = self.etcd.wait();
+    }
+}
+
+/// A running kcp: one root shard with its embedded etcd, its own certificates and an admin
+/// kubeconfig (a token of kcp's admin) it writes at start.
+pub struct Kcp {
+    child: Child,
+    /// The shard's secure address.
+    pub address: SocketAddr,
+    /// kcp's `admin.kubeconfig` (current context: `root`).
+    pub admin_kubeconfig: PathBuf,
+    dir: PathBuf,
+}
+
+impl Kcp {
+    /// Starts kcp with its files in `dir`; [`Kcp::wait_ready`] waits for it.
+    pub fn start(dir: &Path) -> anyhow::Result<Kcp> {
+        let bin = peer_binary("kcp")?;
+        let root = dir.join("kcp");
+        std::fs::create_dir_all(&root)?;
+        let port = free_port()?;
+        let address: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        let child = Command::new(bin)
+            .arg("start")
+            .arg("--root-directory")
+            .arg(&root)
+            .args(["--bind-address", "127.0.0.1"])
+            .args(["--secure-port", &port.to_string()])
+            .args(["--shard-external-url", &format!("https://{address}")])
+            .args(["--external-hostname", "127.0.0.1"])
+            .args(["--embedded-etcd-client-port", &free_port()?.to_string()])
+            .args(["--embedded-etcd-peer-port", &free_port()?.to_string()])
+            // A non-admin user ("user") in admin.kubeconfig beside the admin.
+            .arg("--batteries-included=+user")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("kcp.log"))?)
+            .spawn()
+            .context("starting kcp")?;
+        Ok(Kcp {
+            child,
+            address,
+            admin_kubeconfig: root.join("admin.kubeconfig"),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Waits until kcp wrote its admin kubeconfig and answers `/readyz` through it; fails at
+    /// once when kcp exits, with the end of its log.
+    pub async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(anyhow!(
+                    "kcp {KCP_VERSION} exited ({status}) before it was ready:\n{}",
+                    self.log_tail()
+                ));
+            }
+            if self.ready().await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(anyhow!(
+                    "kcp {KCP_VERSION} was not ready in 180 s:\n{}",
+                    self.log_tail()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        let Ok(client) = self.client().await else {
+            return false;
+        };
+        let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
+            return false;
+        };
+        client.request_text(request).await.is_ok()
+    }
+
+    /// A client of kcp's admin, at the kubeconfig's server (`/clusters/root`).
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        Ok(kube::Client::try_from(self.config("root").await?)?)
+    }
+
+    /// The client configuration of a context of kcp's admin.kubeconfig (`root`, `base`,
+    /// `user`: a token of a user without permissions).
+    pub async fn config(&self, context: &str) -> anyhow::Result<kube::Config> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.admin_kubeconfig)?;
+        let options = kube::config::KubeConfigOptions {
+            context: Some(context.to_string()),
+            ..Default::default()
+        };
+        Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?)
+    }
+
+    /// The last lines of kcp's log.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("kcp.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// `https://<address>`.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.address)
+    }
+}
+
+impl Drop for Kcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -49,3 +49,30 @@ impl KubeApiserver {
             .expect("user kubeconfig")
     }
 }
+
+#[allow(unused_imports)]
+pub use peers::KCP_VERSION;
+
+/// A running kcp (one root shard) and its directory.
+pub struct Kcp {
+    peer: peers::Kcp,
+    // Dropped after the peer: the process stops before its files go.
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Kcp {
+    type Target = peers::Kcp;
+    fn deref(&self) -> &Self::Target {
+        &self.peer
+    }
+}
+
+impl Kcp {
+    /// Starts kcp and waits until it is ready.
+    pub async fn start() -> Kcp {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut peer = peers::Kcp::start(dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+        peer.wait_ready().await.unwrap_or_else(|e| panic!("{e:#}"));
+        Kcp { peer, _dir: dir }
+    }
+}

@@ -1,0 +1,460 @@
+//! This project against the real kcp (`tests/peers/kcp`, built by `scripts/peers`): Platform
+//! Mesh's virtual workspaces in extension mode (`platform-mesh virtual-workspaces`) in front of
+//! a kcp they do not own, reading it through the core export's endpoint slice with kcp's own
+//! workspaces, tokens and permissions.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::kube_apiserver::Kcp;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::Client;
+use serde_json::{json, Value};
+
+const ENTITY: &str = "ui.platform-mesh.io/entity";
+const CONTENT_FOR: &str = "ui.platform-mesh.io/content-for";
+const WIDGETS: &str = "widgets.example.platform-mesh.io";
+const SYSTEM: &str = "root:platform-mesh-system";
+
+fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn yaml(text: &str) -> Value {
+    serde_saphyr::from_str(text).expect("yaml")
+}
+
+/// Retries `check` until it returns `Some`, for `what`, failing after 60 s with its last state.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) if Instant::now() > deadline => panic!("{what}: still {last}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+/// kcp's admin in one workspace.
+struct Kcpctl {
+    base: kube::Config,
+}
+
+impl Kcpctl {
+    fn at(&self, path: &str) -> Client {
+        let mut c = self.base.clone();
+        let root = c.cluster_url.to_string();
+        let base = root
+            .trim_end_matches('/')
+            .trim_end_matches("/clusters/root");
+        c.cluster_url = format!("{base}/clusters/{path}").parse().expect("url");
+        Client::try_from(c).expect("client")
+    }
+
+    async fn create(&self, path: &str, r: &ApiResource, v: Value) -> DynamicObject {
+        let api: Api<DynamicObject> = Api::all_with(self.at(path), r);
+        let o: DynamicObject = serde_json::from_value(v).expect("object");
+        api.create(&PostParams::default(), &o)
+            .await
+            .unwrap_or_else(|e| panic!("create in {path}: {e}"))
+    }
+
+    /// Creates workspace `name` in `parent` and waits until it is Ready.
+    async fn workspace(&self, parent: &str, name: &str) {
+        let workspaces = ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces");
+        self.create(
+            parent,
+            &workspaces,
+            json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+                   "metadata": {"name": name}}),
+        )
+        .await;
+        let api: Api<DynamicObject> = Api::all_with(self.at(parent), &workspaces);
+        eventually(&format!("workspace {parent}:{name} Ready"), || async {
+            let ws = api.get(name).await.map_err(|e| e.to_string())?;
+            match ws.data["status"]["phase"].as_str() {
+                Some("Ready") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+
+    async fn bind(&self, path: &str, name: &str, export_path: &str, export: &str) {
+        let bindings = ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings");
+        self.create(
+            path,
+            &bindings,
+            json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding",
+                   "metadata": {"name": name},
+                   "spec": {"reference": {"export": {"path": export_path, "name": export}}}}),
+        )
+        .await;
+        let api: Api<DynamicObject> = Api::all_with(self.at(path), &bindings);
+        eventually(&format!("{path} bound to {export}"), || async {
+            let b = api.get(name).await.map_err(|e| e.to_string())?;
+            match b.data["status"]["phase"].as_str() {
+                Some("Bound") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+
+    /// A rendered ContentConfiguration (its `status.configurationResult` set, as upstream's
+    /// extension manager sets it).
+    async fn content(&self, path: &str, name: &str, labels: Value) {
+        let r = ar(
+            "ui.platform-mesh.io",
+            "v1alpha1",
+            "ContentConfiguration",
+            "contentconfigurations",
+        );
+        // The binding's resource is served a moment after the binding is Bound.
+        eventually(
+            &format!("ContentConfiguration {name} in {path}"),
+            || async {
+                let api: Api<DynamicObject> = Api::all_with(self.at(path), &r);
+                let o: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "ui.platform-mesh.io/v1alpha1", "kind": "ContentConfiguration",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"inlineConfiguration": {"contentType": "json", "content": "{}"}}}))
+                .expect("object");
+                api.create(&PostParams::default(), &o)
+                    .await
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
+        let api: Api<DynamicObject> = Api::all_with(self.at(path), &r);
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"configurationResult": format!("{{\"name\":\"{name}\"}}")}}),
+            ),
+        )
+        .await
+        .expect("status");
+    }
+}
+
+/// The Platform Mesh objects the views are computed from, set up on kcp as `manifests/kcp` and
+/// a provider would: the core export in `root:platform-mesh-system` with its endpoint slice,
+/// an organization `acme` and a provider `widgets` bound to it, the provider's offer and content.
+async fn platform(kcp: &Kcp) -> Kcpctl {
+    let k = Kcpctl {
+        base: kcp.config("root").await.expect("kcp config"),
+    };
+    k.workspace("root", "platform-mesh-system").await;
+    k.workspace("root", "orgs").await;
+    k.workspace("root:orgs", "acme").await;
+    k.workspace("root", "providers").await;
+    k.workspace("root:providers", "widgets").await;
+    let schemas = ar(
+        "apis.kcp.io",
+        "v1alpha1",
+        "APIResourceSchema",
+        "apiresourceschemas",
+    );
+    let exports = ar("apis.kcp.io", "v1alpha1", "APIExport", "apiexports");
+    for schema in [
+        include_str!("../manifests/kcp/01-platform-mesh-system/10-apiresourceschema-contentconfigurations.ui.platform-mesh.io.yaml"),
+        include_str!("../manifests/kcp/01-platform-mesh-system/10-apiresourceschema-providermetadatas.ui.platform-mesh.io.yaml"),
+    ] {
+        k.create(SYSTEM, &schemas, yaml(schema)).await;
+    }
+    k.create(
+        SYSTEM,
+        &exports,
+        json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
+               "metadata": {"name": "core.platform-mesh.io"},
+               "spec": {"latestResourceSchemas": [
+                   "v1alpha1.contentconfigurations.ui.platform-mesh.io",
+                   "v1alpha1.providermetadatas.ui.platform-mesh.io"]}}),
+    )
+    .await;
+    k.create(
+        SYSTEM,
+        &ar(
+            "apis.kcp.io",
+            "v1alpha1",
+            "APIExportEndpointSlice",
+            "apiexportendpointslices",
+        ),
+        yaml(include_str!(
+            "../manifests/kcp/01-platform-mesh-system/30-apiexportendpointslice-core.platform-mesh.io.yaml"
+        )),
+    )
+    .await;
+    for ws in [SYSTEM, "root:orgs:acme", "root:providers:widgets"] {
+        k.bind(ws, "core", SYSTEM, "core.platform-mesh.io").await;
+    }
+    k.content(SYSTEM, "main-home", json!({ENTITY: "main"}))
+        .await;
+    let provider = "root:providers:widgets";
+    k.create(
+        provider,
+        &schemas,
+        yaml(include_str!("../examples/workspaces/widget-schema.yaml")),
+    )
+    .await;
+    k.create(
+        provider,
+        &ar(
+            "ui.platform-mesh.io",
+            "v1alpha1",
+            "ProviderMetadata",
+            "providermetadatas",
+        ),
+        json!({"apiVersion": "ui.platform-mesh.io/v1alpha1", "kind": "ProviderMetadata",
+               "metadata": {"name": "widgets"},
+               "spec": {"displayName": "Widgets Inc."}}),
+    )
+    .await;
+    k.create(
+        provider,
+        &exports,
+        yaml(include_str!("../examples/marketplace/widget-export.yaml")),
+    )
+    .await;
+    k.content(
+        provider,
+        "widgets-org",
+        json!({CONTENT_FOR: WIDGETS, ENTITY: "main"}),
+    )
+    .await;
+    k.bind("root:orgs:acme", "widgets", provider, WIDGETS).await;
+    k
+}
+
+/// A running `platform-mesh virtual-workspaces` in front of `kcp`.
+struct Extension {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Extension {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Extension {
+    fn start(kcp: &Kcp) -> Extension {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+            .args([
+                "virtual-workspaces",
+                "--listen",
+                "127.0.0.1:0",
+                "--kcp-kubeconfig",
+            ])
+            .arg(&kcp.admin_kubeconfig)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start platform-mesh virtual-workspaces");
+        Extension { child, dir }
+    }
+
+    /// A client of `view` of workspace `path`: the extension's own admin, or (`token`) a user
+    /// kcp knows by that token.
+    async fn view(&self, view: &str, path: &str, token: Option<&str>) -> Client {
+        let kubeconfig = self.dir.path().join("admin.kubeconfig");
+        let mut config = eventually("the extension's admin.kubeconfig", || async {
+            let k = kube::config::Kubeconfig::read_from(&kubeconfig).map_err(|e| e.to_string())?;
+            kube::Config::from_custom_kubeconfig(k, &Default::default())
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await;
+        let base = config.cluster_url.to_string();
+        config.cluster_url = format!(
+            "{}/services/{view}/clusters/{path}",
+            base.trim_end_matches('/')
+        )
+        .parse()
+        .expect("url");
+        if let Some(token) = token {
+            config.auth_info = kube::config::AuthInfo {
+                token: Some(token.to_string().into()),
+                ..Default::default()
+            };
+        }
+        Client::try_from(config).expect("client")
+    }
+}
+
+async fn names(client: Client, r: &ApiResource) -> Result<Vec<String>, String> {
+    let api: Api<DynamicObject> = Api::all_with(client, r);
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut names: Vec<String> = list
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_virtual_workspaces_serve_in_front_of_real_kcp() {
+    let kcp = Kcp::start().await;
+    let k = platform(&kcp).await;
+    let ext = Extension::start(&kcp);
+    let contents = ar(
+        "ui.platform-mesh.io",
+        "v1alpha1",
+        "ContentConfiguration",
+        "contentconfigurations",
+    );
+    let entries = ar(
+        "marketplace.platform-mesh.io",
+        "v1alpha1",
+        "MarketplaceEntry",
+        "marketplaceentries",
+    );
+    // The organization's content: the platform's home page and the bound export's page.
+    let want = vec!["main-home".to_string(), "widgets-org".to_string()];
+    eventually(
+        "acme's contentconfigurations through the extension",
+        || async {
+            let got = names(
+                ext.view("contentconfigurations", "root:orgs:acme", None)
+                    .await,
+                &contents,
+            )
+            .await?;
+            (got == want).then_some(()).ok_or(format!("{got:?}"))
+        },
+    )
+    .await;
+    // The marketplace: the provider's offer, installed in acme.
+    let entry = format!("{WIDGETS}-widgets");
+    eventually("acme's marketplace through the extension", || async {
+        let api: Api<DynamicObject> = Api::all_with(
+            ext.view("marketplace", "root:orgs:acme", None).await,
+            &entries,
+        );
+        let e = api.get(&entry).await.map_err(|e| e.to_string())?;
+        (e.data["spec"]["apiBindingName"] == "widgets"
+            && e.data["spec"]["providerMetadata"]["spec"]["displayName"] == "Widgets Inc.")
+            .then_some(())
+            .ok_or(format!("{:?}", e.data["spec"]))
+    })
+    .await;
+    // By logical-cluster name as by path: kcp's LogicalCluster names the workspace.
+    let lc: Api<DynamicObject> = Api::all_with(
+        k.at("root:orgs:acme"),
+        &ar(
+            "core.kcp.io",
+            "v1alpha1",
+            "LogicalCluster",
+            "logicalclusters",
+        ),
+    );
+    let name = lc
+        .get("cluster")
+        .await
+        .expect("logical cluster")
+        .metadata
+        .annotations
+        .and_then(|a| a.get("kcp.io/cluster").cloned())
+        .expect("kcp.io/cluster");
+    let by_name = names(
+        ext.view("contentconfigurations", &name, None).await,
+        &contents,
+    )
+    .await
+    .expect("by name");
+    assert_eq!(by_name, want);
+    // kcp's tokens and permissions: its non-admin user is authenticated by kcp (a TokenReview)
+    // and refused by kcp's RBAC in acme (a SubjectAccessReview); a token kcp does not know is
+    // refused as unauthenticated.
+    let kubeconfig = yaml(&std::fs::read_to_string(&kcp.admin_kubeconfig).expect("kubeconfig"));
+    let user_token = kubeconfig["users"]
+        .as_array()
+        .and_then(|users| users.iter().find(|u| u["name"] == "user"))
+        .and_then(|u| u["user"]["token"].as_str())
+        .expect("kcp's user token")
+        .to_string();
+    for (token, code) in [(user_token.as_str(), "403"), ("guessed", "401")] {
+        let got = names(
+            ext.view("contentconfigurations", "root:orgs:acme", Some(token))
+                .await,
+            &contents,
+        )
+        .await;
+        let err = got.expect_err("refused");
+        assert!(err.contains(code), "{token}: {err}");
+    }
+    // A path kcp does not have is refused as kcp's front proxy refuses it.
+    let err = names(
+        ext.view("marketplace", "root:orgs:nowhere", None).await,
+        &entries,
+    )
+    .await
+    .expect_err("nowhere");
+    assert!(err.contains("403"), "{err}");
+    // A provider publishing a second export shows up in acme's marketplace.
+    let mut more = yaml(include_str!("../examples/marketplace/widget-export.yaml"));
+    more["metadata"]["name"] = json!("sprockets.example.platform-mesh.io");
+    k.create(
+        "root:providers:widgets",
+        &ar("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"),
+        more,
+    )
+    .await;
+    eventually("the second offer through the extension", || async {
+        let got = names(
+            ext.view("marketplace", "root:orgs:acme", None).await,
+            &entries,
+        )
+        .await?;
+        (got.len() == 2).then_some(()).ok_or(format!("{got:?}"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcp_and_serve_refuse_a_schema_nested_as_in_a_crd_alike() {
+    let kcp = Kcp::start().await;
+    let serve = common::KubeEnv::start().await;
+    let schemas = ar(
+        "apis.kcp.io",
+        "v1alpha1",
+        "APIResourceSchema",
+        "apiresourceschemas",
+    );
+    let mut nested = yaml(include_str!("../examples/workspaces/widget-schema.yaml"));
+    let structural = nested["spec"]["versions"][0]["schema"].take();
+    nested["spec"]["versions"][0]["schema"] = json!({"openAPIV3Schema": structural});
+    let mut answers = Vec::new();
+    for client in [
+        Client::try_from(kcp.config("root").await.expect("kcp")).expect("client"),
+        serve.client("root"),
+    ] {
+        let api: Api<DynamicObject> = Api::all_with(client, &schemas);
+        let o: DynamicObject = serde_json::from_value(nested.clone()).expect("object");
+        match api.create(&PostParams::default(), &o).await {
+            Err(kube::Error::Api(s)) => answers.push((s.code, s.reason, s.message)),
+            other => panic!("a nested schema was not refused: {other:?}"),
+        }
+    }
+    assert_eq!(answers[0], answers[1], "kcp, then serve");
+    assert_eq!(answers[0].0, 403);
+}
