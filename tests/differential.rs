@@ -6,6 +6,10 @@
 //! `tests/differential/known-differences.yaml`; a new difference fails the test, and so does a
 //! listed one that no longer occurs (so the list only shrinks when something is fixed).
 //!
+//! The tenancy corpus (`tests/differential/kcp-corpus.yaml`, differences in
+//! `kcp-known-differences.yaml`) is sent the same way to the real kcp (`tests/peers/kcp`) and to
+//! `serve`: workspaces, APIResourceSchemas, APIExports, APIBindings and what a binding serves.
+//!
 //! A corpus step is one request (`each` repeats it per item):
 //!
 //! ```yaml
@@ -17,6 +21,7 @@
 //!   accept: application/json;as=Table;g=meta.k8s.io;v=v1   # default application/json
 //!   save: {rv: /metadata/resourceVersion}  # ${rv} in later paths and bodies
 //!   until: 200                   # repeat (up to 30 s) until the status is this one
+//!   untilAt: {/status/phase: Ready}  # ... until the answer has these values
 //!   stream: true                 # a watch: the answer is a list of events
 //!   select: /components/schemas/x  # compare only this part of the answer
 //!   each: [{name: a}, {name: b}] # one request per item, ${name} substituted, id gets -a, -b
@@ -55,6 +60,9 @@ struct Step {
     save: BTreeMap<String, String>,
     #[serde(default)]
     until: Option<u16>,
+    /// Repeat (up to 30 s) until the answer has these values at these JSON pointers.
+    #[serde(default)]
+    until_at: BTreeMap<String, Value>,
     #[serde(default)]
     stream: bool,
     #[serde(default)]
@@ -83,10 +91,11 @@ fn dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/differential")
 }
 
-/// The corpus with every `each` expanded.
-fn corpus() -> Vec<Step> {
-    let text = std::fs::read_to_string(dir().join("corpus.yaml")).expect("read corpus");
-    let steps: Vec<Step> = serde_saphyr::from_str(&text).expect("corpus.yaml parses");
+/// The corpus of `file` with every `each` expanded.
+fn corpus(file: &str) -> Vec<Step> {
+    let text = std::fs::read_to_string(dir().join(file)).expect("read corpus");
+    let steps: Vec<Step> =
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{file} parses: {e}"));
     let mut out = Vec::new();
     for step in steps {
         if step.each.is_empty() {
@@ -265,6 +274,10 @@ struct Answer {
 
 struct Runner {
     client: ClientConfig,
+    /// Headers of every request (a bearer token).
+    headers: Vec<(&'static str, String)>,
+    /// The name the server's certificate is verified for.
+    server_name: &'static str,
     vars: BTreeMap<String, String>,
 }
 
@@ -282,6 +295,7 @@ impl Runner {
             "accept",
             step.accept.clone().unwrap_or("application/json".into()),
         )];
+        headers.extend(self.headers.iter().cloned());
         if !body.is_empty() {
             headers.push((
                 "content-type",
@@ -291,7 +305,11 @@ impl Runner {
             ));
         }
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let mut conn = self.client.connect().await.expect("connect");
+        let mut conn = self
+            .client
+            .connect_to(self.server_name)
+            .await
+            .expect("connect");
         conn.send_with_headers(method, &path, &headers, body)
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", step.id))
@@ -301,12 +319,18 @@ impl Runner {
         let deadline = Instant::now() + Duration::from_secs(30);
         let reply = loop {
             let reply = self.send(step).await;
-            match step.until {
-                Some(want) if reply.status.as_u16() != want && Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                _ => break reply,
+            let status_differs = step.until.is_some_and(|want| reply.status.as_u16() != want);
+            let value_differs = !step.until_at.is_empty() && {
+                let body: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+                step.until_at
+                    .iter()
+                    .any(|(pointer, want)| body.pointer(pointer) != Some(want))
+            };
+            if (status_differs || value_differs) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
             }
+            break reply;
         };
         let body = if step.stream {
             let events: Vec<Value> = serde_json::Deserializer::from_slice(&reply.body)
@@ -450,13 +474,11 @@ fn known_difference_patterns_match_whole_pointers() {
     assert!(!covers("cm-*#status", "cr-create#status"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_apiserver_and_serve_answer_the_corpus_alike() {
-    let steps = corpus();
-    let known: Vec<Known> = serde_saphyr::from_str(
-        &std::fs::read_to_string(dir().join("known-differences.yaml")).expect("read known"),
-    )
-    .expect("known-differences.yaml parses");
+/// The differences listed in `file`, checked to say where and why.
+fn known_differences(file: &str) -> Vec<Known> {
+    let known: Vec<Known> =
+        serde_saphyr::from_str(&std::fs::read_to_string(dir().join(file)).expect("read known"))
+            .unwrap_or_else(|e| panic!("{file} parses: {e}"));
     for k in &known {
         assert!(
             !k.reason.trim().is_empty() && !k.at.is_empty(),
@@ -464,32 +486,32 @@ async fn kube_apiserver_and_serve_answer_the_corpus_alike() {
             k.at
         );
     }
+    known
+}
+
+/// Sends every step to `peer` and to `serve`, and fails on a difference `known` does not list
+/// (named after `known_file`) or a listed one that did not occur.
+async fn compare(
+    steps: &[Step],
+    known: &[Known],
+    known_file: &str,
+    peer_name: &str,
+    peer: &mut Runner,
+    pm: &mut Runner,
+) {
     let patterns: Vec<&str> = known
         .iter()
         .flat_map(|k| k.at.iter().map(String::as_str))
         .collect();
-    let kube_peer = tokio::task::spawn_blocking(KubeApiserver::start)
-        .await
-        .expect("start kube-apiserver");
-    let server = Server::start_with(&["--no-controllers"]);
-    let mut kube = Runner {
-        client: kube_peer.client(),
-        vars: BTreeMap::new(),
-    };
-    let mut pm = Runner {
-        client: server.client(),
-        vars: BTreeMap::new(),
-    };
-
     let mut identical = 0;
     let mut all: BTreeMap<String, (Value, Value)> = BTreeMap::new();
-    for step in &steps {
-        let a = kube.run(step).await;
+    for step in steps {
+        let a = peer.run(step).await;
         let b = pm.run(step).await;
         // DIFF_DUMP=<step id> prints both answers of that step, to study a difference.
         if std::env::var("DIFF_DUMP").is_ok_and(|id| id == step.id) {
             eprintln!(
-                "{}\nkube-apiserver {}: {:#}\nplatform-mesh {}: {:#}",
+                "{}\n{peer_name} {}: {:#}\nplatform-mesh {}: {:#}",
                 step.id, a.status, a.body, b.status, b.body
             );
         }
@@ -502,7 +524,7 @@ async fn kube_apiserver_and_serve_answer_the_corpus_alike() {
     let new: Vec<String> = all
         .iter()
         .filter(|(at, _)| !patterns.iter().any(|k| covers(k, at)))
-        .map(|(at, (a, b))| format!("{at}\n    kube-apiserver: {a}\n    platform-mesh:  {b}"))
+        .map(|(at, (a, b))| format!("{at}\n    {peer_name}: {a}\n    platform-mesh:  {b}"))
         .collect();
     let stale: Vec<&str> = patterns
         .iter()
@@ -520,7 +542,7 @@ async fn kube_apiserver_and_serve_answer_the_corpus_alike() {
         .map(|at| &at[..at.find(['/', '#']).unwrap_or(at.len())])
         .collect();
     eprintln!(
-        "differential: {} requests: {identical} identical, {} more identical but for the differences listed as everywhere, {} with other listed differences ({} fields in all); {} listed differences ({} patterns)",
+        "differential ({peer_name}): {} requests: {identical} identical, {} more identical but for the differences listed as everywhere, {} with other listed differences ({} fields in all); {} listed differences ({} patterns)",
         steps.len(),
         steps.len() - identical - beyond_everywhere.len(),
         beyond_everywhere.len(),
@@ -529,19 +551,101 @@ async fn kube_apiserver_and_serve_answer_the_corpus_alike() {
         patterns.len()
     );
     assert!(
-        steps.len() >= 200,
-        "the corpus has {} requests",
-        steps.len()
-    );
-    assert!(
         new.is_empty(),
-        "{} new differences from kube-apiserver {} (fix them or list them with a reason in tests/differential/known-differences.yaml):\n{}",
+        "{} new differences from {peer_name} (fix them or list them with a reason in tests/differential/{known_file}):\n{}",
         new.len(),
-        common::kube_apiserver::KUBERNETES_VERSION,
         new.join("\n")
     );
     assert!(
         stale.is_empty(),
-        "listed differences that no longer occur (remove them): {stale:?}"
+        "listed differences that no longer occur (remove them from {known_file}): {stale:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_apiserver_and_serve_answer_the_corpus_alike() {
+    let steps = corpus("corpus.yaml");
+    assert!(
+        steps.len() >= 200,
+        "the corpus has {} requests",
+        steps.len()
+    );
+    let known = known_differences("known-differences.yaml");
+    let kube_peer = tokio::task::spawn_blocking(KubeApiserver::start)
+        .await
+        .expect("start kube-apiserver");
+    let server = Server::start_with(&["--no-controllers"]);
+    let mut kube = Runner {
+        client: kube_peer.client(),
+        headers: Vec::new(),
+        server_name: "localhost",
+        vars: BTreeMap::new(),
+    };
+    let mut pm = Runner {
+        client: server.client(),
+        headers: Vec::new(),
+        server_name: "localhost",
+        vars: BTreeMap::new(),
+    };
+    let name = format!(
+        "kube-apiserver {}",
+        common::kube_apiserver::KUBERNETES_VERSION
+    );
+    compare(
+        &steps,
+        &known,
+        "known-differences.yaml",
+        &name,
+        &mut kube,
+        &mut pm,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcp_and_serve_answer_the_tenancy_corpus_alike() {
+    use base64::Engine;
+    let steps = corpus("kcp-corpus.yaml");
+    let known = known_differences("kcp-known-differences.yaml");
+    let kcp = common::kube_apiserver::Kcp::start().await;
+    // kcp's admin: its CA and token, from the admin.kubeconfig it wrote.
+    let kubeconfig: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(&kcp.admin_kubeconfig).expect("kcp admin.kubeconfig"),
+    )
+    .expect("kubeconfig");
+    let ca = kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"]
+        .as_str()
+        .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+        .expect("kcp's CA");
+    let token = kubeconfig["users"]
+        .as_array()
+        .and_then(|u| u.iter().find(|u| u["name"] == "kcp-admin"))
+        .and_then(|u| u["user"]["token"].as_str())
+        .expect("kcp-admin's token")
+        .to_string();
+    let server = Server::start_with(&["--no-controllers"]);
+    let mut peer = Runner {
+        client: ClientConfig::new(kcp.address, &String::from_utf8_lossy(&ca), None)
+            .expect("kcp client"),
+        headers: vec![("authorization", format!("Bearer {token}"))],
+        // kcp's serving certificate names its external address, not localhost.
+        server_name: "127.0.0.1",
+        vars: BTreeMap::new(),
+    };
+    let mut pm = Runner {
+        client: server.client(),
+        headers: Vec::new(),
+        server_name: "localhost",
+        vars: BTreeMap::new(),
+    };
+    let name = format!("kcp {}", common::kube_apiserver::KCP_VERSION);
+    compare(
+        &steps,
+        &known,
+        "kcp-known-differences.yaml",
+        &name,
+        &mut peer,
+        &mut pm,
+    )
+    .await;
 }

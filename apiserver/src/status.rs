@@ -119,6 +119,13 @@ impl ApiError {
         Self::forbidden("workspace access not permitted")
     }
 
+    /// A 403 `Forbidden` refusing a write of object `name` of `gr` (an admission plugin's
+    /// answer): `<resource>.<group> "<name>" is forbidden: <why>`, with the object's details.
+    pub fn forbidden_object(gr: &GroupResource, name: &str, why: impl std::fmt::Display) -> Self {
+        ApiError::forbidden(format!("{gr} {name:?} is forbidden: {why}"))
+            .with_details(Self::resource_details(gr, name))
+    }
+
     /// A 403 `Forbidden`: the caller may not do what it asked.
     pub fn forbidden(message: impl Into<String>) -> Self {
         ApiError::new(403, "Forbidden", message)

@@ -239,7 +239,8 @@ impl Tenancy {
         if let Some(who) = requester {
             let reference = &obj["spec"]["reference"]["export"];
             if old.is_none_or(|o| o["spec"]["reference"]["export"] != *reference) {
-                self.check_bind(cluster, reference, who).await?;
+                self.check_bind(cluster, objects::name(obj), reference, who)
+                    .await?;
             }
         }
         self.prepare_binding(cluster, obj).await
@@ -251,18 +252,23 @@ impl Tenancy {
     async fn check_bind(
         &self,
         cluster: &str,
+        binding: &str,
         reference: &Value,
         who: &Identity,
     ) -> Result<(), ApiError> {
         let name = reference["name"].as_str().unwrap_or("");
         let path = reference["path"].as_str().filter(|p| !p.is_empty());
         let refused = || {
-            ApiError::forbidden(format!(
-                "unable to create APIBinding: no permission to bind to export {}:{name}",
-                path.map(str::to_string)
-                    .or_else(|| self.path_of(cluster))
-                    .unwrap_or_else(|| cluster.to_string())
-            ))
+            ApiError::forbidden_object(
+                &crate::status::GroupResource::new("apis.kcp.io", "apibindings"),
+                binding,
+                format!(
+                    "unable to create APIBinding: no permission to bind to export {}:{name}",
+                    path.map(str::to_string)
+                        .or_else(|| self.path_of(cluster))
+                        .unwrap_or_else(|| cluster.to_string())
+                ),
+            )
         };
         let Some(state) = self.state() else {
             return Ok(());
@@ -274,6 +280,18 @@ impl Tenancy {
                 _ => return Err(refused()),
             },
         };
+        // An export that does not exist cannot be bound, by anyone (kcp's admission asks for
+        // it before it asks whether the user may bind it).
+        let key = format!("/apis.kcp.io/apiexports/{export_cluster}/{name}");
+        if self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .is_none()
+        {
+            return Err(refused());
+        }
         match crate::authz::allowed(
             &state.rbac,
             &export_cluster,

@@ -191,7 +191,14 @@ impl Strategy for ResourceSchemas {
                 "Invalid value: \"object\": APIResourceSchema spec is immutable".into(),
             )),
             Some(_) => Ok(()),
-            None => check_schema_roots(obj),
+            None => {
+                // kcp defaults how the names of the schema's objects are validated.
+                if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                    spec.entry("nameValidation")
+                        .or_insert_with(|| json!("DNS1123Subdomain"));
+                }
+                check_schema_roots(obj)
+            }
         }
     }
 }
@@ -222,11 +229,11 @@ fn check_schema_roots(obj: &Value) -> Result<(), ApiError> {
     if errors.is_empty() {
         return Ok(());
     }
-    Err(ApiError::forbidden(format!(
-        "apiresourceschemas.apis.kcp.io {:?} is forbidden: [{}]",
+    Err(ApiError::forbidden_object(
+        &crate::status::GroupResource::new("apis.kcp.io", "apiresourceschemas"),
         objects::name(obj),
-        errors.join(", ")
-    )))
+        format!("[{}]", errors.join(", ")),
+    ))
 }
 
 /// APIExports: carry their path and an identity that never changes; their endpoint slice and
