@@ -11,6 +11,7 @@ use controllers::runtime::leader::LeaderStatus;
 mod bench;
 mod bench_attacks;
 mod bench_broker;
+mod bench_kcp;
 #[cfg(feature = "etcd")]
 mod bench_kube;
 #[cfg(feature = "etcd")]
@@ -107,11 +108,19 @@ enum Command {
         /// APIBindings of the workspace whose contentconfigurations the views section lists.
         #[arg(long, default_value_t = 100)]
         view_bindings: usize,
+        /// Workspaces the kcp section creates under one parent, on kcp and on this server.
+        #[arg(long, default_value_t = 1_000)]
+        kcp_workspaces: usize,
+        /// Workspaces of those the kcp section binds an export in and lists through its
+        /// virtual workspace.
+        #[arg(long, default_value_t = 1_000)]
+        kcp_bound: usize,
         /// Run only these attacks of the attacks section (comma-separated; all when empty).
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench_attacks::KINDS))]
         attack: Vec<String>,
         /// Run only these sections (comma-separated): serving, admission, workspaces, overload,
-        /// broker, etcd (needs `--features etcd`), attacks.
+        /// broker, etcd (needs `--features etcd`), attacks, views; and, only when named, kube
+        /// (needs `--features etcd`) and kcp (beside the Go peers of `scripts/peers`).
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
         only: Vec<String>,
     },
@@ -558,6 +567,8 @@ fn main() -> anyhow::Result<()> {
             attack_roles,
             view_providers,
             view_bindings,
+            kcp_workspaces,
+            kcp_bound,
             attack,
             only,
         } => {
@@ -582,6 +593,8 @@ fn main() -> anyhow::Result<()> {
                 attack_roles,
                 view_providers,
                 view_bindings,
+                kcp_workspaces,
+                kcp_bound,
                 attacks: attack,
                 only,
             }))

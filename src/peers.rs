@@ -369,6 +369,20 @@ impl Kcp {
     pub fn url(&self) -> String {
         format!("https://{}", self.address)
     }
+
+    /// The process id of kcp.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// A server URL without a `/clusters/<name>` suffix.
+pub fn base_url(server: &str) -> String {
+    let trimmed = server.trim_end_matches('/');
+    match trimmed.find("/clusters/") {
+        Some(i) => trimmed[..i].to_string(),
+        None => trimmed.to_string(),
+    }
 }
 
 impl Drop for Kcp {

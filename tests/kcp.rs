@@ -458,3 +458,107 @@ async fn kcp_and_serve_refuse_a_schema_nested_as_in_a_crd_alike() {
     assert_eq!(answers[0], answers[1], "kcp, then serve");
     assert_eq!(answers[0].0, 403);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_apiexport_provider_engages_kcp_workspaces_through_the_endpoint_slice() {
+    use controllers::providers::kcp::path_aware::PathAware;
+    use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider};
+    use controllers::runtime::{ClusterEvent, ClusterProvider, ClusterSink};
+
+    let kcp = Kcp::start().await;
+    let k = platform(&kcp).await;
+    // The logical clusters bound to the core export, by path.
+    let mut want = std::collections::BTreeMap::new();
+    for path in [SYSTEM, "root:orgs:acme", "root:providers:widgets"] {
+        let lc: Api<DynamicObject> = Api::all_with(
+            k.at(path),
+            &ar(
+                "core.kcp.io",
+                "v1alpha1",
+                "LogicalCluster",
+                "logicalclusters",
+            ),
+        );
+        let name = lc
+            .get("cluster")
+            .await
+            .expect("logical cluster")
+            .metadata
+            .annotations
+            .and_then(|a| a.get("kcp.io/cluster").cloned())
+            .expect("kcp.io/cluster");
+        want.insert(name, path);
+    }
+    // The provider's home is the workspace of the endpoint slice, as upstream configures it.
+    let mut home = kcp.config("root").await.expect("kcp config");
+    let base = home.cluster_url.to_string();
+    home.cluster_url = format!(
+        "{}/clusters/{SYSTEM}",
+        base.trim_end_matches('/')
+            .trim_end_matches("/clusters/root")
+    )
+    .parse()
+    .expect("url");
+    let provider = std::sync::Arc::new(PathAware::new(ApiExportProvider::new(
+        home,
+        ApiExportOptions::for_slice("core.platform-mesh.io"),
+    )));
+    let (sink, mut events) = ClusterSink::channel(64);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = {
+        let (provider, stop) = (provider.clone(), stop.clone());
+        tokio::spawn(async move { provider.run(sink, stop).await })
+    };
+    let mut engaged = std::collections::BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while engaged.len() < want.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.recv()).await {
+            Ok(Some(ClusterEvent::Engage(c))) => {
+                engaged.insert(c.name().to_string(), c);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the provider stopped: {:?}", running.await),
+            Err(_) => panic!(
+                "engaged {:?}, want {:?}",
+                engaged.keys().collect::<Vec<_>>(),
+                want
+            ),
+        }
+    }
+    assert_eq!(
+        engaged.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "exactly the workspaces bound to the export"
+    );
+    // Each engaged cluster reads through kcp's virtual workspace: the provider's content.
+    let widgets = want
+        .iter()
+        .find(|(_, p)| **p == "root:providers:widgets")
+        .map(|(n, _)| n.clone())
+        .expect("widgets");
+    let contents = ar(
+        "ui.platform-mesh.io",
+        "v1alpha1",
+        "ContentConfiguration",
+        "contentconfigurations",
+    );
+    let api: Api<DynamicObject> = Api::all_with(engaged[&widgets].client(), &contents);
+    let names: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .expect("list through the virtual workspace")
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    assert_eq!(names, ["widgets-org"]);
+    // By name the path-aware provider answers at once. By path it cannot on kcp yet: kcp
+    // annotates no APIBinding with its path, and its virtual workspace serves LogicalClusters
+    // only through a permission claim (issue 24); see kcp-known-differences.yaml.
+    for name in want.keys() {
+        assert!(provider.get(name).is_some(), "{name}");
+    }
+    stop.cancel();
+    let _ = running.await;
+}
