@@ -282,6 +282,21 @@ struct Runner {
 }
 
 impl Runner {
+    /// Requests with `client`'s certificate, the server's verified for localhost.
+    fn new(client: ClientConfig) -> Self {
+        Runner {
+            client,
+            headers: Vec::new(),
+            server_name: "localhost",
+            vars: BTreeMap::new(),
+        }
+    }
+
+    /// `serve`'s admin.
+    fn admin_of(server: &Server) -> Self {
+        Runner::new(server.client())
+    }
+
     async fn send(&self, step: &Step) -> Reply {
         let method =
             Method::from_bytes(step.method.as_deref().unwrap_or("GET").as_bytes()).expect("method");
@@ -575,18 +590,8 @@ async fn kube_apiserver_and_serve_answer_the_corpus_alike() {
         .await
         .expect("start kube-apiserver");
     let server = Server::start_with(&["--no-controllers"]);
-    let mut kube = Runner {
-        client: kube_peer.client(),
-        headers: Vec::new(),
-        server_name: "localhost",
-        vars: BTreeMap::new(),
-    };
-    let mut pm = Runner {
-        client: server.client(),
-        headers: Vec::new(),
-        server_name: "localhost",
-        vars: BTreeMap::new(),
-    };
+    let mut kube = Runner::new(kube_peer.client());
+    let mut pm = Runner::admin_of(&server);
     let name = format!(
         "kube-apiserver {}",
         common::kube_apiserver::KUBERNETES_VERSION
@@ -632,12 +637,7 @@ async fn kcp_and_serve_answer_the_tenancy_corpus_alike() {
         server_name: "127.0.0.1",
         vars: BTreeMap::new(),
     };
-    let mut pm = Runner {
-        client: server.client(),
-        headers: Vec::new(),
-        server_name: "localhost",
-        vars: BTreeMap::new(),
-    };
+    let mut pm = Runner::admin_of(&server);
     let name = format!("kcp {}", common::kube_apiserver::KCP_VERSION);
     compare(
         &steps,

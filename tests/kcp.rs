@@ -66,6 +66,26 @@ impl Kcpctl {
             .unwrap_or_else(|e| panic!("create in {path}: {e}"))
     }
 
+    /// The logical-cluster name of workspace `path` (its LogicalCluster's `kcp.io/cluster`).
+    async fn cluster_name(&self, path: &str) -> String {
+        let lc: Api<DynamicObject> = Api::all_with(
+            self.at(path),
+            &ar(
+                "core.kcp.io",
+                "v1alpha1",
+                "LogicalCluster",
+                "logicalclusters",
+            ),
+        );
+        lc.get("cluster")
+            .await
+            .expect("logical cluster")
+            .metadata
+            .annotations
+            .and_then(|a| a.get("kcp.io/cluster").cloned())
+            .expect("kcp.io/cluster")
+    }
+
     /// Creates workspace `name` in `parent` and waits until it is Ready.
     async fn workspace(&self, parent: &str, name: &str) {
         let workspaces = ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces");
@@ -251,20 +271,7 @@ impl Drop for Extension {
 impl Extension {
     fn start(kcp: &Kcp) -> Extension {
         let dir = tempfile::tempdir().expect("tempdir");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
-            .args([
-                "virtual-workspaces",
-                "--listen",
-                "127.0.0.1:0",
-                "--kcp-kubeconfig",
-            ])
-            .arg(&kcp.admin_kubeconfig)
-            .arg("--data-dir")
-            .arg(dir.path())
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start platform-mesh virtual-workspaces");
+        let (child, _) = common::start_virtual_workspaces(&kcp.admin_kubeconfig, dir.path(), &[]);
         Extension { child, dir }
     }
 
@@ -358,23 +365,7 @@ async fn the_virtual_workspaces_serve_in_front_of_real_kcp() {
     })
     .await;
     // By logical-cluster name as by path: kcp's LogicalCluster names the workspace.
-    let lc: Api<DynamicObject> = Api::all_with(
-        k.at("root:orgs:acme"),
-        &ar(
-            "core.kcp.io",
-            "v1alpha1",
-            "LogicalCluster",
-            "logicalclusters",
-        ),
-    );
-    let name = lc
-        .get("cluster")
-        .await
-        .expect("logical cluster")
-        .metadata
-        .annotations
-        .and_then(|a| a.get("kcp.io/cluster").cloned())
-        .expect("kcp.io/cluster");
+    let name = k.cluster_name("root:orgs:acme").await;
     let by_name = names(
         ext.view("contentconfigurations", &name, None).await,
         &contents,
@@ -470,23 +461,7 @@ async fn the_rust_apiexport_provider_engages_kcp_workspaces_through_the_endpoint
     // The logical clusters bound to the core export, by path.
     let mut want = std::collections::BTreeMap::new();
     for path in [SYSTEM, "root:orgs:acme", "root:providers:widgets"] {
-        let lc: Api<DynamicObject> = Api::all_with(
-            k.at(path),
-            &ar(
-                "core.kcp.io",
-                "v1alpha1",
-                "LogicalCluster",
-                "logicalclusters",
-            ),
-        );
-        let name = lc
-            .get("cluster")
-            .await
-            .expect("logical cluster")
-            .metadata
-            .annotations
-            .and_then(|a| a.get("kcp.io/cluster").cloned())
-            .expect("kcp.io/cluster");
+        let name = k.cluster_name(path).await;
         want.insert(name, path);
     }
     // The provider's home is the workspace of the endpoint slice, as upstream configures it.

@@ -713,47 +713,16 @@ impl Extension {
     }
 
     fn start_with(env: &Env, extra: &[&str]) -> Extension {
-        use std::io::BufRead;
         let dir = tempfile::tempdir().expect("tempdir");
         let pki = env.dir.path().join("data").join("pki");
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
-            .args([
-                "virtual-workspaces",
-                "--listen",
-                "127.0.0.1:0",
-                "--kcp-kubeconfig",
-            ])
-            .arg(&env.server.kubeconfig)
-            .arg("--client-ca-file")
-            .arg(pki.join("ca.crt"))
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start platform-mesh virtual-workspaces");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let prefix = "platform-mesh virtual workspaces are serving on https://";
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                match line.strip_prefix(prefix) {
-                    Some(rest) => {
-                        let address = rest.split('/').next().unwrap_or_default().to_string();
-                        let _ = tx.send(address);
-                    }
-                    None => eprintln!("[extension] {line}"),
-                }
-            }
-        });
-        let address = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the extension did not report its address");
+        let ca = pki.join("ca.crt");
+        let mut flags = vec!["--client-ca-file", ca.to_str().expect("path")];
+        flags.extend_from_slice(extra);
+        let (child, address) = common::start_virtual_workspaces(
+            &env.server.kubeconfig,
+            &dir.path().join("data"),
+            &flags,
+        );
         let read = |p: std::path::PathBuf| std::fs::read_to_string(p).expect("pki file");
         Extension {
             child,

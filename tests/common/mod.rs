@@ -394,3 +394,45 @@ impl KubeEnv {
         panic!("workspace {parent}:{name} never became Ready");
     }
 }
+
+/// Starts `platform-mesh virtual-workspaces` in front of the kcp of `kcp_kubeconfig`, with its
+/// files in `data_dir` and `extra` flags; returns the process and the address it serves on.
+pub fn start_virtual_workspaces(
+    kcp_kubeconfig: &Path,
+    data_dir: &Path,
+    extra: &[&str],
+) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+        .args([
+            "virtual-workspaces",
+            "--listen",
+            "127.0.0.1:0",
+            "--kcp-kubeconfig",
+        ])
+        .arg(kcp_kubeconfig)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start platform-mesh virtual-workspaces");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let prefix = "platform-mesh virtual workspaces are serving on https://";
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            match line.strip_prefix(prefix) {
+                Some(rest) => {
+                    let _ = tx.send(rest.split('/').next().unwrap_or_default().to_string());
+                }
+                None => eprintln!("[extension] {line}"),
+            }
+        }
+    });
+    let address = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the extension did not report its address");
+    (child, address)
+}
