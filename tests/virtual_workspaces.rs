@@ -1063,6 +1063,18 @@ async fn extension_mode_takes_its_users_and_permissions_from_the_fronted_server(
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 404, "{s:?}"),
         other => panic!("namespaces through the extension: {other:?}"),
     }
+    // Nor the admission webhooks `serve` has.
+    let webhook = ext
+        .client_with(&format!("https://{}", ext.address), ext.admin_user())
+        .await;
+    let review = http::Request::post("/admission/validate")
+        .header("content-type", "application/json")
+        .body(b"{}".to_vec())
+        .expect("request");
+    match webhook.request_text(review).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 404, "{s:?}"),
+        other => panic!("a webhook through the extension: {other:?}"),
+    }
 }
 
 fn kubectl_sees_both_views_through_the_extension(version: &str) {

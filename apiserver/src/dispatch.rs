@@ -405,8 +405,13 @@ async fn route(
         info.target,
         Target::Health { .. } | Target::Version | Target::Metrics | Target::Admission(_)
     );
-    // In extension mode the server serves the views and nothing of its own.
-    if state.extension.is_some() && cluster_scoped && info.view.is_none() {
+    // In extension mode the server serves the views (and its health, version and metrics)
+    // and nothing of its own.
+    let own = matches!(
+        info.target,
+        Target::Health { .. } | Target::Version | Target::Metrics
+    );
+    if state.extension.is_some() && !own && info.view.is_none() {
         return error_response(&ApiError::path_not_found());
     }
     if cluster_scoped {
