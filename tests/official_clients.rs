@@ -124,3 +124,105 @@ fn client_go_and_controller_runtime_checks_hold_against_kube_apiserver() {
     let kube = common::kube_apiserver::KubeApiserver::start();
     assert_eq!(run_go_clients(&kube.admin_kubeconfig), GO_CHECKS);
 }
+
+/// A Go controller as Platform Mesh's providers write theirs (multicluster-runtime with kcp's
+/// multicluster-provider, `tests/peers/mcp`) against this server: it engages the workspaces
+/// bound to an export through the export's virtual workspace and writes the status of each
+/// Widget there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multicluster_runtime_controller_reconciles_in_every_bound_workspace() {
+    use kube::api::{Api, DynamicObject, PostParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    let env = common::KubeEnv::start().await;
+    let ar = |g: &str, v: &str, k: &str, p: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), p)
+    };
+    let create = |path: String, r: ApiResource, v: serde_json::Value| {
+        let api: Api<DynamicObject> = Api::all_with(env.client(&path), &r);
+        async move {
+            let o: DynamicObject = serde_json::from_value(v).expect("object");
+            api.create(&PostParams::default(), &o)
+                .await
+                .unwrap_or_else(|e| panic!("create in {path}: {e}"))
+        }
+    };
+    let yaml = |t: &str| -> serde_json::Value { serde_saphyr::from_str(t).expect("yaml") };
+    let provider = env.workspace("root:providers", "widgets", "provider").await;
+    create(
+        "root:providers:widgets".into(),
+        ar(
+            "apis.kcp.io",
+            "v1alpha1",
+            "APIResourceSchema",
+            "apiresourceschemas",
+        ),
+        yaml(include_str!("../examples/workspaces/widget-schema.yaml")),
+    )
+    .await;
+    create(
+        "root:providers:widgets".into(),
+        ar("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"),
+        yaml(include_str!("../examples/workspaces/widget-export.yaml")),
+    )
+    .await;
+    let widgets = ar("example.platform-mesh.io", "v1", "Widget", "widgets");
+    let mut consumers = Vec::new();
+    for name in ["acme", "globex"] {
+        let cluster = env.workspace("root:orgs", name, "organization").await;
+        let path = format!("root:orgs:{name}");
+        create(
+            path.clone(),
+            ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
+            yaml(include_str!("../examples/workspaces/widget-binding.yaml")),
+        )
+        .await;
+        let api: Api<DynamicObject> = Api::namespaced_with(env.client(&path), "default", &widgets);
+        let w: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "example.platform-mesh.io/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {"color": "red"}}))
+        .expect("widget");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while let Err(e) = api.create(&PostParams::default(), &w).await {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a Widget in {path}: {e}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        consumers.push((path, cluster, api));
+    }
+    let vw = format!(
+        "https://{}/services/apiexport/{provider}/widgets.example.platform-mesh.io",
+        env.server.address
+    );
+    let mut controller = Command::new(common::kube_apiserver::peer_binary("mcp-widgets"))
+        .arg("--server")
+        .arg(&vw)
+        .env("KUBECONFIG", &env.server.kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start mcp-widgets");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let mut pending: Vec<String> = Vec::new();
+    loop {
+        pending.clear();
+        for (path, cluster, api) in &consumers {
+            let w = api.get("w").await.expect("widget");
+            let want = format!("multicluster-runtime/{cluster}");
+            if w.data["status"]["observedBy"] != want.as_str() {
+                pending.push(format!("{path}: {:?}", w.data["status"]));
+            }
+        }
+        if pending.is_empty() || std::time::Instant::now() > deadline {
+            break;
+        }
+        if let Ok(Some(status)) = controller.try_wait() {
+            panic!("mcp-widgets exited ({status}); still {pending:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let _ = controller.kill();
+    let _ = controller.wait();
+    assert!(pending.is_empty(), "not reconciled: {pending:?}");
+}
