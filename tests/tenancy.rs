@@ -371,7 +371,7 @@ async fn workspace_types_limit_the_tree_and_bind_their_default_apis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_binding_waits_in_phase_binding_until_its_export_exists() {
+async fn a_binding_to_an_export_that_does_not_exist_yet_is_refused_as_kcp_refuses_it() {
     let env = Env::start().await;
     env.workspace("root:providers", "widgets", "provider").await;
     env.workspace("root:orgs", "early", "organization").await;
@@ -379,12 +379,17 @@ async fn a_binding_waits_in_phase_binding_until_its_export_exists() {
         env.client("root:orgs:early"),
         &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
     );
-    let b = bindings
-        .create(&PostParams::default(), &obj(BINDING))
-        .await
-        .expect("binding");
-    assert_eq!(b.data["status"]["phase"], "Binding");
-    assert_eq!(b.data["status"]["conditions"][0]["status"], "False");
+    // kcp v0.28 refuses it too, for its admin as well (tests/differential/kcp-corpus.yaml).
+    match bindings.create(&PostParams::default(), &obj(BINDING)).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+            assert_eq!(
+                s.message,
+                "apibindings.apis.kcp.io \"widgets\" is forbidden: unable to create APIBinding: no permission to bind to export root:providers:widgets:widgets.example.platform-mesh.io"
+            );
+        }
+        other => panic!("a binding to a missing export: {other:?}"),
+    }
     let provider = env.client("root:providers:widgets");
     Api::<DynamicObject>::all_with(
         provider.clone(),
@@ -405,7 +410,10 @@ async fn a_binding_waits_in_phase_binding_until_its_export_exists() {
     .create(&PostParams::default(), &obj(EXPORT))
     .await
     .expect("export");
-    let bound = bindings.get("widgets").await.expect("binding");
+    let bound = bindings
+        .create(&PostParams::default(), &obj(BINDING))
+        .await
+        .expect("binding once the export exists");
     assert_eq!(bound.data["status"]["phase"], "Bound");
     assert_eq!(bound.data["status"]["conditions"][0]["status"], "True");
     create_widget(env.client("root:orgs:early"), "now-served").await;

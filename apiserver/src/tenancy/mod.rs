@@ -226,8 +226,9 @@ impl Tenancy {
     }
 
     /// Prepares an APIBinding before it is stored: its path annotation, and its export resolved
-    /// (phase Bound) or waited for (phase Binding). A client's new binding (`requester`) must
-    /// also hold `bind` on the export, as kcp's APIBinding admission asks.
+    /// (phase Bound) or waited for (phase Binding: an export deleted and created again, or the
+    /// server's own writes). A client's new binding (`requester`) must name an export that
+    /// exists and hold `bind` on it, as kcp's APIBinding admission asks.
     pub(crate) async fn prepare_binding_write(
         &self,
         cluster: &str,

@@ -83,12 +83,18 @@ async fn bound_clusters_share_one_wildcard_cache_and_resolve_by_path() {
         binding("root:provider", "example.io"),
     )
     .await;
-    create(
-        ts.client("root:c3").await,
-        &bindings,
-        binding("root:provider", "missing.io"),
-    )
-    .await;
+    // c3 cannot bind an export that does not exist (kcp refuses it; so does this server): it
+    // stays without a binding.
+    let refused = Api::<DynamicObject>::all_with(ts.client("root:c3").await, &bindings)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(binding("root:provider", "missing.io")).expect("binding"),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 403),
+        "{refused:?}"
+    );
 
     let seen = Arc::new(Mutex::new(Vec::new()));
     let manager = Manager::new(ManagerOptions::default());
@@ -122,7 +128,7 @@ async fn bound_clusters_share_one_wildcard_cache_and_resolve_by_path() {
     .await;
     assert!(
         !manager.engaged_clusters().contains(&n3),
-        "a binding that is not Ready engages nothing"
+        "a workspace without a binding engages nothing"
     );
     // Writes go to <url>/clusters/<name>; the path resolves to the name.
     let by_path = manager.cluster("root:c1").expect("path resolves");
