@@ -333,9 +333,9 @@ pub async fn kcp(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<V
     let mut peer = Kcp::start(&tmp.join("kcp"))?;
     peer.wait_ready().await?;
     let mut config = peer.config("base").await?;
-    // kcp's base context may already point at a cluster; requests here carry their own.
-    let base = config.cluster_url.to_string();
-    config.cluster_url = crate::peers::base_url(&base).parse()?;
+    // Requests here name their cluster themselves.
+    config.cluster_url =
+        controllers::platformmesh::kcp::base_address(&config.cluster_url.to_string()).parse()?;
     let theirs = measure(
         &Target {
             client: kube::Client::try_from(config)?,

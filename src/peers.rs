@@ -376,15 +376,6 @@ impl Kcp {
     }
 }
 
-/// A server URL without a `/clusters/<name>` suffix.
-pub fn base_url(server: &str) -> String {
-    let trimmed = server.trim_end_matches('/');
-    match trimmed.find("/clusters/") {
-        Some(i) => trimmed[..i].to_string(),
-        None => trimmed.to_string(),
-    }
-}
-
 impl Drop for Kcp {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -48,14 +48,16 @@ struct Kcpctl {
 }
 
 impl Kcpctl {
-    fn at(&self, path: &str) -> Client {
+    /// kcp's admin configured for workspace `path`.
+    fn config_at(&self, path: &str) -> kube::Config {
         let mut c = self.base.clone();
-        let root = c.cluster_url.to_string();
-        let base = root
-            .trim_end_matches('/')
-            .trim_end_matches("/clusters/root");
+        let base = controllers::platformmesh::kcp::base_address(&c.cluster_url.to_string());
         c.cluster_url = format!("{base}/clusters/{path}").parse().expect("url");
-        Client::try_from(c).expect("client")
+        c
+    }
+
+    fn at(&self, path: &str) -> Client {
+        Client::try_from(self.config_at(path)).expect("client")
     }
 
     async fn create(&self, path: &str, r: &ApiResource, v: Value) -> DynamicObject {
@@ -257,35 +259,30 @@ async fn platform(kcp: &Kcp) -> Kcpctl {
 
 /// A running `platform-mesh virtual-workspaces` in front of `kcp`.
 struct Extension {
-    child: std::process::Child,
+    _process: common::VirtualWorkspaces,
     dir: tempfile::TempDir,
-}
-
-impl Drop for Extension {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Extension {
     fn start(kcp: &Kcp) -> Extension {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (child, _) = common::start_virtual_workspaces(&kcp.admin_kubeconfig, dir.path(), &[]);
-        Extension { child, dir }
+        let process = common::start_virtual_workspaces(&kcp.admin_kubeconfig, dir.path(), &[]);
+        Extension {
+            _process: process,
+            dir,
+        }
     }
 
     /// A client of `view` of workspace `path`: the extension's own admin, or (`token`) a user
     /// kcp knows by that token.
     async fn view(&self, view: &str, path: &str, token: Option<&str>) -> Client {
-        let kubeconfig = self.dir.path().join("admin.kubeconfig");
-        let mut config = eventually("the extension's admin.kubeconfig", || async {
-            let k = kube::config::Kubeconfig::read_from(&kubeconfig).map_err(|e| e.to_string())?;
-            kube::Config::from_custom_kubeconfig(k, &Default::default())
-                .await
-                .map_err(|e| e.to_string())
-        })
-        .await;
+        // Written before the extension reports that it serves.
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(self.dir.path().join("admin.kubeconfig"))
+                .expect("the extension's admin.kubeconfig");
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("config");
         let base = config.cluster_url.to_string();
         config.cluster_url = format!(
             "{}/services/{view}/clusters/{path}",
@@ -465,15 +462,7 @@ async fn the_rust_apiexport_provider_engages_kcp_workspaces_through_the_endpoint
         want.insert(name, path);
     }
     // The provider's home is the workspace of the endpoint slice, as upstream configures it.
-    let mut home = kcp.config("root").await.expect("kcp config");
-    let base = home.cluster_url.to_string();
-    home.cluster_url = format!(
-        "{}/clusters/{SYSTEM}",
-        base.trim_end_matches('/')
-            .trim_end_matches("/clusters/root")
-    )
-    .parse()
-    .expect("url");
+    let home = k.config_at(SYSTEM);
     let provider = std::sync::Arc::new(PathAware::new(ApiExportProvider::new(
         home,
         ApiExportOptions::for_slice("core.platform-mesh.io"),
@@ -535,5 +524,8 @@ async fn the_rust_apiexport_provider_engages_kcp_workspaces_through_the_endpoint
         assert!(provider.get(name).is_some(), "{name}");
     }
     stop.cancel();
-    let _ = running.await;
+    running
+        .await
+        .expect("the provider task")
+        .expect("the provider stops cleanly");
 }

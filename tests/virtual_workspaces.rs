@@ -691,20 +691,12 @@ async fn the_views_follow_upstreams_flags() {
 
 /// A running `platform-mesh virtual-workspaces`, trusting the fronted server's client CA.
 struct Extension {
-    child: std::process::Child,
-    address: String,
+    process: common::VirtualWorkspaces,
     /// The extension's own CA (it serves with a certificate of it).
     ca_pem: String,
     /// The fronted server's admin certificate and key, accepted by the extension too.
     admin: (String, String),
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Extension {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Extension {
@@ -718,15 +710,14 @@ impl Extension {
         let ca = pki.join("ca.crt");
         let mut flags = vec!["--client-ca-file", ca.to_str().expect("path")];
         flags.extend_from_slice(extra);
-        let (child, address) = common::start_virtual_workspaces(
+        let process = common::start_virtual_workspaces(
             &env.server.kubeconfig,
             &dir.path().join("data"),
             &flags,
         );
         let read = |p: std::path::PathBuf| std::fs::read_to_string(p).expect("pki file");
         Extension {
-            child,
-            address,
+            process,
             ca_pem: read(dir.path().join("data").join("pki").join("ca.crt")),
             admin: (read(pki.join("admin.crt")), read(pki.join("admin.key"))),
             _dir: dir,
@@ -734,7 +725,10 @@ impl Extension {
     }
 
     fn url(&self, view: &str, path: &str) -> String {
-        format!("https://{}/services/{view}/clusters/{path}", self.address)
+        format!(
+            "https://{}/services/{view}/clusters/{path}",
+            self.process.address
+        )
     }
 
     /// A kubeconfig for `url`: the extension's CA, and a client certificate or a token.
@@ -1053,7 +1047,7 @@ async fn extension_mode_takes_its_users_and_permissions_from_the_fronted_server(
     // The extension serves the views and nothing else.
     let plain = ext
         .client_with(
-            &format!("https://{}/clusters/root:orgs:acme", ext.address),
+            &format!("https://{}/clusters/root:orgs:acme", ext.process.address),
             ext.admin_user(),
         )
         .await;
@@ -1065,7 +1059,10 @@ async fn extension_mode_takes_its_users_and_permissions_from_the_fronted_server(
     }
     // Nor the admission webhooks `serve` has.
     let webhook = ext
-        .client_with(&format!("https://{}", ext.address), ext.admin_user())
+        .client_with(
+            &format!("https://{}", ext.process.address),
+            ext.admin_user(),
+        )
         .await;
     let review = http::Request::post("/admission/validate")
         .header("content-type", "application/json")

@@ -85,24 +85,7 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start platform-mesh");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent {
-                    if let Some(rest) = line.strip_prefix("platform-mesh is serving on https://") {
-                        let _ = tx.send(rest.trim().to_string());
-                        sent = true;
-                        continue;
-                    }
-                }
-                eprintln!("[server] {line}");
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("server did not report its address");
+        let addr = reported_address(&mut child, "platform-mesh is serving on https://", "server");
         Server {
             child,
             address: addr.parse().expect("address"),
@@ -395,13 +378,49 @@ impl KubeEnv {
     }
 }
 
+/// What follows `prefix` on the first stderr line of `child` that starts with it (the address
+/// a server reports); every other line is passed on to the test's stderr, marked `tag`.
+fn reported_address(child: &mut Child, prefix: &'static str, tag: &'static str) -> String {
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if !sent {
+                if let Some(rest) = line.strip_prefix(prefix) {
+                    let _ = tx.send(rest.trim().to_string());
+                    sent = true;
+                    continue;
+                }
+            }
+            eprintln!("[{tag}] {line}");
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("the {tag} did not report its address"))
+}
+
+/// A running `platform-mesh virtual-workspaces`, stopped when dropped.
+pub struct VirtualWorkspaces {
+    child: Child,
+    /// `host:port` it serves on.
+    pub address: String,
+}
+
+impl Drop for VirtualWorkspaces {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Starts `platform-mesh virtual-workspaces` in front of the kcp of `kcp_kubeconfig`, with its
-/// files in `data_dir` and `extra` flags; returns the process and the address it serves on.
+/// files in `data_dir` and `extra` flags, and waits until it serves.
 pub fn start_virtual_workspaces(
     kcp_kubeconfig: &Path,
     data_dir: &Path,
     extra: &[&str],
-) -> (Child, String) {
+) -> VirtualWorkspaces {
     let mut child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
         .args([
             "virtual-workspaces",
@@ -418,21 +437,11 @@ pub fn start_virtual_workspaces(
         .stderr(Stdio::piped())
         .spawn()
         .expect("start platform-mesh virtual-workspaces");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let prefix = "platform-mesh virtual workspaces are serving on https://";
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            match line.strip_prefix(prefix) {
-                Some(rest) => {
-                    let _ = tx.send(rest.split('/').next().unwrap_or_default().to_string());
-                }
-                None => eprintln!("[extension] {line}"),
-            }
-        }
-    });
-    let address = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the extension did not report its address");
-    (child, address)
+    let reported = reported_address(
+        &mut child,
+        "platform-mesh virtual workspaces are serving on https://",
+        "extension",
+    );
+    let address = reported.split('/').next().unwrap_or_default().to_string();
+    VirtualWorkspaces { child, address }
 }

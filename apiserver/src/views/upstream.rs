@@ -129,9 +129,10 @@ impl<V: Clone> Kept<V> {
 /// The upstream kcp with its answers kept for a while: what the server's request path asks.
 pub struct Extension {
     upstream: Arc<dyn Upstream>,
-    /// Paths of the logical clusters requests named (a path never changes for a logical
-    /// cluster, so these are kept; there are as many as kcp has workspaces at most).
-    paths: RwLock<HashMap<String, String>>,
+    /// Paths of the logical clusters requests named, by name and by path (a path never changes
+    /// for a logical cluster, so these are kept; there are as many as kcp has workspaces at
+    /// most).
+    paths: RwLock<(HashMap<String, String>, HashMap<String, String>)>,
     /// Path or name → logical cluster, as last resolved.
     resolved: Kept<Option<Workspace>>,
     decisions: Kept<Decision>,
@@ -172,12 +173,15 @@ impl Extension {
         Ok(ws.name)
     }
 
-    /// Records a logical cluster's path.
+    /// Records a logical cluster's path (every request names one: the write lock is taken only
+    /// for one not seen before).
     pub fn remember(&self, ws: &Workspace) {
+        if self.path_of(&ws.name).as_ref() == Some(&ws.path) {
+            return;
+        }
         if let Ok(mut paths) = self.paths.write() {
-            if paths.get(&ws.name) != Some(&ws.path) {
-                paths.insert(ws.name.clone(), ws.path.clone());
-            }
+            paths.0.insert(ws.name.clone(), ws.path.clone());
+            paths.1.insert(ws.path.clone(), ws.name.clone());
         }
     }
 
@@ -189,15 +193,11 @@ impl Extension {
 
 impl WorkspacePaths for Extension {
     fn path_of(&self, name: &str) -> Option<String> {
-        self.paths.read().ok()?.get(name).cloned()
+        self.paths.read().ok()?.0.get(name).cloned()
     }
 
     fn name_of(&self, path: &str) -> Option<String> {
-        let paths = self.paths.read().ok()?;
-        paths
-            .iter()
-            .find(|(_, p)| p.as_str() == path)
-            .map(|(n, _)| n.clone())
+        self.paths.read().ok()?.1.get(path).cloned()
     }
 }
 
