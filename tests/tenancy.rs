@@ -418,3 +418,457 @@ async fn a_binding_to_an_export_that_does_not_exist_yet_is_refused_as_kcp_refuse
     assert_eq!(bound.data["status"]["conditions"][0]["status"], "True");
     create_widget(env.client("root:orgs:early"), "now-served").await;
 }
+
+/// Waits until the APIBinding `name` in `path` says its claims are applied, and returns it.
+async fn claims_applied(env: &Env, path: &str, name: &str) -> DynamicObject {
+    let bindings: Api<DynamicObject> = Api::all_with(
+        env.client(path),
+        &ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings"),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let b = bindings.get(name).await.expect("binding");
+        let applied = b.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "PermissionClaimsApplied" && c["status"] == "True");
+        if applied {
+            return b;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "claims of {path} never applied: {:?}",
+            b.data["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String) {
+    match r {
+        Err(kube::Error::Api(s)) => (s.code, s.message),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+fn secret(name: &str, labels: Value) -> DynamicObject {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "labels": labels}, "stringData": {"k": "v"}}))
+    .expect("secret")
+}
+
+fn names(list: &kube::core::ObjectList<DynamicObject>) -> Vec<String> {
+    let mut n: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
+    n.sort();
+    n
+}
+
+/// kcp's permission claims, row by row as kcp answers them: what the export's owner reaches in a
+/// consumer workspace through the export's virtual workspace depends only on what the consumer
+/// accepted, selected, and the verbs both sides allow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_claims_give_the_export_owner_only_what_was_accepted() {
+    let env = Env::start().await;
+    let acme = env.workspace("root:orgs", "acme", "organization").await;
+    let beta = env.workspace("root:orgs", "beta", "organization").await;
+    let gamma = env.workspace("root:orgs", "gamma", "organization").await;
+    env.workspace("root:providers", "widgets", "provider").await;
+    let provider = env.client("root:providers:widgets");
+    Api::<DynamicObject>::all_with(
+        provider.clone(),
+        &ar(
+            "apis.kcp.io",
+            "v1alpha1",
+            "APIResourceSchema",
+            "apiresourceschemas",
+        ),
+    )
+    .create(&PostParams::default(), &obj(SCHEMA))
+    .await
+    .expect("schema");
+    // A v1alpha2 export claiming secrets (most verbs, not patch) and configmaps (read only).
+    let mut export = obj(EXPORT);
+    export.types = Some(kube::core::TypeMeta {
+        api_version: "apis.kcp.io/v1alpha2".into(),
+        kind: "APIExport".into(),
+    });
+    let schema_name = export.data["spec"]["latestResourceSchemas"][0].clone();
+    export.data["spec"] = json!({
+        "resources": [{"group": "example.platform-mesh.io", "name": "widgets", "schema": schema_name, "storage": {"crd": {}}}],
+        "permissionClaims": [
+            {"group": "", "resource": "secrets", "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+            {"group": "", "resource": "configmaps", "verbs": ["get", "list"]},
+        ],
+    });
+    let export = Api::<DynamicObject>::all_with(
+        provider.clone(),
+        &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
+    )
+    .create(&PostParams::default(), &export)
+    .await
+    .expect("export");
+    let export_name = export.metadata.name.clone().expect("name");
+    let url = format!(
+        "https://{}/services/apiexport/{}/{export_name}",
+        env.server.address,
+        export
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kcp.io/cluster"))
+            .expect("export cluster")
+    );
+
+    // acme accepts secrets labelled share=yes; beta binds without accepting; gamma accepts
+    // configmaps with every verb (the export allows only reading).
+    let binding = |claims: Value| -> DynamicObject {
+        let mut b = obj(BINDING);
+        b.types = Some(kube::core::TypeMeta {
+            api_version: "apis.kcp.io/v1alpha2".into(),
+            kind: "APIBinding".into(),
+        });
+        b.data["spec"]["permissionClaims"] = claims;
+        b
+    };
+    let v2_bindings = ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings");
+    let accept = |resource: &str, verbs: Value, selector: Value, state: &str| json!({"group": "", "resource": resource, "verbs": verbs, "selector": selector, "state": state});
+    let acme_claims = json!([
+        accept(
+            "secrets",
+            json!(["get", "list", "watch", "create", "update", "patch", "delete"]),
+            json!({"matchLabels": {"share": "yes"}}),
+            "Accepted"
+        ),
+        accept(
+            "configmaps",
+            json!(["get", "list"]),
+            json!({"matchAll": true}),
+            "Rejected"
+        ),
+    ]);
+    for (path, claims) in [
+        ("root:orgs:acme", acme_claims.clone()),
+        ("root:orgs:beta", json!([])),
+        (
+            "root:orgs:gamma",
+            json!([accept(
+                "configmaps",
+                json!(["get", "list", "watch", "delete"]),
+                json!({"matchAll": true}),
+                "Accepted"
+            )]),
+        ),
+    ] {
+        let b = Api::<DynamicObject>::all_with(env.client(path), &v2_bindings)
+            .create(&PostParams::default(), &binding(claims))
+            .await
+            .expect("binding");
+        assert_eq!(b.data["status"]["phase"], "Bound");
+    }
+    // Each consumer has secrets and configmaps of its own.
+    for path in ["root:orgs:acme", "root:orgs:beta", "root:orgs:gamma"] {
+        let secrets: Api<DynamicObject> = Api::namespaced_with(
+            env.client(path),
+            "default",
+            &ar("", "v1", "Secret", "secrets"),
+        );
+        let short = path.rsplit(':').next().unwrap_or_default();
+        for (name, share) in [("shared", "yes"), ("private", "no")] {
+            secrets
+                .create(
+                    &PostParams::default(),
+                    &secret(&format!("{short}-{name}"), json!({"share": share})),
+                )
+                .await
+                .expect("secret");
+        }
+        let cm: DynamicObject =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{short}-settings")}, "data": {"a": "b"}}))
+            .expect("configmap");
+        Api::<DynamicObject>::namespaced_with(
+            env.client(path),
+            "default",
+            &ar("", "v1", "ConfigMap", "configmaps"),
+        )
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("configmap");
+    }
+    // A tenant's own forged claim label is replaced by the server's.
+    let acme_secrets: Api<DynamicObject> = Api::namespaced_with(
+        env.client("root:orgs:acme"),
+        "default",
+        &ar("", "v1", "Secret", "secrets"),
+    );
+    let acme_binding = claims_applied(&env, "root:orgs:acme", "widgets").await;
+    claims_applied(&env, "root:orgs:gamma", "widgets").await;
+    let conditions = acme_binding.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    // acme accepted patch too, which the export does not claim: a mismatch kcp warns about, and
+    // the claim works with the verbs both sides allow.
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "PermissionClaimsValid"
+                && c["status"] == "False"
+                && c["reason"] == "PermissionClaimsMismatch"),
+        "{conditions:?}"
+    );
+    assert_eq!(
+        acme_binding.data["status"]["exportPermissionClaims"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(
+        acme_binding.data["status"]["appliedPermissionClaims"][0]["resource"],
+        "secrets"
+    );
+    let shared = acme_secrets
+        .get("acme-shared")
+        .await
+        .expect("shared secret");
+    let claim_label = shared
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| {
+            l.iter()
+                .find(|(k, _)| k.starts_with("claimed.internal.apis.kcp.io/"))
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .expect("the selected secret carries the claim label");
+    assert_eq!(
+        claim_label.1, "ctwrJRvMX7cX8wwk40Lz00UjJhYxPWE3TpN1lu",
+        "kcp's value for core secrets"
+    );
+    let private = acme_secrets
+        .get("acme-private")
+        .await
+        .expect("private secret");
+    assert!(private
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| !l.contains_key(&claim_label.0)));
+    acme_secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                "acme-forged",
+                json!({"share": "no", claim_label.0.clone(): claim_label.1.clone()}),
+            ),
+        )
+        .await
+        .expect("forged");
+
+    let vw = |cluster: &str, resource: (&str, &str)| -> Api<DynamicObject> {
+        let r = ar("", "v1", resource.0, resource.1);
+        let client = env.client_at(&format!("{url}/clusters/{cluster}"));
+        match cluster {
+            "*" => Api::all_with(client, &r),
+            _ => Api::namespaced_with(client, "default", &r),
+        }
+    };
+    let secrets_of = |c: &str| vw(c, ("Secret", "secrets"));
+    let configmaps_of = |c: &str| vw(c, ("ConfigMap", "configmaps"));
+    let lp = ListParams::default();
+
+    // Row: across every bound workspace, only accepted and selected objects exist.
+    assert_eq!(
+        names(&secrets_of("*").list(&lp).await.expect("wildcard secrets")),
+        vec!["acme-shared"]
+    );
+    assert_eq!(
+        names(
+            &configmaps_of("*")
+                .list(&lp)
+                .await
+                .expect("wildcard configmaps")
+        ),
+        vec!["gamma-settings"]
+    );
+    // Row: a workspace that accepted nothing gives nothing: 403 as kcp's authorizer.
+    let (code, message) = api_error(secrets_of(&beta).list(&lp).await);
+    assert_eq!(code, 403);
+    assert!(
+        message.contains("failed to find suitable reason to allow access in APIBinding"),
+        "{message}"
+    );
+    // Row: a rejected claim gives nothing.
+    assert_eq!(api_error(configmaps_of(&acme).list(&lp).await).0, 403);
+    // Row: in the accepting workspace, the selected secret is there, the others are not (404).
+    assert_eq!(
+        names(&secrets_of(&acme).list(&lp).await.expect("acme secrets")),
+        vec!["acme-shared"]
+    );
+    secrets_of(&acme)
+        .get("acme-shared")
+        .await
+        .expect("selected secret");
+    assert_eq!(
+        api_error(secrets_of(&acme).get("acme-private").await).0,
+        404
+    );
+    assert_eq!(api_error(secrets_of(&acme).get("acme-forged").await).0, 404);
+    assert_eq!(
+        api_error(
+            secrets_of(&acme)
+                .delete("acme-private", &DeleteParams::default())
+                .await
+        )
+        .0,
+        404
+    );
+    // Row: a write through the claim gets the selector's labels; another value is refused.
+    let made = secrets_of(&acme)
+        .create(&PostParams::default(), &secret("from-provider", json!({})))
+        .await
+        .expect("create through the claim");
+    assert_eq!(
+        made.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("share"))
+            .map(String::as_str),
+        Some("yes")
+    );
+    let (code, message) = api_error(
+        secrets_of(&acme)
+            .create(
+                &PostParams::default(),
+                &secret("wrong-label", json!({"share": "no"})),
+            )
+            .await,
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (403, "protected label share must have value yes")
+    );
+    // Row: a verb outside the intersection (the export does not claim patch) is refused.
+    let (code, _) = api_error(
+        secrets_of(&acme)
+            .patch(
+                "acme-shared",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"data": {}})),
+            )
+            .await,
+    );
+    assert_eq!(code, 403);
+    assert_eq!(
+        names(
+            &configmaps_of(&gamma)
+                .list(&lp)
+                .await
+                .expect("gamma configmaps")
+        ),
+        vec!["gamma-settings"]
+    );
+    assert_eq!(
+        api_error(
+            configmaps_of(&gamma)
+                .delete("gamma-settings", &DeleteParams::default())
+                .await
+        )
+        .0,
+        403
+    );
+    // Row: `*` on the binding's side only is no wildcard (kcp intersects the verb sets).
+    let gamma_bindings: Api<DynamicObject> =
+        Api::all_with(env.client("root:orgs:gamma"), &v2_bindings);
+    gamma_bindings
+        .patch(
+            "widgets",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"permissionClaims": [
+                accept("configmaps", json!(["*"]), json!({"matchAll": true}), "Accepted")]}})),
+        )
+        .await
+        .expect("star");
+    claims_applied(&env, "root:orgs:gamma", "widgets").await;
+    assert_eq!(api_error(configmaps_of(&gamma).list(&lp).await).0, 403);
+    // Row: APIBindings to the export are visible, never writable without a claim.
+    let bindings_vw: Api<DynamicObject> = Api::all_with(
+        env.client_at(&format!("{url}/clusters/*")),
+        &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
+    );
+    assert_eq!(
+        bindings_vw.list(&lp).await.expect("bindings").items.len(),
+        3
+    );
+    let in_acme: Api<DynamicObject> = Api::all_with(
+        env.client_at(&format!("{url}/clusters/{acme}")),
+        &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
+    );
+    let (code, message) = api_error(in_acme.delete("widgets", &DeleteParams::default()).await);
+    assert_eq!(code, 403);
+    assert!(
+        message.contains("write access to APIBinding is not allowed from virtual workspace"),
+        "{message}"
+    );
+
+    // Rejecting the claim relabels: the provider loses the secrets at once.
+    let acme_bindings: Api<DynamicObject> =
+        Api::all_with(env.client("root:orgs:acme"), &v2_bindings);
+    let mut rejected = acme_claims.clone();
+    rejected[0]["state"] = json!("Rejected");
+    acme_bindings
+        .patch(
+            "widgets",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"permissionClaims": rejected}})),
+        )
+        .await
+        .expect("reject");
+    claims_applied(&env, "root:orgs:acme", "widgets").await;
+    assert!(secrets_of("*")
+        .list(&lp)
+        .await
+        .expect("wildcard")
+        .items
+        .is_empty());
+    assert_eq!(api_error(secrets_of(&acme).list(&lp).await).0, 403);
+    let shared = acme_secrets.get("acme-shared").await.expect("shared");
+    assert!(shared
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| !l.contains_key(&claim_label.0)));
+
+    // A claim the export does not make is invalid.
+    let mut bogus = acme_claims.clone();
+    bogus[1] = accept(
+        "pods",
+        json!(["get"]),
+        json!({"matchAll": true}),
+        "Accepted",
+    );
+    let b = acme_bindings
+        .patch(
+            "widgets",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"permissionClaims": bogus}})),
+        )
+        .await
+        .expect("bogus claim");
+    let valid = b.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "PermissionClaimsValid")
+        .cloned()
+        .expect("valid condition");
+    assert_eq!(
+        (valid["status"].as_str(), valid["reason"].as_str()),
+        (Some("False"), Some("InvalidPermissionClaims"))
+    );
+}

@@ -40,6 +40,18 @@ impl Chain {
 
 #[async_trait::async_trait]
 impl WriteValidation for Chain {
+    async fn mutate(
+        &self,
+        attrs: &Attributes<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        for plugin in &self.0 {
+            plugin.mutate(attrs, obj, old).await?;
+        }
+        Ok(())
+    }
+
     async fn validate(
         &self,
         attrs: &Attributes<'_>,

@@ -165,6 +165,29 @@ fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
     e
 }
 
+/// A 403 for a resource request in `cluster`, as an authorizer denying it with `reason` words it.
+pub fn forbidden_in(
+    identity: &Identity,
+    cluster: &str,
+    rr: &ResourceRequest,
+    reason: &str,
+) -> ApiError {
+    let mut attrs = Attributes::resource(
+        user_info(identity, Some(cluster)),
+        rr.verb.as_str(),
+        &rr.group,
+        &rr.resource,
+        rr.namespace.as_deref(),
+    );
+    if let Some(n) = &rr.name {
+        attrs = attrs.with_name(n);
+    }
+    if let Some(s) = &rr.subresource {
+        attrs = attrs.with_subresource(s);
+    }
+    forbidden(&attrs, reason)
+}
+
 /// Authorizes a virtual-workspace request: the user must hold the request's verb on the
 /// export's `apiexports/content` in the export's workspace (kcp's rule).
 pub async fn authorize_export_content(

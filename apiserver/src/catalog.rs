@@ -76,8 +76,39 @@ pub struct Catalog {
     exports: RwLock<HashMap<String, (u64, ExportView)>>,
 }
 
-/// An APIExport's virtual-workspace view and the export's identity hash.
-pub type ExportView = (Arc<ApiView>, String);
+/// An APIExport's virtual workspace: what it serves, the export's identity hash, and the label
+/// selector every claimed resource (and the APIBindings) is filtered by.
+#[derive(Debug)]
+pub struct ExportApi {
+    /// The exported resources, the claimed ones and the APIBindings.
+    pub view: Arc<ApiView>,
+    /// The export's identity hash.
+    pub identity: String,
+    /// `(group, plural, storage name)` of each filtered resource → its label selector.
+    pub selectors: HashMap<(String, String, String), String>,
+}
+
+impl ExportApi {
+    /// The selector objects of `resource` must match to be seen through the export (`None`
+    /// for the export's own resources).
+    pub fn selector_for(&self, resource: &Resource) -> Option<&str> {
+        self.selectors
+            .get(&Self::selector_key(resource))
+            .map(String::as_str)
+    }
+
+    /// The key of [`ExportApi::selectors`] for `resource`.
+    pub fn selector_key(resource: &Resource) -> (String, String, String) {
+        (
+            resource.ty.group.clone(),
+            resource.ty.plural.clone(),
+            resource.all_clusters_prefix().to_string(),
+        )
+    }
+}
+
+/// A kept virtual-workspace view.
+pub type ExportView = Arc<ExportApi>;
 
 impl Catalog {
     /// A catalog in which every cluster serves the `builtin` types until it gets types of its own.

@@ -170,6 +170,7 @@ impl AppState {
         let admission = Arc::new(crate::admission::Chain::new(vec![
             namespaces.clone(),
             Arc::new(crate::tenancy::PathAnnotation(tenancy.clone())),
+            Arc::new(crate::tenancy::ClaimLabels(tenancy.clone())),
             Arc::new(crate::limits::ObjectCountLimit::new(
                 crate::limits::ObjectLimit::new(options.max_objects_per_workspace),
                 store.clone(),
@@ -506,17 +507,31 @@ async fn route(
         }
     }
     // The API surface the request sees: its cluster's, or an APIExport's virtual workspace.
-    let mut forced_selector = None;
+    let mut export_api = None;
+    let mut claim = None;
     let view = match (&info.virtual_workspace, info.view) {
         (_, Some(kind)) => state.views.api(kind),
         (Some((export_cluster, export)), None) => {
             match crate::tenancy::export_view(&state.tenancy, export_cluster, export).await {
-                Ok((view, identity)) => {
-                    forced_selector = Some(format!(
-                        "{}={}",
-                        crate::tenancy::BOUND_EXPORT_LABEL,
-                        identity.get(..32).unwrap_or(&identity)
-                    ));
+                Ok(api) => {
+                    if let (Target::Resource(rr), Some(id)) = (&info.target, identity.as_deref()) {
+                        match authorize_claim(
+                            state,
+                            &api,
+                            export_cluster,
+                            export,
+                            &info.cluster,
+                            rr,
+                            id,
+                        )
+                        .await
+                        {
+                            Ok(c) => claim = c,
+                            Err(e) => return error_response(&e),
+                        }
+                    }
+                    let view = api.view.clone();
+                    export_api = Some(api);
                     view
                 }
                 Err(e) => return error_response(&e),
@@ -588,7 +603,8 @@ async fn route(
                 scope: state.resource_scope(),
                 view,
                 virtual_workspace: info.virtual_workspace.is_some(),
-                forced_selector,
+                export: export_api,
+                claim,
                 cluster: info.cluster,
                 request: rr,
                 query,
@@ -623,6 +639,55 @@ async fn route(
             serve_non_resource(state, &view, other, accept.as_deref(), &query)
         }
     }
+}
+
+/// kcp's bound-API authorizer for a request through an APIExport's virtual workspace into one
+/// workspace: the export's own resources pass; a claimed resource needs a claim the workspace
+/// accepted whose verbs (the intersection of both sides') allow the verb; APIBindings are
+/// readable and writable only through such a claim. Wildcard requests skip it (the claim label
+/// filters what they see). Returns the claim that allowed the request.
+async fn authorize_claim(
+    state: &Arc<AppState>,
+    api: &crate::catalog::ExportApi,
+    export_cluster: &str,
+    export: &str,
+    cluster: &ClusterTarget,
+    rr: &request_info::ResourceRequest,
+    identity: &crate::identity::Identity,
+) -> Result<Option<crate::tenancy::claims::AcceptedClaim>, ApiError> {
+    let ClusterTarget::Name(c) = cluster else {
+        return Ok(None);
+    };
+    let Some(resource) = api
+        .view
+        .registry
+        .lookup(&rr.group, &rr.version, &rr.resource)
+    else {
+        return Ok(None);
+    };
+    if api.selector_for(resource).is_none() {
+        return Ok(None);
+    }
+    let claimed = crate::tenancy::claims::ClaimedResource::of(resource);
+    let key = crate::tenancy::claims::claim_label_key(export_cluster, export);
+    let verb = rr.verb.as_str();
+    let claims = state.tenancy.claims_of(c).await;
+    let accepted = claims
+        .iter()
+        .find(|a| a.key == key && a.claimed == claimed && a.allows(verb));
+    if let Some(a) = accepted {
+        return Ok(Some(a.clone()));
+    }
+    let bindings = claimed.group == "apis.kcp.io" && claimed.resource == "apibindings";
+    if bindings && rr.verb.is_read_only() {
+        return Ok(None);
+    }
+    let reason = if bindings {
+        "write access to APIBinding is not allowed from virtual workspace"
+    } else {
+        "failed to find suitable reason to allow access in APIBinding"
+    };
+    Err(crate::authz::forbidden_in(identity, c, rr, reason))
 }
 
 /// Serves a resource request of one of Platform Mesh's virtual workspaces: read-only, for one
@@ -692,7 +757,8 @@ async fn serve_view(
         scope,
         view,
         virtual_workspace: false,
-        forced_selector: None,
+        export: None,
+        claim: None,
         cluster,
         request: rr,
         query,

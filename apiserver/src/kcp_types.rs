@@ -178,9 +178,13 @@ pub fn converted_types() -> Vec<Resource> {
 
 const STORAGE_VERSION: &str = "apis.kcp.io/v1alpha1";
 
+/// Where an APIExport stored as v1alpha1 keeps the verbs of its v1alpha2 permission claims.
+pub const V2_CLAIMS_ANNOTATION: &str = "apis.v1alpha2.kcp.io/permission-claims";
+
 /// `spec.latestResourceSchemas: ["v1.widgets.example.io"]` becomes
 /// `spec.resources: [{group, name, schema, storage: {crd: {}}}]`.
 fn export_to_v1alpha2(obj: &mut Value) {
+    claims_to_v1alpha2(obj);
     if let Some(schemas) = obj["spec"]
         .get("latestResourceSchemas")
         .and_then(Value::as_array)
@@ -206,8 +210,95 @@ fn export_to_v1alpha2(obj: &mut Value) {
     }
 }
 
+/// v1alpha1 claims (no verbs) as v1alpha2 claims: the verbs kept in the annotation, else all;
+/// v1alpha1's `all` / `resourceSelector` are not part of v1alpha2.
+fn claims_to_v1alpha2(obj: &mut Value) {
+    let annotation = V2_CLAIMS_ANNOTATION;
+    let kept: Vec<Value> = obj["metadata"]["annotations"][annotation]
+        .as_str()
+        .and_then(|a| serde_json::from_str(a).ok())
+        .unwrap_or_default();
+    if let Some(a) = obj["metadata"]
+        .get_mut("annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.remove(annotation);
+        if a.is_empty() {
+            obj["metadata"]
+                .as_object_mut()
+                .map(|m| m.remove("annotations"));
+        }
+    }
+    let same = |a: &Value, b: &Value| {
+        ["group", "resource", "identityHash"]
+            .iter()
+            .all(|k| a[*k].as_str().unwrap_or("") == b[*k].as_str().unwrap_or(""))
+    };
+    let claims = obj
+        .get_mut("spec")
+        .and_then(|s| s.get_mut("permissionClaims"))
+        .and_then(Value::as_array_mut);
+    for claim in claims.into_iter().flatten() {
+        if claim.get("verbs").is_none() {
+            let verbs = kept
+                .iter()
+                .find(|k| same(k, claim))
+                .map(|k| k["verbs"].clone())
+                .unwrap_or_else(|| json!(["*"]));
+            claim["verbs"] = verbs;
+        }
+        if let Some(c) = claim.as_object_mut() {
+            c.remove("all");
+            c.remove("resourceSelector");
+        }
+    }
+}
+
+/// v1alpha2 claims as stored (v1alpha1): verbs move to an annotation, as kcp keeps them.
+fn claims_to_v1alpha1(obj: &mut Value) {
+    let mut kept = Vec::new();
+    let claims = obj
+        .get_mut("spec")
+        .and_then(|s| s.get_mut("permissionClaims"))
+        .and_then(Value::as_array_mut);
+    for claim in claims.into_iter().flatten() {
+        let Some(c) = claim.as_object_mut() else {
+            continue;
+        };
+        if let Some(verbs) = c.remove("verbs") {
+            let mut k =
+                json!({"resource": c.get("resource").cloned().unwrap_or_default(), "verbs": verbs});
+            for f in ["group", "identityHash"] {
+                if let Some(v) = c
+                    .get(f)
+                    .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+                {
+                    k[f] = v.clone();
+                }
+            }
+            kept.push(k);
+        }
+        if !c.contains_key("all") && !c.contains_key("resourceSelector") {
+            c.insert("all".into(), json!(true));
+        }
+    }
+    if !kept.is_empty() {
+        let meta = crate::objects::meta_mut(obj);
+        if !meta.get("annotations").is_some_and(Value::is_object) {
+            meta.insert("annotations".into(), json!({}));
+        }
+        if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            a.insert(
+                V2_CLAIMS_ANNOTATION.into(),
+                json!(Value::Array(kept).to_string()),
+            );
+        }
+    }
+}
+
 fn export_to_v1alpha1(obj: &mut Value) {
     obj["apiVersion"] = json!(STORAGE_VERSION);
+    claims_to_v1alpha1(obj);
     if let Some(resources) = obj["spec"]
         .get("resources")
         .and_then(Value::as_array)
@@ -245,5 +336,36 @@ mod tests {
         let mut back = served.clone();
         export_to_v1alpha1(&mut back);
         assert_eq!(back, stored);
+    }
+
+    #[test]
+    fn claim_verbs_survive_both_versions() {
+        let served = json!({"apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIExport", "metadata": {"name": "e"},
+            "spec": {"permissionClaims": [{"resource": "secrets", "verbs": ["get", "list"]},
+                                           {"group": "apis.kcp.io", "resource": "apibindings", "verbs": ["*"]}]}});
+        let mut stored = served.clone();
+        export_to_v1alpha1(&mut stored);
+        assert_eq!(
+            stored["spec"]["permissionClaims"][0],
+            json!({"resource": "secrets", "all": true})
+        );
+        let kept: Value = serde_json::from_str(
+            stored["metadata"]["annotations"][V2_CLAIMS_ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(kept[0]["verbs"], json!(["get", "list"]));
+        let mut again = stored.clone();
+        export_to_v1alpha2(&mut again);
+        again["apiVersion"] = json!("apis.kcp.io/v1alpha2");
+        assert_eq!(again, served);
+        // A v1alpha1 claim asks for every verb.
+        let mut old = json!({"metadata": {"name": "e"}, "spec": {"permissionClaims": [{"resource": "configmaps", "all": true}]}});
+        export_to_v1alpha2(&mut old);
+        assert_eq!(
+            old["spec"]["permissionClaims"][0],
+            json!({"resource": "configmaps", "verbs": ["*"]})
+        );
     }
 }

@@ -57,8 +57,11 @@ pub struct ResourceCall {
     pub view: Arc<crate::catalog::ApiView>,
     /// Whether the request came through an APIExport virtual workspace.
     pub virtual_workspace: bool,
-    /// A label selector every list and watch must also satisfy (virtual workspaces).
-    pub forced_selector: Option<String>,
+    /// The APIExport virtual workspace the request came through: which of its resources are
+    /// filtered by a claim label.
+    pub export: Option<Arc<crate::catalog::ExportApi>>,
+    /// The accepted permission claim that lets the request through, for a claimed resource.
+    pub claim: Option<crate::tenancy::claims::AcceptedClaim>,
     /// The logical cluster the request addresses, already resolved from a workspace path.
     pub cluster: ClusterTarget,
     /// Group, version, resource, namespace, name, subresource and verb from the URL.
@@ -392,17 +395,11 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     .ok_or_else(ApiError::path_not_found)?;
     crate::tenancy::check_request(&req)?;
 
-    // Bindings seen through a virtual workspace are read-only and only those of the export.
-    let forced_selector = if call.virtual_workspace && resource.ty.group == "apis.kcp.io" {
-        if !req.verb.is_read_only() {
-            return Err(ApiError::method_not_allowed(
-                req.verb.as_str(),
-                &resource.gr,
-            ));
-        }
-        call.forced_selector.clone()
-    } else {
-        None
+    // Claimed resources (and APIBindings) seen through an export's virtual workspace: only the
+    // objects carrying the export's claim label exist there.
+    let forced_selector = match (&call.export, call.virtual_workspace) {
+        (Some(api), true) => api.selector_for(&resource).map(str::to_string),
+        _ => None,
     };
     match req.subresource.as_deref() {
         None => {}
@@ -459,9 +456,40 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     if let ClusterTarget::Name(c) = &call.cluster {
         call.scope.namespaces.ensure_cluster(c).await?;
     }
+    // A named object the claim does not select is not there for the export's owner.
+    if let (Some(selector), Some(name), ClusterTarget::Name(c)) =
+        (&forced_selector, &req.name, &call.cluster)
+    {
+        if !matches!(req.verb, Verb::Create) {
+            let selector = crate::selectors::LabelSelector::parse(selector)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            match call
+                .scope
+                .objects
+                .get(&resource, c, req.namespace.as_deref(), name)
+                .await
+            {
+                Ok(kv) => {
+                    let obj = crate::objects::decode_stored(&kv.value)?;
+                    if !selector.matches_object(&obj) {
+                        return Err(ApiError::not_found(&resource.gr, name));
+                    }
+                }
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    // Writes through a claim with a label selector must stay inside it.
+    let admission = match &call.claim {
+        Some(claim) if !req.verb.is_read_only() => {
+            crate::tenancy::claims::SelectorAdmission::wrap(claim, call.scope.admission)
+        }
+        _ => call.scope.admission,
+    };
     let mut ctx = Ctx {
         objects: call.scope.objects,
-        admission: call.scope.admission,
+        admission,
         budgets: call.scope.budgets,
         resource,
         cluster: call.cluster,

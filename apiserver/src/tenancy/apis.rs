@@ -235,15 +235,18 @@ pub async fn reload_cluster_types(state: &Tenancy, cluster: &str) {
         }
     }
     state.catalog.set_cluster_resources(cluster, extra);
+    state.refresh_claims(cluster).await;
 }
 
 /// The API surface of an APIExport's virtual workspace: the exported resources (stored under
-/// the export's identity) and the export's APIBindings (read-only, selected by label).
+/// the export's identity), the resources it claims (built-in ones, kcp's, or another export's
+/// by identity), each filtered by the export's claim label, and the APIBindings (those bound
+/// to the export, by their reflexive label, plus any a claim reaches).
 pub async fn export_view(
     state: &Tenancy,
     export_cluster: &str,
     export: &str,
-) -> Result<(Arc<crate::catalog::ApiView>, String), ApiError> {
+) -> Result<crate::catalog::ExportView, ApiError> {
     let not_found = || {
         ApiError::not_found(
             &crate::status::GroupResource::new("apis.kcp.io", "apiexports"),
@@ -271,23 +274,98 @@ pub async fn export_view(
         .as_str()
         .unwrap_or("")
         .to_string();
-    let mut resources = Vec::new();
+    let mut resources: Vec<Arc<Resource>> = Vec::new();
     for (_, schema) in exported_schemas(state, export_cluster, &exp).await {
         for t in types_from_spec(&schema["spec"]) {
             let storage = format!("{}:{identity}", t.plural);
             resources.push(Arc::new(Resource::with_storage_name(t, &storage)));
         }
     }
-    if let Some(b) =
-        state
-            .catalog
-            .builtin_view()
-            .registry
-            .lookup("apis.kcp.io", "v1alpha1", "apibindings")
+    let key = super::claims::claim_label_key(export_cluster, export);
+    let mut selectors = std::collections::HashMap::new();
+    let builtin = state.catalog.builtin_view();
+    let mut binding_values = vec![super::claims::reflexive_value()];
+    let mut other_exports: Option<Vec<Value>> = None;
+    for claim in super::claims::export_claims(&exp) {
+        let c = &claim.claimed;
+        // A claim on the export's own resources is ignored, as kcp ignores it.
+        if c.identity_hash == identity
+            && resources
+                .iter()
+                .any(|r| r.ty.group == c.group && r.ty.plural == c.resource)
+        {
+            continue;
+        }
+        if c.group == "apis.kcp.io" && c.resource == "apibindings" {
+            binding_values.push(c.label_value());
+            continue;
+        }
+        let mut found: Vec<Arc<Resource>> = Vec::new();
+        if c.identity_hash.is_empty() {
+            found.extend(
+                builtin
+                    .registry
+                    .resources()
+                    .iter()
+                    .filter(|r| r.ty.group == c.group && r.ty.plural == c.resource)
+                    .cloned(),
+            );
+        } else {
+            if other_exports.is_none() {
+                let (all, _) = list_all(state.store.as_ref(), "/apis.kcp.io/apiexports/")
+                    .await
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                other_exports = Some(
+                    all.iter()
+                        .filter_map(|kv| {
+                            let v = objects::decode_stored(&kv.value).ok()?;
+                            let cluster = crate::storage::key_cluster(&kv.key)?.to_string();
+                            Some(json!({"cluster": cluster, "export": v}))
+                        })
+                        .collect(),
+                );
+            }
+            let defining = other_exports
+                .iter()
+                .flatten()
+                .find(|e| e["export"]["status"]["identityHash"] == c.identity_hash.as_str());
+            if let Some(d) = defining {
+                let cluster = d["cluster"].as_str().unwrap_or("");
+                for (_, schema) in exported_schemas(state, cluster, &d["export"]).await {
+                    for t in types_from_spec(&schema["spec"]) {
+                        if t.group == c.group && t.plural == c.resource {
+                            let storage = format!("{}:{}", t.plural, c.identity_hash);
+                            found.push(Arc::new(Resource::with_storage_name(t, &storage)));
+                        }
+                    }
+                }
+            }
+        }
+        for r in found {
+            selectors.insert(
+                crate::catalog::ExportApi::selector_key(&r),
+                format!("{key} in ({})", c.label_value()),
+            );
+            resources.push(r);
+        }
+    }
+    for b in builtin
+        .registry
+        .resources()
+        .iter()
+        .filter(|r| r.ty.group == "apis.kcp.io" && r.ty.plural == "apibindings")
     {
+        selectors.insert(
+            crate::catalog::ExportApi::selector_key(b),
+            format!("{key} in ({})", binding_values.join(",")),
+        );
         resources.push(b.clone());
     }
-    let view = (Arc::new(crate::catalog::ApiView::new(resources)), identity);
+    let view = Arc::new(crate::catalog::ExportApi {
+        view: Arc::new(crate::catalog::ApiView::new(resources)),
+        identity,
+        selectors,
+    });
     state
         .catalog
         .cache_export_view(cache_key, kv.mod_revision, view.clone());

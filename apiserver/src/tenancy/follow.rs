@@ -19,6 +19,7 @@ use crate::storage::{Event, EventType, Revision};
 
 const CRDS: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
 const BINDINGS: &str = "/apis.kcp.io/apibindings/";
+const EXPORTS: &str = "/apis.kcp.io/apiexports/";
 
 /// Follows the store from `after` on, for as long as the state lives.
 pub fn follow(state: &Arc<Tenancy>, after: Revision) -> tokio::task::JoinHandle<()> {
@@ -29,7 +30,14 @@ async fn run(state: Weak<Tenancy>, mut after: Revision) {
     loop {
         let Some(s) = state.upgrade() else { return };
         let mut watches = Vec::new();
-        for prefix in [WORKSPACES_PREFIX, CRDS, BINDINGS, crate::auth::RBAC_PREFIX] {
+        let prefixes = [
+            WORKSPACES_PREFIX,
+            CRDS,
+            BINDINGS,
+            EXPORTS,
+            crate::auth::RBAC_PREFIX,
+        ];
+        for prefix in prefixes {
             match s.store.watch(prefix, after).await {
                 Ok(w) => watches.push(w),
                 Err(e) => {
@@ -39,7 +47,7 @@ async fn run(state: Weak<Tenancy>, mut after: Revision) {
             }
         }
         drop(s);
-        if watches.len() == 4 {
+        if watches.len() == prefixes.len() {
             let mut events = stream::select_all(watches);
             while let Some(item) = events.next().await {
                 let Some(s) = state.upgrade() else { return };
@@ -88,6 +96,11 @@ async fn apply(state: &Tenancy, event: &Event) {
         } else if let Some(parent_path) = state.path_of(parent) {
             state.register(&format!("{parent_path}:{name}"), child);
         }
+        return;
+    }
+    // An export's claims may have changed: the kept claim sets are recomputed when next used.
+    if event.key.starts_with(EXPORTS) {
+        state.forget_claims();
         return;
     }
     // Another replica's RBAC change ends this replica's kept policy of that workspace.

@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock, Weak};
 use serde_json::{json, Value};
 
 mod apis;
+pub mod claims;
 mod follow;
 mod lifecycle;
 mod strategies;
@@ -20,7 +21,7 @@ pub use lifecycle::delete_cluster;
 use lifecycle::{
     cluster_name_for, ensure_logical_cluster, finish_workspace_deletion, initialize_workspace,
 };
-pub use strategies::PathAnnotation;
+pub use strategies::{ClaimLabels, PathAnnotation};
 
 use crate::catalog::Catalog;
 use crate::identity::Identity;
@@ -36,9 +37,6 @@ use crate::storage::{StorageError, Store};
 pub const WORKSPACE_FINALIZER: &str = "tenancy.kcp.io/logical-cluster";
 /// Annotation with a workspace's canonical path.
 pub const PATH_ANNOTATION: &str = "kcp.io/path";
-/// Label put on a bound APIBinding: the first 32 hex characters of the export's identity, so the
-/// export's virtual workspace can select its bindings.
-pub const BOUND_EXPORT_LABEL: &str = "apis.kcp.io/export-identity";
 
 /// The workspaces created on first start, below `root`, with their types.
 const INITIAL_WORKSPACES: &[(&str, &str)] = &[
@@ -113,6 +111,10 @@ pub struct Tenancy {
     policies: Arc<crate::auth::PolicyCache>,
     /// path → logical cluster name, and back.
     paths: RwLock<(HashMap<String, String>, HashMap<String, String>)>,
+    /// The permission claims in force per logical cluster (see [`claims`]).
+    claims: RwLock<HashMap<String, Arc<Vec<claims::AcceptedClaim>>>>,
+    /// One relabelling at a time per logical cluster.
+    relabel_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Tenancy {
@@ -131,6 +133,8 @@ impl Tenancy {
             namespaces: deps.namespaces,
             policies: deps.policies,
             paths: RwLock::new((by_path, by_name)),
+            claims: RwLock::new(HashMap::new()),
+            relabel_locks: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -144,6 +148,12 @@ impl Tenancy {
     /// Forgets logical cluster `name`; its path stays taken if it already names another one
     /// (a workspace deleted and created again under the same name).
     pub(crate) fn forget(&self, name: &str) {
+        if let Ok(mut c) = self.claims.write() {
+            c.remove(name);
+        }
+        if let Ok(mut l) = self.relabel_locks.lock() {
+            l.remove(name);
+        }
         if let Ok(mut p) = self.paths.write() {
             if let Some(path) = p.1.remove(name) {
                 if p.0.get(&path).is_some_and(|n| n == name) {
@@ -244,7 +254,7 @@ impl Tenancy {
                     .await?;
             }
         }
-        self.prepare_binding(cluster, obj).await
+        self.prepare_binding(cluster, obj, old).await
     }
 
     /// kcp's APIBinding admission: binding an export needs `bind` on `apiexports/<name>` in the
@@ -563,7 +573,12 @@ impl Tenancy {
         out
     }
 
-    async fn prepare_binding(&self, cluster: &str, obj: &mut Value) -> Result<(), ApiError> {
+    async fn prepare_binding(
+        &self,
+        cluster: &str,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
         let Some(state) = self.state() else {
             return Ok(());
         };
@@ -616,22 +631,45 @@ impl Tenancy {
                 "storageVersions": schema["spec"]["versions"].as_array().map(|vs| vs.iter().filter(|v| v["storage"] == true).map(|v| v["name"].clone()).collect::<Vec<_>>()).unwrap_or_default(),
             }));
         }
+        let mut conditions = vec![
+            json!({"type": "Ready", "status": "True", "reason": "Bound", "message": "", "lastTransitionTime": now}),
+        ];
+        let (exported_claims, valid) = claims::claims_status(obj, &export, &now);
         obj["status"] = json!({
             "phase": "Bound",
             "apiExportClusterName": export_cluster,
             "boundResources": bound,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "Bound", "message": "", "lastTransitionTime": now}],
         });
-        let meta = meta_mut(obj);
-        if !meta.get("labels").is_some_and(Value::is_object) {
-            meta.insert("labels".into(), json!({}));
+        if let Some(valid) = valid {
+            conditions.push(valid);
+            obj["status"]["exportPermissionClaims"] = Value::Array(exported_claims);
+            // What was applied stays until the relabelling after this write says otherwise.
+            let old_status = old.map(|o| &o["status"]);
+            if let Some(applied) = old_status.and_then(|s| s.get("appliedPermissionClaims")) {
+                obj["status"]["appliedPermissionClaims"] = applied.clone();
+            }
+            // Carried over only while neither side's claims changed.
+            let unchanged = old.is_some_and(|o| {
+                o["spec"]["permissionClaims"] == obj["spec"]["permissionClaims"]
+                    && o["status"]["exportPermissionClaims"]
+                        == obj["status"]["exportPermissionClaims"]
+            });
+            let old_applied = old_status
+                .filter(|_| unchanged)
+                .and_then(|s| s["conditions"].as_array())
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "PermissionClaimsApplied"))
+                .cloned();
+            conditions.push(old_applied.unwrap_or_else(|| {
+                json!({"type": "PermissionClaimsApplied", "status": "False", "severity": "Info",
+                    "reason": "Applying", "message": "the claimed objects are being labelled",
+                    "lastTransitionTime": now})
+            }));
         }
-        if let Some(l) = meta.get_mut("labels").and_then(Value::as_object_mut) {
-            l.insert(
-                BOUND_EXPORT_LABEL.into(),
-                json!(identity.get(..32).unwrap_or(&identity)),
-            );
-        }
+        obj["status"]["conditions"] = Value::Array(conditions);
+        // The claim labels (with the reflexive one the export's owner finds it by), also on the
+        // server's own writes, which pass no admission.
+        let claims = self.claims_of(cluster).await;
+        claims::set_claim_labels(obj, &claims::binding_labels(&claims, obj));
         Ok(())
     }
 

@@ -75,6 +75,33 @@ impl WriteValidation for PathAnnotation {
 
 impl Admission for PathAnnotation {}
 
+/// kcp's permission-claims admission: every object written gets exactly the claim labels the
+/// workspace's accepted claims give it (see [`super::claims`]); a label under the claim prefix
+/// that a client wrote is replaced, never trusted.
+pub struct ClaimLabels(pub Arc<Tenancy>);
+
+#[async_trait::async_trait]
+impl WriteValidation for ClaimLabels {
+    async fn mutate(
+        &self,
+        attrs: &Attributes<'_>,
+        obj: &mut Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let claimed = super::claims::ClaimedResource::of(attrs.resource);
+        let claims = self.0.claims_of(attrs.cluster).await;
+        let expected = if claimed.group == "apis.kcp.io" && claimed.resource == "apibindings" {
+            super::claims::binding_labels(&claims, obj)
+        } else {
+            super::claims::expected_labels(&claims, &claimed, obj["metadata"].get("labels"))
+        };
+        super::claims::set_claim_labels(obj, &expected);
+        Ok(())
+    }
+}
+
+impl Admission for ClaimLabels {}
+
 /// LogicalClusters: created and deleted with their workspace; clients may only touch what is
 /// not the server's.
 struct LogicalClusters;

@@ -62,6 +62,17 @@ pub struct Attributes<'a> {
 /// (kube's `ValidateObjectFunc`); the admission chain implements it.
 #[async_trait::async_trait]
 pub trait WriteValidation: Send + Sync {
+    /// Changes the object right before it is validated and stored, on every attempt (labels
+    /// only the server may set, such as kcp's permission-claim labels).
+    async fn mutate(
+        &self,
+        _attrs: &Attributes<'_>,
+        _obj: &mut Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+
     /// Refuses the write, or lets it pass unchanged (the default: a plugin that only mutates).
     async fn validate(
         &self,
@@ -307,6 +318,9 @@ impl GenericStore {
             None => (objects::name(obj).to_string(), Operation::Create),
             Some(_) => (w.name.to_string(), Operation::Update),
         };
+        validation
+            .mutate(&w.attributes(&name, operation), obj, old)
+            .await?;
         validation
             .validate(&w.attributes(&name, operation), obj, old)
             .await?;
