@@ -242,7 +242,8 @@ fn normalize_message(text: &str) -> String {
         out.push(c);
         i += c.len_utf8();
     }
-    out
+    // Each server's administrator has its own name: kcp's admin kubeconfig says `kcp-admin`.
+    out.replace("User \"kcp-admin\"", "User \"admin\"")
 }
 
 /// `(pointer, value)` of every leaf (empty objects and arrays are leaves too).

@@ -250,6 +250,10 @@ fn claims_to_v1alpha2(obj: &mut Value) {
         if let Some(c) = claim.as_object_mut() {
             c.remove("all");
             c.remove("resourceSelector");
+            // v1alpha2 defaults both (an empty group is core, an empty identity a built-in type).
+            for f in ["group", "identityHash"] {
+                c.entry(f).or_insert_with(|| json!(""));
+            }
         }
     }
 }
@@ -278,8 +282,11 @@ fn claims_to_v1alpha1(obj: &mut Value) {
             }
             kept.push(k);
         }
-        if !c.contains_key("all") && !c.contains_key("resourceSelector") {
-            c.insert("all".into(), json!(true));
+        // v1alpha1 leaves empty ones out.
+        for f in ["group", "identityHash"] {
+            if c.get(f).is_some_and(|v| v.as_str() == Some("")) {
+                c.remove(f);
+            }
         }
     }
     if !kept.is_empty() {
@@ -347,7 +354,7 @@ mod tests {
         export_to_v1alpha1(&mut stored);
         assert_eq!(
             stored["spec"]["permissionClaims"][0],
-            json!({"resource": "secrets", "all": true})
+            json!({"resource": "secrets"})
         );
         let kept: Value = serde_json::from_str(
             stored["metadata"]["annotations"][V2_CLAIMS_ANNOTATION]
@@ -359,13 +366,21 @@ mod tests {
         let mut again = stored.clone();
         export_to_v1alpha2(&mut again);
         again["apiVersion"] = json!("apis.kcp.io/v1alpha2");
-        assert_eq!(again, served);
+        let mut defaulted = served.clone();
+        defaulted["spec"]["permissionClaims"][0]["group"] = json!("");
+        for c in defaulted["spec"]["permissionClaims"]
+            .as_array_mut()
+            .unwrap()
+        {
+            c["identityHash"] = json!("");
+        }
+        assert_eq!(again, defaulted);
         // A v1alpha1 claim asks for every verb.
         let mut old = json!({"metadata": {"name": "e"}, "spec": {"permissionClaims": [{"resource": "configmaps", "all": true}]}});
         export_to_v1alpha2(&mut old);
         assert_eq!(
             old["spec"]["permissionClaims"][0],
-            json!({"resource": "configmaps", "verbs": ["*"]})
+            json!({"group": "", "resource": "configmaps", "verbs": ["*"], "identityHash": ""})
         );
     }
 }

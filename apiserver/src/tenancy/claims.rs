@@ -388,54 +388,57 @@ pub fn claims_status(binding: &Value, export: &Value, now: &str) -> (Vec<Value>,
     let exported: Vec<Value> = offered
         .iter()
         .map(|o| {
-            let mut c = json!({"resource": o.claimed.resource, "verbs": o.verbs});
-            if !o.claimed.group.is_empty() {
-                c["group"] = json!(o.claimed.group);
-            }
-            if !o.claimed.identity_hash.is_empty() {
-                c["identityHash"] = json!(o.claimed.identity_hash);
-            }
-            c
+            json!({"group": o.claimed.group, "resource": o.claimed.resource, "verbs": o.verbs,
+                "identityHash": o.claimed.identity_hash})
         })
         .collect();
     let claims = binding_claims(binding);
     if offered.is_empty() && claims.is_empty() {
         return (exported, None);
     }
-    let mut invalid = 0;
-    let mut mismatched = false;
-    for (claimed, raw) in &claims {
-        if raw["state"] != "Accepted" {
-            continue;
-        }
-        match offered.iter().find(|o| o.claimed == *claimed) {
-            None => invalid += 1,
-            Some(offer) => {
-                let mine = verbs_of(raw);
-                let star = |v: &[String]| v.iter().any(|x| x == "*");
-                if !star(&mine) && !star(&offer.verbs) {
-                    let a: BTreeSet<&String> = mine.iter().collect();
-                    let b: BTreeSet<&String> = offer.verbs.iter().collect();
-                    mismatched |= a != b;
-                }
-                if ClaimSelector::from_claim(raw).is_err() {
-                    invalid += 1;
-                }
-            }
-        }
-    }
-    let condition = if invalid > 0 {
+    // Accepted claims the export does not make (or that do not parse); verbs that differ are
+    // no error (kcp v0.28 intersects them).
+    let unexpected: Vec<String> = claims
+        .iter()
+        .filter(|(_, raw)| raw["state"] == "Accepted")
+        .filter(|(claimed, raw)| {
+            !offered.iter().any(|o| o.claimed == *claimed)
+                || ClaimSelector::from_claim(raw).is_err()
+        })
+        .map(|(c, _)| {
+            format!(
+                "unexpected/invalid claim for {}.{} (identity {:?})",
+                c.resource, c.group, c.identity_hash
+            )
+        })
+        .collect();
+    let condition = if unexpected.is_empty() {
+        json!({"type": "PermissionClaimsValid", "status": "True", "lastTransitionTime": now})
+    } else {
+        let shown = &unexpected[..unexpected.len().min(10)];
         json!({"type": "PermissionClaimsValid", "status": "False", "severity": "Error",
             "reason": "InvalidPermissionClaims", "lastTransitionTime": now,
-            "message": format!("{invalid} unexpected and/or invalid permission claims (the export does not claim them, or they do not parse)")})
-    } else if mismatched {
-        json!({"type": "PermissionClaimsValid", "status": "False", "severity": "Warning",
-            "reason": "PermissionClaimsMismatch", "lastTransitionTime": now,
-            "message": "the verbs of accepted claims differ from the export's"})
-    } else {
-        json!({"type": "PermissionClaimsValid", "status": "True", "lastTransitionTime": now})
+            "message": format!("{} unexpected and/or invalid permission claims (showing first {}): [{}]",
+                unexpected.len(), shown.len(), shown.join(", "))})
     };
     (exported, Some(condition))
+}
+
+/// Defaults a binding's claims as kcp's schema does: group and identity hash empty.
+pub fn default_binding_claims(binding: &mut Value) {
+    let claims = binding
+        .get_mut("spec")
+        .and_then(|s| s.get_mut("permissionClaims"))
+        .and_then(Value::as_array_mut);
+    for c in claims
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+    {
+        for f in ["group", "identityHash"] {
+            c.entry(f).or_insert_with(|| json!(""));
+        }
+    }
 }
 
 /// The claim labels an object of `claimed` with `labels` must carry, given the workspace's
@@ -824,16 +827,10 @@ impl Tenancy {
             let applied: Vec<Value> = if failures.is_empty() {
                 mine.iter()
                     .map(|c| {
-                        let mut v = json!({"resource": c.claimed.resource,
+                        json!({"group": c.claimed.group, "resource": c.claimed.resource,
                             "verbs": c.raw["verbs"].as_array().cloned().unwrap_or_else(|| vec![json!("*")]),
-                            "selector": c.raw.get("selector").cloned().unwrap_or_else(|| json!({"matchAll": true}))});
-                        if !c.claimed.group.is_empty() {
-                            v["group"] = json!(c.claimed.group);
-                        }
-                        if !c.claimed.identity_hash.is_empty() {
-                            v["identityHash"] = json!(c.claimed.identity_hash);
-                        }
-                        v
+                            "identityHash": c.claimed.identity_hash,
+                            "selector": c.raw.get("selector").cloned().unwrap_or_else(|| json!({"matchAll": true}))})
                     })
                     .collect()
             } else {
@@ -938,7 +935,12 @@ mod tests {
         assert!(!accepted[0].allows("create"));
         let (exported, valid) = claims_status(&b, &e, "now");
         assert_eq!(exported[1]["verbs"], json!(["*"]));
-        assert_eq!(valid.unwrap()["reason"], "InvalidPermissionClaims");
+        let valid = valid.unwrap();
+        assert_eq!(valid["reason"], "InvalidPermissionClaims");
+        assert_eq!(
+            valid["message"],
+            "1 unexpected and/or invalid permission claims (showing first 1): [unexpected/invalid claim for namespaces. (identity \"\")]"
+        );
     }
 
     #[test]

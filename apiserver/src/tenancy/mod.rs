@@ -247,6 +247,7 @@ impl Tenancy {
         requester: Option<&Identity>,
     ) -> Result<(), ApiError> {
         self.set_path_annotation(cluster, obj);
+        claims::default_binding_claims(obj);
         if let Some(who) = requester {
             let reference = &obj["spec"]["reference"]["export"];
             if old.is_none_or(|o| o["spec"]["reference"]["export"] != *reference) {
