@@ -1,8 +1,11 @@
-//! The `providers.platform-mesh.io/v1alpha1` API group: Provider and ManagedProvider.
-//! A Provider bootstraps a provider workspace in kcp; a ManagedProvider also deploys its components.
+//! The `providers.platform-mesh.io/v1alpha1` API group: Provider, ManagedProvider and
+//! ProviderPermissions. A Provider bootstraps a provider workspace in kcp; a ManagedProvider also
+//! deploys its components; ProviderPermissions tunes authorization of an exported API.
 
 // kube `printcolumn(...)` entries repeat keys such as `type_ = "string"` by design.
 #![allow(clippy::duplicated_attributes)]
+
+use std::collections::BTreeMap;
 
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -266,4 +269,114 @@ pub struct ManagedProviderStatus {
     /// The Secret in the runtime namespace with the copied scoped kubeconfig.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_kubeconfig_secret_ref: Option<SecretReference>,
+}
+
+/// Desired state of a provider's permission settings: the APIExport they apply to, per-resource
+/// permission expressions and custom roles.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "providers.platform-mesh.io",
+    version = "v1alpha1",
+    kind = "ProviderPermissions",
+    plural = "providerpermissions",
+    singular = "providerpermissions",
+    status = "ProviderPermissionsStatus",
+    derive = "PartialEq",
+    doc = "How an API provider customizes authorization of the resources it exports."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderPermissionsSpec {
+    /// The APIExport these settings belong to.
+    pub api_export: ApiExportReference,
+    /// Permission settings per resource, keyed `<group>.<resource>`
+    /// (e.g. `orchestrate.platform-mesh.io.httpbin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<BTreeMap<String, ResourcePermissions>>,
+    /// Custom roles, grouped by resource type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roles: Option<Vec<ResourceRoles>>,
+}
+
+/// Points at an APIExport.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ApiExportReference {
+    /// The APIExport, by name.
+    #[serde(rename = "ref")]
+    pub ref_: ApiExportName,
+}
+
+/// The name of an APIExport.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ApiExportName {
+    /// APIExport name.
+    pub name: String,
+}
+
+/// Permission settings of one resource type.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcePermissions {
+    /// Custom permissions and roles: name to permission expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additional_permissions: Option<BTreeMap<String, String>>,
+    /// Replacements of the standard verb permissions; an empty expression keeps the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_permissions: Option<DefaultPermissions>,
+}
+
+/// Permission expressions of the standard verbs; empty or unset keeps the system default.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct DefaultPermissions {
+    /// Expression of the `delete` permission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete: Option<String>,
+    /// Expression of the `get` permission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub get: Option<String>,
+    /// Expression of the `patch` permission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    /// Expression of the `update` permission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update: Option<String>,
+    /// Expression of the `watch` permission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<String>,
+}
+
+/// The custom roles of one resource type.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRoles {
+    /// The resource type, `<group>.<resource>` (e.g. `orchestrate.platform-mesh.io.httpbin`).
+    pub group_resource: String,
+    /// The roles of that resource type.
+    pub roles: Vec<RoleDefinition>,
+}
+
+/// A custom role as shown in user interfaces, with an optional relation definition.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleDefinition {
+    /// OpenFGA relation definition of the role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<String>,
+    /// What the role is for.
+    pub description: String,
+    /// Role name shown to people.
+    pub display_name: String,
+    /// Role identifier; the relation name permissions refer to.
+    pub id: String,
+}
+
+/// Observed state of a provider's permission settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderPermissionsStatus {
+    /// Latest observations of the object's state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
+    /// Generation last reconciled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
