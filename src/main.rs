@@ -161,11 +161,15 @@ enum Command {
         #[arg(long)]
         values: PathBuf,
     },
-    /// Write the CRDs of the Platform Mesh APIs to manifests/crds (or check them with --check).
+    /// Write the CRDs of the Platform Mesh APIs to manifests/crds, and the kcp
+    /// APIResourceSchemas of the exported kinds to manifests/kcp (or check both with --check).
     Crds {
         /// Directory to write to.
         #[arg(long, default_value = "manifests/crds")]
         dir: PathBuf,
+        /// Directory of the generated APIResourceSchemas (and of the APIExports that list them).
+        #[arg(long, default_value = api::schemas::SCHEMA_DIR)]
+        schemas_dir: PathBuf,
         /// Only check that the files are up to date; exit 1 if not.
         #[arg(long)]
         check: bool,
@@ -681,17 +685,40 @@ fn main() -> anyhow::Result<()> {
             print!("{out}");
             Ok(())
         }
-        Command::Crds { dir, check } => {
+        Command::Crds {
+            dir,
+            schemas_dir,
+            check,
+        } => {
             if check {
                 api::check_crds(&dir).map_err(|e| {
                     anyhow::anyhow!("{e}\nrun `cargo run -- crds` and commit the result")
                 })?;
                 println!("CRDs in {} are up to date", dir.display());
+                api::check_schemas(&schemas_dir).map_err(|e| {
+                    anyhow::anyhow!("{e}\nrun `cargo run -- crds` and commit the result")
+                })?;
+                println!(
+                    "APIResourceSchemas in {} are up to date",
+                    schemas_dir.display()
+                );
             } else {
                 let written = api::write_crds(&dir)
                     .with_context(|| format!("writing CRDs to {}", dir.display()))?;
                 for p in written {
                     println!("wrote {}", p.display());
+                }
+                let today = api::schemas::today_utc();
+                for w in api::write_schemas(&schemas_dir, &today)? {
+                    match w.replaced {
+                        Some(old) => println!(
+                            "wrote {} ({}, was {old}; renamed in {})",
+                            w.path.display(),
+                            w.name,
+                            schemas_dir.display()
+                        ),
+                        None => println!("wrote {} ({})", w.path.display(), w.name),
+                    }
                 }
             }
             Ok(())

@@ -50,7 +50,7 @@ pub fn render_crd(crd: &CustomResourceDefinition) -> String {
 
 /// Serializes a JSON value with object keys in sorted order, whether or not serde_json's
 /// `preserve_order` feature is enabled somewhere in the build.
-struct SortedKeys<'a>(&'a Value);
+pub(crate) struct SortedKeys<'a>(pub(crate) &'a Value);
 
 impl Serialize for SortedKeys<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -132,7 +132,10 @@ pub fn check_crds(dir: &Path) -> Result<(), String> {
 }
 
 /// Applies the common post-processing plus a per-kind fixup to the root schema.
-fn finish(crd: CustomResourceDefinition, fixup: fn(&mut Value)) -> CustomResourceDefinition {
+pub(crate) fn finish(
+    crd: CustomResourceDefinition,
+    fixup: fn(&mut Value),
+) -> CustomResourceDefinition {
     let mut value = serde_json::to_value(&crd).expect("a CRD serializes to JSON");
     // kube-derive leaves `listKind` unset; upstream manifests spell it out.
     let list_kind = format!("{}List", crd.spec.names.kind);
@@ -174,7 +177,7 @@ fn common_fixups(root: &mut Value) {
 }
 
 /// Per-kind fixup: upstream does not require `spec` for this kind (kube-derive always does).
-fn spec_optional(root: &mut Value) {
+pub(crate) fn spec_optional(root: &mut Value) {
     let obj = root.as_object_mut().expect("root schema is an object");
     if let Some(Value::Array(required)) = obj.get_mut("required") {
         required.retain(|r| r != "spec");

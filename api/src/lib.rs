@@ -1,5 +1,6 @@
 //! Typed Platform Mesh APIs, their generated CRDs and the serving description of every type.
-//! One module per API group; `crds` renders manifests, `serving` feeds the API server.
+//! One module per API group; `crds` renders CRD manifests, `schemas` kcp APIResourceSchemas,
+//! `serving` feeds the API server.
 
 pub mod broker;
 pub mod common;
@@ -7,9 +8,11 @@ pub mod core;
 pub mod crds;
 pub mod providers;
 pub mod schema;
+pub mod schemas;
 pub mod serving;
 
 pub use crds::{check_crds, crds, write_crds};
+pub use schemas::{check_schemas, write_schemas, SchemaError};
 pub use serving::{served_types, ColumnSource, PrinterColumn, ResourceType};
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::broker::{AcceptAPI, Migration, MigrationConfiguration};
 use crate::core::{Account, AccountInfo, PlatformMesh};
-use crate::providers::{ManagedProvider, Provider};
+use crate::providers::{ManagedProvider, Provider, ProviderPermissions};
 
 /// The shared reference directory.
 fn reference_dir() -> PathBuf {
@@ -304,6 +304,7 @@ fn round_trip_kind(kind: &str, value: &Value) -> Result<(), String> {
         "AcceptAPI" => round_trip::<AcceptAPI>(value),
         "Migration" => round_trip::<Migration>(value),
         "MigrationConfiguration" => round_trip::<MigrationConfiguration>(value),
+        "ProviderPermissions" => round_trip::<ProviderPermissions>(value),
         other => Err(format!("unknown kind {other}")),
     }
 }
@@ -431,4 +432,56 @@ fn provider_matches_the_kcp_api_resource_schema_too() {
     );
     assert!(ars["spec"]["versions"][0]["schema"]["properties"]["spec"].is_object());
     assert!(out.is_empty(), "{}", out.join("\n"));
+}
+
+/// The generated APIResourceSchema of `plural.group` next to upstream's kcp-generated one.
+fn generated_and_upstream_schema(plural_group: &str) -> (Value, Value) {
+    let crd = crate::schemas::exported_crds()
+        .into_iter()
+        .find(|c| format!("{}.{}", c.spec.names.plural, c.spec.group) == plural_group)
+        .unwrap_or_else(|| panic!("no exported CRD {plural_group}"));
+    let ours: Value =
+        serde_saphyr::from_str(&crate::schemas::render_schema(&crd, "260101")).unwrap();
+    let upstream = load_yaml(&reference_dir().join(format!(
+        "platform-mesh-operator/kcp-generated/apiresourceschema-{plural_group}.yaml"
+    )));
+    (ours, upstream)
+}
+
+#[test]
+fn generated_api_resource_schemas_match_kcp_generated_ones() {
+    for plural_group in [
+        "providers.providers.platform-mesh.io",
+        "providerpermissions.providers.platform-mesh.io",
+    ] {
+        let (ours, upstream) = generated_and_upstream_schema(plural_group);
+        let mut out = Vec::new();
+        for key in ["group", "names", "scope"] {
+            diff(key, &upstream["spec"][key], &ours["spec"][key], &mut out);
+        }
+        let (uv, ov) = (
+            &upstream["spec"]["versions"][0],
+            &ours["spec"]["versions"][0],
+        );
+        for key in ["name", "served", "storage", "subresources", "schema"] {
+            diff(key, &uv[key], &ov[key], &mut out);
+        }
+        assert!(out.is_empty(), "{plural_group}:\n{}", out.join("\n"));
+        // Same shape of name as kcp's: v<yymmdd>-<hash>.<plural>.<group>.
+        let name = |v: &Value| v["metadata"]["name"].as_str().unwrap().to_string();
+        let suffix = |n: &str| n.split_once('.').unwrap().1.to_string();
+        assert_eq!(suffix(&name(&ours)), suffix(&name(&upstream)));
+        assert!(name(&ours).starts_with("v260101-"));
+    }
+}
+
+#[test]
+fn fully_populated_provider_permissions_round_trip() {
+    let (_, upstream) =
+        generated_and_upstream_schema("providerpermissions.providers.platform-mesh.io");
+    let mut object = maximal(&upstream["spec"]["versions"][0]["schema"]);
+    object["apiVersion"] = json!("providers.platform-mesh.io/v1alpha1");
+    object["kind"] = json!("ProviderPermissions");
+    object["metadata"] = json!({"name": "sample"});
+    round_trip_kind("ProviderPermissions", &object).unwrap_or_else(|e| panic!("{e}\n{object:#}"));
 }
