@@ -6,7 +6,10 @@
 //! `platform-mesh serve` serves no `tenancy.kcp.io` export) gives an empty identity hash instead
 //! of an error; a workspace directory waits for the Workspace in its parent (upstream looks in
 //! `root` whatever the depth); an existing Workspace is left as it is (its type is immutable);
-//! nothing is written when every object is already as rendered.
+//! nothing is written when every object is already as rendered; on a kcp that serves Account
+//! and AccountInfo itself (`platform-mesh serve`) the core export leaves them out (see
+//! [`NATIVE_ACCOUNTS`]); the security WorkspaceType's terminator is left out where the kcp
+//! would refuse it (kcp v0.28, see [`WORKSPACE_TYPE_TERMINATORS`]).
 
 use std::time::Duration;
 
@@ -19,7 +22,10 @@ use super::api_resource;
 use super::controller::PlatformMeshError;
 use super::deploy::{sync, Policy, Target};
 use super::deployment::Context;
-use super::manifests::{kcp_data, plan, IdpSettings, Stage, ROOT_EXPORT_HASHES};
+use super::manifests::{
+    kcp_data, plan, IdpSettings, Stage, NATIVE_ACCOUNTS, ROOT_EXPORT_HASHES,
+    WORKSPACE_TYPE_TERMINATORS,
+};
 use super::vars::Render;
 use crate::lifecycle::{Step, Subroutine};
 use crate::runtime::client::{cluster_prefix, scoped_client};
@@ -223,6 +229,53 @@ pub async fn root_identity_hashes(kcp: &Kcp) -> Result<Vec<(&'static str, String
     Ok(out)
 }
 
+/// Whether the kcp serves `core.platform-mesh.io/v1alpha1` Accounts in root without any binding
+/// (`platform-mesh serve` serves them in every workspace; a kcp only through the core export).
+pub async fn serves_accounts(kcp: &Kcp) -> Result<bool, String> {
+    match kcp
+        .workspace("root")
+        .list_api_group_resources("core.platform-mesh.io/v1alpha1")
+        .await
+    {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == "accounts")),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(format!(
+            "discovering core.platform-mesh.io/v1alpha1 in root: {e}"
+        )),
+    }
+}
+
+/// Whether the kcp stores `spec.terminator` of WorkspaceTypes, from its OpenAPI document of
+/// `tenancy.kcp.io/v1alpha1` in root; `false` when it does not show us that document.
+pub async fn stores_workspace_type_terminators(kcp: &Kcp) -> Result<bool, String> {
+    let request = http::Request::get("/openapi/v3/apis/tenancy.kcp.io/v1alpha1")
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    match kcp.workspace("root").request::<Value>(request).await {
+        Ok(doc) => Ok(workspace_type_spec_keeps(&doc, "terminator")),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(false),
+        Err(e) => Err(format!(
+            "reading the OpenAPI document of tenancy.kcp.io/v1alpha1 in root: {e}"
+        )),
+    }
+}
+
+/// Whether the WorkspaceType schema of an OpenAPI v3 document declares `spec.<field>` or keeps
+/// unknown spec fields.
+fn workspace_type_spec_keeps(doc: &Value, field: &str) -> bool {
+    let Some(schemas) = doc["components"]["schemas"].as_object() else {
+        return false;
+    };
+    schemas
+        .iter()
+        .filter(|(name, _)| name.ends_with(".WorkspaceType"))
+        .any(|(_, schema)| {
+            let spec = &schema["properties"]["spec"];
+            spec["properties"][field].is_object()
+                || spec["x-kubernetes-preserve-unknown-fields"] == true
+        })
+}
+
 /// The step result when no kcp is configured.
 pub fn no_kcp() -> Step {
     Step::Skip {
@@ -257,8 +310,13 @@ impl Subroutine<Context, PlatformMeshError> for KcpSetup {
         let Some(kcp) = ctx.clusters.kcp.as_ref() else {
             return Ok(no_kcp());
         };
-        let hashes = root_identity_hashes(kcp).await?;
-        let data = kcp_data(ctx.namespace(), &ctx.spec, &kcp.idp, &hashes);
+        let mut facts = root_identity_hashes(kcp).await?;
+        facts.push((NATIVE_ACCOUNTS, serves_accounts(kcp).await?.to_string()));
+        facts.push((
+            WORKSPACE_TYPE_TERMINATORS,
+            stores_workspace_type_terminators(kcp).await?.to_string(),
+        ));
+        let data = kcp_data(ctx.namespace(), &ctx.spec, &kcp.idp, &facts);
         let stages =
             plan(self.engine.as_ref(), "kcp", &data, &ctx.spec).map_err(|e| e.to_string())?;
         let owner = kcp_owner(ctx.uid());
@@ -317,6 +375,24 @@ impl Subroutine<Context, PlatformMeshError> for KcpSetup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminators_are_kept_where_the_schema_declares_them_or_is_open() {
+        let doc = |spec: Value| {
+            json!({"components": {"schemas": {
+                "io.kcp.tenancy.v1alpha1.Workspace": {"properties": {"spec": {"type": "object"}}},
+                "io.kcp.tenancy.v1alpha1.WorkspaceType": {"properties": {"spec": spec}},
+            }}})
+        };
+        let declared = doc(json!({"properties": {"terminator": {"type": "boolean"}}}));
+        assert!(workspace_type_spec_keeps(&declared, "terminator"));
+        let open = doc(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+        assert!(workspace_type_spec_keeps(&open, "terminator"));
+        let v0_28 = doc(json!({"properties": {"initializer": {"type": "boolean"}}}));
+        assert!(!workspace_type_spec_keeps(&v0_28, "terminator"));
+        assert!(workspace_type_spec_keeps(&v0_28, "initializer"));
+        assert!(!workspace_type_spec_keeps(&json!({}), "terminator"));
+    }
 
     #[test]
     fn base_addresses_drop_the_cluster_path() {

@@ -35,20 +35,34 @@ pub static MANIFESTS: &[Manifest] = &[
     manifest!("features/feature-enable-getting-started/01-platform-mesh-system/contentconfiguration-main-home-overview-getting-started.yaml"),
     manifest!("features/feature-enable-terminal-controller-manager/01-platform-mesh-system/apiexport-terminal.platform-mesh.io.yaml"),
     manifest!("features/feature-enable-terminal-controller-manager/01-platform-mesh-system/apiresourceschema-terminals.terminal.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-accountinfos.core.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-accounts.core.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-apiexportpolicies.core.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-authorizationmodels.core.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-contentconfigurations.ui.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-identityproviderconfigurations.core.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-invites.core.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-providermetadatas.ui.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-providerpermissions.providers.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-providers.providers.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/10-apiresourceschema-stores.core.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/20-apiexport-core.platform-mesh.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/20-apiexport-providers.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/20-apiexport-system.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/30-apiexportendpointslice-core.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/40-apibinding-core.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/40-apibinding-system.platform-mesh.io.yaml"),
     manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-account-home.yaml"),
+    manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-account-marketplace.yaml"),
+    manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-account-namespaces.yaml"),
+    manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-main-accounts.yaml"),
     manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-main-home.yaml"),
+    manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-main-iam-ui.yaml"),
+    manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-main-marketplace.yaml"),
+    manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-main-os-accounts.yaml"),
+    manifest!("kcp/01-platform-mesh-system/50-contentconfiguration-user-overview.yaml"),
+    manifest!("kcp/01-platform-mesh-system/60-customresourcedefinition-inittargets.initialization.kcp.io.yaml"),
+    manifest!("kcp/01-platform-mesh-system/60-customresourcedefinition-inittemplates.initialization.kcp.io.yaml"),
     manifest!("kcp/02-root/10-workspacetype-account.yaml"),
     manifest!("kcp/02-root/10-workspacetype-org.yaml"),
     manifest!("kcp/02-root/10-workspacetype-orgs.yaml"),
@@ -59,6 +73,7 @@ pub static MANIFESTS: &[Manifest] = &[
     manifest!("kcp/03-platform-mesh-system/20-identityproviderconfiguration-welcome.yaml"),
     manifest!("kcp/03-providers/10-workspace-system.yaml"),
     manifest!("kcp/10-workspacetype-providers.yaml"),
+    manifest!("kcp/10-workspacetype-security.yaml"),
     manifest!("kcp/20-workspace-platform-mesh-system.yaml"),
     manifest!("kcp/20-workspace-providers.yaml"),
 ];
@@ -90,14 +105,16 @@ pub struct IdpSettings {
 }
 
 /// The data every kcp manifest is rendered with: addresses (`baseDomain`, `protocol`, `port`,
-/// `baseDomainPort`), toggles as the strings `"true"`/`"false"`, identity settings, and the
-/// identity hashes of root's kcp APIExports (`apiExportRoot<Name>IdentityHash`, empty when the
-/// kcp does not export that API from root, as `platform-mesh serve` does not).
+/// `baseDomainPort`), toggles as the strings `"true"`/`"false"`, identity settings, and what was
+/// read from the kcp (`kcp_facts`): the identity hashes of root's kcp APIExports
+/// (`apiExportRoot<Name>IdentityHash`, empty when the kcp does not export that API from root, as
+/// `platform-mesh serve` does not), [`NATIVE_ACCOUNTS`] (`"false"` unless given) and
+/// [`WORKSPACE_TYPE_TERMINATORS`] (`"true"` unless given).
 pub fn kcp_data(
     namespace: &str,
     spec: &PlatformMeshSpec,
     idp: &IdpSettings,
-    identity_hashes: &[(&str, String)],
+    kcp_facts: &[(&str, String)],
 ) -> Value {
     let mut data = template_vars(namespace, spec);
     let flag = |t: &str| json!(if has_toggle(spec, t) { "true" } else { "false" });
@@ -129,12 +146,25 @@ pub fn kcp_data(
         for (_, key) in ROOT_EXPORT_HASHES {
             m.insert((*key).to_string(), json!(""));
         }
-        for (key, hash) in identity_hashes {
-            m.insert((*key).to_string(), json!(hash));
+        m.insert(NATIVE_ACCOUNTS.into(), json!("false"));
+        m.insert(WORKSPACE_TYPE_TERMINATORS.into(), json!("true"));
+        for (key, value) in kcp_facts {
+            m.insert((*key).to_string(), json!(value));
         }
     }
     data
 }
+
+/// The data key that is `"true"` when the kcp serves Account and AccountInfo itself in every
+/// workspace, as `platform-mesh serve` does. The core export then leaves their schemas out: a
+/// binding of them would hide the served kinds in the bound workspaces (root:orgs, every org and
+/// account) from the account controllers, which watch the served ones.
+pub const NATIVE_ACCOUNTS: &str = "nativeAccounts";
+
+/// The data key that is `"true"` when the kcp stores `spec.terminator` of WorkspaceTypes (kcp
+/// v0.28 refuses an apply that sets it; later kcp releases and `platform-mesh serve` keep it).
+/// The security WorkspaceType sets it only then.
+pub const WORKSPACE_TYPE_TERMINATORS: &str = "workspaceTypeTerminators";
 
 /// The root APIExports whose identity hashes the manifests may use, and their data keys.
 pub const ROOT_EXPORT_HASHES: &[(&str, &str)] = &[
@@ -380,6 +410,7 @@ mod tests {
             first,
             vec![
                 "kcp/10-workspacetype-providers.yaml",
+                "kcp/10-workspacetype-security.yaml",
                 "kcp/20-workspace-platform-mesh-system.yaml",
                 "kcp/20-workspace-providers.yaml"
             ]
@@ -476,6 +507,63 @@ mod tests {
                 "https://example.com/callback*",
                 "https://extra.example.com/cb"
             ])
+        );
+    }
+
+    #[test]
+    fn the_core_export_leaves_out_accounts_where_the_kcp_serves_them() {
+        let schemas = |facts: &[(&str, String)]| -> Vec<String> {
+            let s = spec(json!({}));
+            let d = kcp_data("pm", &s, &IdpSettings::default(), facts);
+            plan(&Engine::default(), "kcp", &d, &s)
+                .unwrap()
+                .into_iter()
+                .flat_map(|st| st.objects)
+                .find(|p| {
+                    p.object["kind"] == "APIExport"
+                        && p.object["metadata"]["name"] == "core.platform-mesh.io"
+                })
+                .unwrap()
+                .object["spec"]["latestResourceSchemas"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_str().unwrap().split_once('.').unwrap().1.to_string())
+                .collect()
+        };
+        let kcp = schemas(&[]);
+        assert_eq!(kcp.len(), 7, "{kcp:?}");
+        assert!(kcp.contains(&"accounts.core.platform-mesh.io".to_string()));
+        assert!(kcp.contains(&"accountinfos.core.platform-mesh.io".to_string()));
+        let serve = schemas(&[(NATIVE_ACCOUNTS, "true".into())]);
+        assert_eq!(serve.len(), 5, "{serve:?}");
+        assert!(serve.iter().all(|n| !n.starts_with("account")), "{serve:?}");
+    }
+
+    #[test]
+    fn the_security_type_sets_a_terminator_only_where_the_kcp_keeps_it() {
+        let security = |facts: &[(&str, String)]| -> Value {
+            let s = spec(json!({}));
+            let d = kcp_data("pm", &s, &IdpSettings::default(), facts);
+            plan(&Engine::default(), "kcp", &d, &s)
+                .unwrap()
+                .into_iter()
+                .flat_map(|st| st.objects)
+                .find(|p| {
+                    p.object["kind"] == "WorkspaceType"
+                        && p.object["metadata"]["name"] == "security"
+                })
+                .unwrap()
+                .object["spec"]
+                .clone()
+        };
+        assert_eq!(
+            security(&[]),
+            json!({"initializer": true, "terminator": true})
+        );
+        assert_eq!(
+            security(&[(WORKSPACE_TYPE_TERMINATORS, "false".into())]),
+            json!({"initializer": true})
         );
     }
 }
