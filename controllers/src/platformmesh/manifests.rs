@@ -510,6 +510,283 @@ mod tests {
         );
     }
 
+    /// One object as the upstream comparison sees it.
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct ObjectKey {
+        workspace: String,
+        api_version: String,
+        kind: String,
+        name: String,
+    }
+
+    impl std::fmt::Display for ObjectKey {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(
+                f,
+                "{} {} {} in {}",
+                self.api_version, self.kind, self.name, self.workspace
+            )
+        }
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Difference {
+        Missing,
+        Extra,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct KnownDifference {
+        difference: Difference,
+        object: ObjectKey,
+        reason: String,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Reference {
+        upstream: Vec<ObjectKey>,
+        known_differences: Vec<KnownDifference>,
+    }
+
+    /// `manifests/kcp-reference.yaml`: upstream's manifests/kcp objects and the known differences.
+    const REFERENCE: &str = include_str!("../../../manifests/kcp-reference.yaml");
+
+    /// The key of a rendered object; an APIResourceSchema is named `<plural>.<group>` (its
+    /// `v<date>-<hash>.` prefix is a content hash).
+    fn key_of(workspace: &str, object: &Value) -> ObjectKey {
+        let field = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let mut name = field(&object["metadata"]["name"]);
+        if object["kind"] == "APIResourceSchema" {
+            if let Some((_, rest)) = name.split_once('.') {
+                name = rest.to_string();
+            }
+        }
+        ObjectKey {
+            workspace: workspace.to_string(),
+            api_version: field(&object["apiVersion"]),
+            kind: field(&object["kind"]),
+            name,
+        }
+    }
+
+    /// Every problem of `ours` against `upstream`: each difference not in `known`, each known
+    /// difference that is not (or no longer) one, and each known difference without a reason.
+    fn compare(
+        upstream: &[ObjectKey],
+        ours: &[ObjectKey],
+        known: &[KnownDifference],
+    ) -> Vec<String> {
+        let up: BTreeSet<&ObjectKey> = upstream.iter().collect();
+        let here: BTreeSet<&ObjectKey> = ours.iter().collect();
+        let mut problems = Vec::new();
+        for (list, what) in [(upstream, "upstream list"), (ours, "manifests/kcp")] {
+            let mut seen = BTreeSet::new();
+            for k in list {
+                if !seen.insert(k) {
+                    problems.push(format!("listed twice in the {what}: {k}"));
+                }
+            }
+        }
+        let is_known = |d: Difference, k: &ObjectKey| {
+            known.iter().any(|x| x.difference == d && x.object == *k)
+        };
+        for k in up.difference(&here) {
+            if !is_known(Difference::Missing, k) {
+                problems.push(format!("missing (upstream has it): {k}"));
+            }
+        }
+        for k in here.difference(&up) {
+            if !is_known(Difference::Extra, k) {
+                problems.push(format!("extra (upstream does not have it): {k}"));
+            }
+        }
+        for x in known {
+            let still = match x.difference {
+                Difference::Missing => up.contains(&x.object) && !here.contains(&x.object),
+                Difference::Extra => here.contains(&x.object) && !up.contains(&x.object),
+            };
+            if !still {
+                problems.push(format!(
+                    "known difference ({:?}) is not one: {}; remove it from knownDifferences",
+                    x.difference, x.object
+                ));
+            }
+            if x.reason.trim().is_empty() {
+                problems.push(format!("known difference without a reason: {}", x.object));
+            }
+        }
+        problems
+    }
+
+    /// manifests/kcp rendered with the KcpSetup data and every toggle off.
+    fn rendered_kcp() -> Vec<Stage> {
+        let s = spec(json!({}));
+        plan(&Engine::default(), "kcp", &data(&s), &s).unwrap()
+    }
+
+    #[test]
+    fn manifests_match_the_upstream_list() {
+        let reference: Reference = serde_saphyr::from_str(REFERENCE).unwrap();
+        let ours: Vec<ObjectKey> = rendered_kcp()
+            .iter()
+            .flat_map(|st| st.objects.iter().map(|p| key_of(&st.workspace, &p.object)))
+            .collect();
+        let problems = compare(&reference.upstream, &ours, &reference.known_differences);
+        assert!(
+            problems.is_empty(),
+            "manifests/kcp differs from upstream platform-mesh-operator's list \
+             (manifests/kcp-reference.yaml):\n  {}\nadd or remove the manifests, or list a \
+             difference that must stay under knownDifferences with its reason",
+            problems.join("\n  ")
+        );
+    }
+
+    #[test]
+    fn the_upstream_comparison_names_each_difference() {
+        let key = |kind: &str, name: &str| ObjectKey {
+            workspace: "root".into(),
+            api_version: "v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+        };
+        let upstream = vec![key("A", "a"), key("B", "b"), key("C", "c")];
+        let ours = vec![key("A", "a"), key("D", "d"), key("E", "e")];
+        let known = vec![
+            KnownDifference {
+                difference: Difference::Missing,
+                object: key("B", "b"),
+                reason: "not served".into(),
+            },
+            KnownDifference {
+                difference: Difference::Extra,
+                object: key("A", "a"),
+                reason: String::new(),
+            },
+        ];
+        let problems = compare(&upstream, &ours, &known);
+        assert_eq!(
+            problems,
+            vec![
+                "missing (upstream has it): v1 C c in root",
+                "extra (upstream does not have it): v1 D d in root",
+                "extra (upstream does not have it): v1 E e in root",
+                "known difference (Extra) is not one: v1 A a in root; remove it from knownDifferences",
+                "known difference without a reason: v1 A a in root",
+            ]
+        );
+        assert!(compare(&upstream, &upstream, &[])
+            .iter()
+            .all(|p| !p.starts_with("missing")));
+        assert_eq!(
+            compare(&[key("A", "a"), key("A", "a")], &[key("A", "a")], &[]),
+            vec!["listed twice in the upstream list: v1 A a in root"]
+        );
+        // Schema names compare without their version-hash prefix.
+        let schema = json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIResourceSchema",
+            "metadata": {"name": "v260101-0123abcd.widgets.example.io"}});
+        assert_eq!(key_of("root", &schema).name, "widgets.example.io");
+    }
+
+    #[test]
+    fn every_exported_schema_is_in_the_exports_workspace() {
+        let stages = rendered_kcp();
+        let schemas: BTreeSet<(String, String)> = stages
+            .iter()
+            .flat_map(|st| {
+                st.objects
+                    .iter()
+                    .filter(|p| p.object["kind"] == "APIResourceSchema")
+                    .map(|p| {
+                        let name = p.object["metadata"]["name"].as_str().unwrap_or_default();
+                        (st.workspace.clone(), name.to_string())
+                    })
+            })
+            .collect();
+        let mut exports = 0;
+        for st in &stages {
+            for p in st
+                .objects
+                .iter()
+                .filter(|p| p.object["kind"] == "APIExport")
+            {
+                exports += 1;
+                let spec = &p.object["spec"];
+                let names: Vec<&str> = spec["latestResourceSchemas"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .chain(
+                        spec["resources"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(|r| &r["schema"]),
+                    )
+                    .filter_map(Value::as_str)
+                    .collect();
+                assert!(!names.is_empty(), "{} lists no schemas", p.source);
+                for n in names {
+                    assert!(
+                        schemas.contains(&(st.workspace.clone(), n.to_string())),
+                        "{} names the schema {n}, which manifests/kcp does not create in {} \
+                         (after a schema change, `cargo run -- crds` renames it in the exports)",
+                        p.source,
+                        st.workspace
+                    );
+                }
+            }
+        }
+        assert_eq!(exports, 3);
+    }
+
+    #[test]
+    fn content_configurations_hold_luigi_json() {
+        let mut seen = 0;
+        for st in rendered_kcp() {
+            for p in st
+                .objects
+                .iter()
+                .filter(|p| p.object["kind"] == "ContentConfiguration")
+            {
+                seen += 1;
+                let name = p.object["metadata"]["name"].as_str().unwrap();
+                let entity = &p.object["metadata"]["labels"]["ui.platform-mesh.io/entity"];
+                assert!(
+                    entity == "main" || entity == "core_platform-mesh_io_account",
+                    "{name}: entity {entity}"
+                );
+                let inline = &p.object["spec"]["inlineConfiguration"];
+                assert_eq!(inline["contentType"], "json", "{name}");
+                let content: Value = serde_json::from_str(inline["content"].as_str().unwrap())
+                    .unwrap_or_else(|e| panic!("{name}: content is not JSON: {e}"));
+                assert!(
+                    content["name"].as_str().is_some_and(|n| !n.is_empty()),
+                    "{name}: no name"
+                );
+                let nodes = content["luigiConfigFragment"]["data"]["nodes"]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{name}: no nodes"));
+                assert!(!nodes.is_empty(), "{name}");
+                for n in nodes {
+                    assert!(
+                        n["pathSegment"].is_string() && n["label"].is_string(),
+                        "{name}"
+                    );
+                    let url = n["url"].as_str().unwrap_or_default();
+                    assert!(
+                        url.starts_with("https://") || url.starts_with("http://"),
+                        "{name}: {url}"
+                    );
+                }
+            }
+        }
+        assert_eq!(seen, 9);
+    }
+
     #[test]
     fn the_core_export_leaves_out_accounts_where_the_kcp_serves_them() {
         let schemas = |facts: &[(&str, String)]| -> Vec<String> {
