@@ -864,3 +864,264 @@ async fn permission_claims_give_the_export_owner_only_what_was_accepted() {
         (Some("False"), Some("InvalidPermissionClaims"))
     );
 }
+
+/// kcp's workspace initializers: a workspace whose type chain names initializers stays
+/// Initializing until each removed itself through its initializing virtual workspace, where it
+/// sees only the workspaces waiting for it and may remove only its own name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initializers_hold_a_workspace_until_each_removed_itself() {
+    let env = Env::start().await;
+    let tc = env.workspace("root:providers", "initz", "provider").await;
+    let types: Api<DynamicObject> = Api::all_with(
+        env.client("root:providers:initz"),
+        &ar(
+            "tenancy.kcp.io",
+            "v1alpha1",
+            "WorkspaceType",
+            "workspacetypes",
+        ),
+    );
+    types
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+                "metadata": {"name": "audited"}, "spec": {"initializer": true}}),
+            )
+            .expect("type"),
+        )
+        .await
+        .expect("audited type");
+    let secured = types
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+                "metadata": {"name": "secured"},
+                "spec": {"initializer": true, "extend": {"with": [{"name": "audited", "path": "root:providers:initz"}]}}}))
+            .expect("type"),
+        )
+        .await
+        .expect("secured type");
+    let (mine, theirs) = (format!("{tc}:secured"), format!("{tc}:audited"));
+    let vw_url = secured.data["status"]["virtualWorkspaces"][0]["url"]
+        .as_str()
+        .expect("initializing URL")
+        .to_string();
+    assert!(
+        vw_url.ends_with(&format!("/services/initializingworkspaces/{mine}")),
+        "{vw_url}"
+    );
+
+    // A workspace of that type waits for both initializers.
+    let ws: Api<DynamicObject> = Api::all_with(env.client("root:orgs"), &workspaces());
+    ws.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+            "metadata": {"name": "guarded"}, "spec": {"type": {"name": "secured", "path": "root:providers:initz"}}}))
+        .expect("workspace"),
+    )
+    .await
+    .expect("guarded");
+    let lcs = ar(
+        "core.kcp.io",
+        "v1alpha1",
+        "LogicalCluster",
+        "logicalclusters",
+    );
+    let lc_of = |client: Client| Api::<DynamicObject>::all_with(client, &lcs);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let guarded = loop {
+        let w = ws.get("guarded").await.expect("guarded");
+        if w.data["status"]["phase"] == "Initializing"
+            && w.data["status"]["initializers"].is_array()
+        {
+            break w;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            w.data["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        guarded.data["status"]["initializers"],
+        json!([mine, theirs])
+    );
+    let cluster = guarded.data["spec"]["cluster"]
+        .as_str()
+        .expect("cluster")
+        .to_string();
+    let lc = lc_of(env.client("root:orgs:guarded"))
+        .get("cluster")
+        .await
+        .expect("lc");
+    assert_eq!(lc.data["status"]["phase"], "Initializing");
+    assert_eq!(lc.data["spec"]["initializers"], json!([mine, theirs]));
+
+    // alice, without `initialize` on the type, sees nothing.
+    let as_alice = |url: String| {
+        let mut c = env.config.clone();
+        c.cluster_url = url.parse().expect("url");
+        c.auth_info.impersonate = Some("alice".into());
+        Client::try_from(c).expect("client")
+    };
+    let alice_all = lc_of(as_alice(format!("{vw_url}/clusters/*")));
+    assert_eq!(
+        api_error(alice_all.list(&ListParams::default()).await).0,
+        403
+    );
+    // Granted it, she lists exactly the workspaces waiting for her.
+    let rbac = |kind: &str, plural: &str| {
+        Api::<DynamicObject>::all_with(
+            env.client("root:providers:initz"),
+            &ar("rbac.authorization.k8s.io", "v1", kind, plural),
+        )
+    };
+    rbac("ClusterRole", "clusterroles")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "initialize-secured"},
+                "rules": [{"apiGroups": ["tenancy.kcp.io"], "resources": ["workspacetypes"],
+                           "resourceNames": ["secured"], "verbs": ["initialize"]}]}),
+            )
+            .expect("role"),
+        )
+        .await
+        .expect("role");
+    rbac("ClusterRoleBinding", "clusterrolebindings")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "alice-initializes"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "initialize-secured"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}))
+            .expect("binding"),
+        )
+        .await
+        .expect("binding");
+    let waiting = alice_all
+        .list(&ListParams::default())
+        .await
+        .expect("alice lists");
+    assert_eq!(
+        waiting
+            .items
+            .iter()
+            .filter_map(|o| o.metadata.annotations.as_ref()?.get("kcp.io/path").cloned())
+            .collect::<Vec<_>>(),
+        vec!["root:orgs:guarded".to_string()]
+    );
+    // Inside the waiting workspace she works as its owner.
+    let inside = format!("{vw_url}/clusters/{cluster}");
+    let cm: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "prepared"}, "data": {"by": "initializer"}}))
+    .expect("configmap");
+    Api::<DynamicObject>::namespaced_with(
+        as_alice(inside.clone()),
+        "default",
+        &ar("", "v1", "ConfigMap", "configmaps"),
+    )
+    .create(&PostParams::default(), &cm)
+    .await
+    .expect("the initializer prepares the workspace");
+    // She may remove her own name only.
+    let alice_lc = lc_of(as_alice(inside.clone()));
+    let patch = |list: Value| kube::api::Patch::Merge(json!({"status": {"initializers": list}}));
+    let (code, message) = api_error(
+        alice_lc
+            .patch_status(
+                "cluster",
+                &kube::api::PatchParams::default(),
+                &patch(json!([mine])),
+            )
+            .await,
+    );
+    assert_eq!(code, 422);
+    assert!(
+        message.contains(&format!(
+            "only removing the {mine:?} initializer is supported"
+        )),
+        "{message}"
+    );
+    alice_lc
+        .patch_status(
+            "cluster",
+            &kube::api::PatchParams::default(),
+            &patch(json!([theirs])),
+        )
+        .await
+        .expect("removing her own name");
+    // Done, she reaches the workspace no more; it still waits for the other initializer.
+    assert_eq!(api_error(alice_lc.get("cluster").await).0, 404);
+    assert_eq!(
+        api_error(
+            Api::<DynamicObject>::namespaced_with(
+                as_alice(inside),
+                "default",
+                &ar("", "v1", "ConfigMap", "configmaps")
+            )
+            .list(&ListParams::default())
+            .await
+        )
+        .0,
+        403
+    );
+    assert!(alice_all
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .is_empty());
+    let w = ws.get("guarded").await.expect("guarded");
+    assert_eq!(
+        (
+            w.data["status"]["phase"].as_str(),
+            &w.data["status"]["initializers"]
+        ),
+        (Some("Initializing"), &json!([theirs]))
+    );
+    // The other initializer finishes: the workspace is Ready with what the first one prepared.
+    let other_url = vw_url.replace(&mine, &theirs);
+    lc_of(env.client_at(&format!("{other_url}/clusters/{cluster}")))
+        .patch_status(
+            "cluster",
+            &kube::api::PatchParams::default(),
+            &patch(json!([])),
+        )
+        .await
+        .expect("the last initializer");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let w = ws.get("guarded").await.expect("guarded");
+        if w.data["status"]["phase"] == "Ready" {
+            assert!(
+                w.data["status"].get("initializers").is_none(),
+                "{:?}",
+                w.data["status"]
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            w.data["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lc = lc_of(env.client("root:orgs:guarded"))
+        .get("cluster")
+        .await
+        .expect("lc");
+    assert_eq!(lc.data["status"]["phase"], "Ready");
+    Api::<DynamicObject>::namespaced_with(
+        env.client("root:orgs:guarded"),
+        "default",
+        &ar("", "v1", "ConfigMap", "configmaps"),
+    )
+    .get("prepared")
+    .await
+    .expect("prepared during initialization");
+}

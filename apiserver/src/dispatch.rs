@@ -446,6 +446,37 @@ async fn route(
         }
         None => None,
     };
+    // kcp's initializing and terminating virtual workspaces authorize by their own rules.
+    if let (Some((lifecycle, id)), Target::Resource(rr), Some(who)) =
+        (&info.lifecycle, &info.target, &identity)
+    {
+        let body = if matches!(
+            parts.method,
+            Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+        ) {
+            match read_body(body).await {
+                Ok(b) => b,
+                Err(e) => return error_response(&e),
+            }
+        } else {
+            Bytes::new()
+        };
+        if let Ok(mut l) = label.lock() {
+            *l = (rr.verb.as_str().to_string(), rr.resource.clone());
+        }
+        return crate::lifecycle_vw::serve(crate::lifecycle_vw::LifecycleCall {
+            state,
+            lifecycle: *lifecycle,
+            id,
+            cluster: info.cluster.clone(),
+            request: rr.clone(),
+            query,
+            headers: parts.headers,
+            body,
+            identity: who.clone(),
+        })
+        .await;
+    }
     if let (Some(id), true, false) = (
         identity.as_deref(),
         cluster_scoped,
@@ -605,6 +636,7 @@ async fn route(
                 virtual_workspace: info.virtual_workspace.is_some(),
                 export: export_api,
                 claim,
+                forced_selector: None,
                 cluster: info.cluster,
                 request: rr,
                 query,
@@ -756,6 +788,7 @@ async fn serve_view(
         virtual_workspace: false,
         export: None,
         claim: None,
+        forced_selector: None,
         cluster,
         request: rr,
         query,

@@ -58,6 +58,7 @@ pub mod heavy;
 pub mod identity;
 pub mod jsonpath;
 pub mod kcp_types;
+pub mod lifecycle_vw;
 pub mod limits;
 pub mod metrics;
 pub mod names;

@@ -157,6 +157,36 @@ pub struct RequestInfo {
     pub virtual_workspace: Option<(String, String)>,
     /// `/services/<view>/clusters/<cluster>/...`: one of Platform Mesh's virtual workspaces.
     pub view: Option<ViewKind>,
+    /// `/services/initializingworkspaces/<initializer>/clusters/<cluster>/...` (or
+    /// `terminatingworkspaces`): where an initializer or terminator sees its workspaces.
+    pub lifecycle: Option<(Lifecycle, String)>,
+}
+
+/// kcp's two workspace-lifecycle virtual workspaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lifecycle {
+    /// New workspaces waiting for initializers.
+    Initializing,
+    /// Deleted workspaces waiting for terminators.
+    Terminating,
+}
+
+impl Lifecycle {
+    /// The virtual workspace's name in URLs.
+    pub fn service(self) -> &'static str {
+        match self {
+            Lifecycle::Initializing => "initializingworkspaces",
+            Lifecycle::Terminating => "terminatingworkspaces",
+        }
+    }
+
+    fn from_service(name: &str) -> Option<Lifecycle> {
+        match name {
+            "initializingworkspaces" => Some(Lifecycle::Initializing),
+            "terminatingworkspaces" => Some(Lifecycle::Terminating),
+            _ => None,
+        }
+    }
 }
 
 /// Platform Mesh's virtual workspaces, computed views over a workspace.
@@ -233,8 +263,17 @@ pub fn parse(method: &Method, raw_path: &str, watch_param: bool) -> Result<Reque
     let mut cluster = ClusterTarget::Name(ROOT_CLUSTER.to_string());
     let mut virtual_workspace = None;
     let mut view = None;
+    let mut lifecycle = None;
     if parts.first().map(String::as_str) == Some("services") {
         match parts {
+            [_, kind, id, clusters, ..]
+                if clusters == "clusters"
+                    && Lifecycle::from_service(kind).is_some()
+                    && is_valid_cluster(id) =>
+            {
+                lifecycle = Lifecycle::from_service(kind).map(|l| (l, id.clone()));
+                parts = &parts[3..];
+            }
             [_, kind, export_cluster, export, clusters, ..]
                 if kind == "apiexport" && clusters == "clusters" =>
             {
@@ -253,6 +292,7 @@ pub fn parse(method: &Method, raw_path: &str, watch_param: bool) -> Result<Reque
                     target: Target::Unknown,
                     virtual_workspace: None,
                     view: None,
+                    lifecycle: None,
                 })
             }
         }
@@ -264,6 +304,7 @@ pub fn parse(method: &Method, raw_path: &str, watch_param: bool) -> Result<Reque
                 target: Target::Unknown,
                 virtual_workspace,
                 view,
+                lifecycle,
             });
         };
         cluster = if c == "*" {
@@ -283,6 +324,7 @@ pub fn parse(method: &Method, raw_path: &str, watch_param: bool) -> Result<Reque
         target,
         virtual_workspace,
         view,
+        lifecycle,
     })
 }
 

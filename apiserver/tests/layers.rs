@@ -63,7 +63,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "endpoints",
-        &["handlers", "dispatch", "webhook", "reviews", "views"],
+        &[
+            "handlers",
+            "dispatch",
+            "webhook",
+            "reviews",
+            "views",
+            "lifecycle_vw",
+        ],
     ),
     ("server", &["server"]),
 ];

@@ -62,6 +62,9 @@ pub struct ResourceCall {
     pub export: Option<Arc<crate::catalog::ExportApi>>,
     /// The accepted permission claim that lets the request through, for a claimed resource.
     pub claim: Option<crate::tenancy::claims::AcceptedClaim>,
+    /// A label selector every list and watch must also satisfy (the lifecycle virtual
+    /// workspaces).
+    pub forced_selector: Option<String>,
     /// The logical cluster the request addresses, already resolved from a workspace path.
     pub cluster: ClusterTarget,
     /// Group, version, resource, namespace, name, subresource and verb from the URL.
@@ -399,7 +402,7 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     // objects carrying the export's claim label exist there.
     let forced_selector = match (&call.export, call.virtual_workspace) {
         (Some(api), true) => api.selector_for(&resource).map(str::to_string),
-        _ => None,
+        _ => call.forced_selector.clone(),
     };
     match req.subresource.as_deref() {
         None => {}

@@ -31,6 +31,7 @@ pub(super) async fn ensure_logical_cluster(
     name: &str,
     path: &str,
     type_ref: &super::TypeRef,
+    (initializers, terminators): (&[String], &[String]),
 ) -> Result<(), StorageError> {
     let key = format!("/core.kcp.io/logicalclusters/{name}/cluster");
     if state.store.get(&key).await?.is_some() {
@@ -48,10 +49,15 @@ pub(super) async fn ensure_logical_cluster(
     let mut lc = json!({
         "apiVersion": "core.kcp.io/v1alpha1", "kind": "LogicalCluster",
         "metadata": {"name": "cluster", "annotations": {PATH_ANNOTATION: path}},
-        "spec": {"type": {"name": type_ref.name, "path": type_ref.path}},
+        "spec": {"type": {"name": type_ref.name, "path": type_ref.path},
+                 "initializers": initializers, "terminators": terminators},
     });
     objects::prepare_for_create(&mut lc, &res, name);
-    lc["status"] = json!({"phase": "Ready", "URL": format!("https://{}/clusters/{path}", state.advertise_address)});
+    // Initializing until every initializer removed itself (the server's own included).
+    lc["status"] = json!({"phase": "Initializing",
+        "URL": format!("https://{}/clusters/{path}", state.advertise_address),
+        "initializers": initializers, "terminators": terminators});
+    super::initializers::set_labels(&mut lc);
     match state.store.create(&key, objects::encoder(lc)).await {
         Ok(_) | Err(StorageError::AlreadyExists(_)) => Ok(()),
         Err(e) => Err(e),
@@ -89,7 +95,9 @@ async fn set_phase(
     Ok(())
 }
 
-/// Scheduling → Initializing → Ready: the logical cluster with its path, then Ready.
+/// Scheduling → Initializing → Ready: the logical cluster with its path and the initializers
+/// its type chain names; the server binds the default APIs (its own initializer) and the
+/// workspace is Ready once no initializer is left.
 pub(super) async fn initialize_workspace(
     state: &Tenancy,
     cluster: &str,
@@ -109,9 +117,12 @@ pub(super) async fn initialize_workspace(
             .unwrap_or_else(|| super::TypeRef::new("universal", "")),
         None => return Ok(()),
     };
-    ensure_logical_cluster(state, child, path, &type_ref).await?;
+    let (inits, terms) = state.lifecycle_ids(&type_ref).await;
+    ensure_logical_cluster(state, child, path, &type_ref, (&inits, &terms)).await?;
     bind_defaults(state, child, &type_ref).await?;
-    set_phase(state, cluster, name, "Ready").await
+    state
+        .remove_initializer(child, super::initializers::APIBINDINGS_INITIALIZER)
+        .await
 }
 
 /// Deletes everything in logical cluster `child` (child workspaces first), then lets the

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 mod apis;
 pub mod claims;
 mod follow;
+pub mod initializers;
 mod lifecycle;
 mod strategies;
 
@@ -807,8 +808,11 @@ impl Tenancy {
             ROOT_CLUSTER,
             ROOT_CLUSTER,
             &TypeRef::new("root", ""),
+            (&[], &[]),
         )
         .await?;
+        // root waits for no one.
+        self.advance(ROOT_CLUSTER).await?;
         self.ensure_root_content(&state).await?;
         self.reload_types(&state).await?;
         // Resume deletions.
@@ -894,8 +898,12 @@ impl Tenancy {
                         s.retain(|_, v| !v.is_null());
                     }
                     objects::prepare_for_create(&mut wt, res, ROOT_CLUSTER);
-                    wt["status"] = json!({"conditions": [{"type": "Ready", "status": "True",
-                        "lastTransitionTime": objects::now_rfc3339()}]});
+                    wt["status"] = initializers::type_status(
+                        &state.advertise_address,
+                        ROOT_CLUSTER,
+                        t,
+                        &objects::now_rfc3339(),
+                    );
                     match state.store.create(&key, objects::encoder(wt)).await {
                         Ok(_) | Err(StorageError::AlreadyExists(_)) => {}
                         Err(e) => return Err(e),

@@ -18,7 +18,11 @@ impl Tenancy {
     pub fn add_strategies(self: &Arc<Self>, strategies: &mut StrategiesBuilder) {
         let t = || self.clone();
         strategies
-            .add("core.kcp.io", "logicalclusters", Arc::new(LogicalClusters))
+            .add(
+                "core.kcp.io",
+                "logicalclusters",
+                Arc::new(LogicalClusters(t())),
+            )
             .add("tenancy.kcp.io", "workspaces", Arc::new(Workspaces(t())))
             .add(
                 "tenancy.kcp.io",
@@ -104,7 +108,9 @@ impl Admission for ClaimLabels {}
 
 /// LogicalClusters: created and deleted with their workspace; clients may only touch what is
 /// not the server's.
-struct LogicalClusters;
+/// A client may shrink the initializers it waits for (see [`super::initializers`]); the phase
+/// and the lifecycle labels stay the server's, and each write moves the workspace on.
+struct LogicalClusters(Arc<Tenancy>);
 
 #[async_trait::async_trait]
 impl Strategy for LogicalClusters {
@@ -114,7 +120,21 @@ impl Strategy for LogicalClusters {
         obj: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        prepare_logical_cluster(w.resource, obj, old)
+        prepare_logical_cluster(w.resource, obj, old)?;
+        if let Some(old) = old {
+            super::initializers::check_status_update(old, obj)
+                .map_err(|m| super::initializers::invalid_status(w.resource, m))?;
+        }
+        super::initializers::set_labels(obj);
+        Ok(())
+    }
+
+    async fn after_write(&self, _: &Resource, cluster: &str, _: &Bytes, change: Change) {
+        if change == Change::Updated {
+            if let Err(e) = self.0.advance(cluster).await {
+                tracing::warn!(cluster, error = %e, "moving an initialized workspace on");
+            }
+        }
     }
 }
 
@@ -143,8 +163,8 @@ impl Strategy for Workspaces {
     }
 }
 
-/// WorkspaceTypes: carry their path, and are Ready at once (kcp's Ready waits for the type's
-/// virtual workspace URLs; there is nothing to wait for here).
+/// WorkspaceTypes: carry their path, publish the URLs of their initializing and terminating
+/// virtual workspaces, and are Ready at once.
 struct WorkspaceTypes(Arc<Tenancy>);
 
 #[async_trait::async_trait]
@@ -156,13 +176,18 @@ impl Strategy for WorkspaceTypes {
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
         self.0.set_path_annotation(w.cluster, obj);
+        let fresh = super::initializers::type_status(
+            &self.0.advertise_address,
+            w.cluster,
+            objects::name(obj),
+            &objects::now_rfc3339(),
+        );
         obj["status"] = match old
             .and_then(|o| o.get("status"))
-            .filter(|s| s["conditions"].is_array())
+            .filter(|s| s["virtualWorkspaces"] == fresh["virtualWorkspaces"])
         {
             Some(s) => s.clone(),
-            None => json!({"conditions": [{"type": "Ready", "status": "True",
-                "lastTransitionTime": objects::now_rfc3339()}]}),
+            None => fresh,
         };
         Ok(())
     }
