@@ -172,7 +172,7 @@ async fn start_workspace_controllers(
     let mut groups: Vec<(ApiExportOptions, kube::Config, Manager)> = Vec::new();
     if own {
         let manager = Manager::new(ManagerOptions::default());
-        controllers::tenants::add(&manager, kcp, WORKSPACE_WORKERS)
+        controllers::tenants::add(&manager, kcp.clone(), WORKSPACE_WORKERS)
             .context("adding the workspace controllers")?;
         groups.push((ApiExportOptions::every_workspace(vec![base]), home, manager));
     } else {
@@ -189,7 +189,7 @@ async fn start_workspace_controllers(
             accounts,
         ));
         let providers = Manager::new(ManagerOptions::default());
-        controllers::tenants::add_providers(&providers, kcp, WORKSPACE_WORKERS)
+        controllers::tenants::add_providers(&providers, kcp.clone(), WORKSPACE_WORKERS)
             .context("adding the Provider controller")?;
         groups.push((
             ApiExportOptions::for_slice("providers.platform-mesh.io"),
@@ -198,6 +198,14 @@ async fn start_workspace_controllers(
         ));
     }
     let mut running = Vec::new();
+    // The security type's initializer finishes new organisation and account workspaces
+    // through kcp's initializing virtual workspace (this server's or a real kcp's).
+    let initializer = controllers::security::SecurityInitializer::new(
+        kcp.clone(),
+        Arc::new(controllers::security::NoStore),
+        controllers::security::SecurityOptions::default(),
+    );
+    running.push(tokio::spawn(initializer.run(stop.clone())));
     for (options, home, manager) in groups {
         let provider = Arc::new(PathAware::new(ApiExportProvider::new(home, options)));
         let stop = stop.clone();

@@ -10,5 +10,6 @@ pub mod lifecycle;
 pub mod platformmesh;
 pub mod provider;
 pub mod providers;
+pub mod security;
 pub use mc_runtime as runtime;
 pub mod tenants;

@@ -127,6 +127,27 @@ impl Kcp {
         })
     }
 
+    /// kcp's base address as `client` reaches it (the kubeconfig's current server).
+    pub fn base_url(&self) -> String {
+        let context = self.kubeconfig.current_context.as_deref().unwrap_or("");
+        let cluster = self
+            .kubeconfig
+            .contexts
+            .iter()
+            .find(|c| c.name == context)
+            .and_then(|c| c.context.as_ref())
+            .map(|c| c.cluster.as_str())
+            .unwrap_or("");
+        self.kubeconfig
+            .clusters
+            .iter()
+            .find(|c| c.name == cluster)
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.server.clone())
+            .map(|s| base_address(&s))
+            .unwrap_or_default()
+    }
+
     /// A client of the workspace at `path` (or logical cluster name).
     pub fn workspace(&self, path: &str) -> kube::Client {
         scoped_client(&self.client, &cluster_prefix(path))

@@ -69,6 +69,7 @@ pub static MANIFESTS: &[Manifest] = &[
     manifest!("kcp/02-root/10-workspacetype-provider.yaml"),
     manifest!("kcp/02-root/20-workspace-orgs.yaml"),
     manifest!("kcp/03-orgs/10-apibinding-core.platform-mesh.io.yaml"),
+    manifest!("kcp/03-orgs/10-apibinding-system.platform-mesh.io.yaml"),
     manifest!("kcp/03-orgs/20-store.yaml"),
     manifest!("kcp/03-platform-mesh-system/20-identityproviderconfiguration-welcome.yaml"),
     manifest!("kcp/03-providers/10-workspace-system.yaml"),

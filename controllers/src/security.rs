@@ -1,0 +1,416 @@
+//! The `security` workspace type's initializer (`root:security`), as Platform Mesh's security
+//! operator runs it: every organisation and account workspace waits for it (their types extend
+//! `security`), and it finishes them through kcp's `initializingworkspaces` virtual workspace,
+//! whose URL the WorkspaceType publishes. It reaches a new workspace only while that workspace
+//! waits for it, and then with the workspace owner's rights; it writes nothing there but the
+//! AccountInfo wiring, and removes only its own name.
+//!
+//! For an organisation (`root:orgs:<org>`), in order:
+//! 1. wait for the AccountInfo `account` the Account controller writes while the workspace is
+//!    Initializing;
+//! 2. the organisation's authorization store ([`StoreProvisioner`]: the extension point where an
+//!    OpenFGA store is made; this project ships none, see its docs);
+//! 3. the IdentityProviderConfiguration `<org>` in `root:orgs` (a confidential client `<org>`
+//!    for the portal, a public `kubectl` client);
+//! 4. AccountInfo `spec.oidc`: the realm's issuer and the clients;
+//! 5. remove `root:security` from the LogicalCluster's `status.initializers`.
+//!
+//! For an account below an organisation only the store step applies (upstream writes the
+//! account's tuples into the organisation's store), then step 5.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::platformmesh::kcp::Kcp;
+
+/// The initializer's id: the `security` WorkspaceType in `root`.
+pub const INITIALIZER: &str = "root:security";
+/// Where organisation workspaces live.
+const ORGS: &str = "root:orgs";
+/// How often workspaces still waiting are looked at again.
+const RESYNC: Duration = Duration::from_secs(1);
+
+/// Why a workspace could not be initialized (yet).
+#[derive(Debug, thiserror::Error)]
+pub enum SecurityError {
+    /// The kcp answered with an error.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What was being done.
+        context: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The security WorkspaceType publishes no initializing virtual workspace (yet).
+    #[error("WorkspaceType root:security has no initializing virtual workspace URL yet")]
+    NoVirtualWorkspace,
+    /// The virtual workspace URL does not parse.
+    #[error("initializing virtual workspace URL {0:?}: {1}")]
+    BadUrl(String, String),
+    /// The store extension point failed.
+    #[error("authorization store for {0}: {1}")]
+    Store(String, String),
+}
+
+fn kube_error(context: &str) -> impl FnOnce(kube::Error) -> SecurityError + '_ {
+    move |source| SecurityError::Kube {
+        context: context.to_string(),
+        source,
+    }
+}
+
+/// The extension point for an organisation's (and its accounts') authorization store: upstream
+/// creates an OpenFGA store per organisation and writes owner tuples for every account. A
+/// deployment with OpenFGA plugs its provisioner in here; returning `Ok(None)` means "no store"
+/// (AccountInfo then names none).
+#[async_trait::async_trait]
+pub trait StoreProvisioner: Send + Sync {
+    /// Makes (or finds) the store of organisation `org`, created by `creator`; its id.
+    async fn organisation(
+        &self,
+        org: &str,
+        creator: Option<&str>,
+    ) -> Result<Option<String>, String>;
+    /// Records account `path` (below its organisation) in the organisation's store.
+    async fn account(&self, path: &str) -> Result<(), String>;
+}
+
+/// No authorization store: this project runs without OpenFGA.
+pub struct NoStore;
+
+#[async_trait::async_trait]
+impl StoreProvisioner for NoStore {
+    async fn organisation(&self, _: &str, _: Option<&str>) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+
+    async fn account(&self, _: &str) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// What the initializer writes that depends on the installation.
+#[derive(Clone, Debug)]
+pub struct SecurityOptions {
+    /// `host[:port]` of the portal; realms are at `https://<it>/keycloak/realms/<org>`.
+    pub base_domain: String,
+}
+
+impl Default for SecurityOptions {
+    fn default() -> Self {
+        SecurityOptions {
+            base_domain: "portal.dev.local:8443".into(),
+        }
+    }
+}
+
+fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn logical_clusters() -> ApiResource {
+    ar(
+        "core.kcp.io",
+        "v1alpha1",
+        "LogicalCluster",
+        "logicalclusters",
+    )
+}
+
+/// The security initializer.
+pub struct SecurityInitializer {
+    kcp: Arc<Kcp>,
+    store: Arc<dyn StoreProvisioner>,
+    options: SecurityOptions,
+}
+
+/// What one look at a waiting workspace came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Its steps are done and the initializer removed itself.
+    Done,
+    /// Something it needs is not there yet.
+    Waiting(&'static str),
+}
+
+impl SecurityInitializer {
+    /// An initializer working with `kcp`'s admin access for `root:orgs` and `store` for the
+    /// authorization stores.
+    pub fn new(kcp: Arc<Kcp>, store: Arc<dyn StoreProvisioner>, options: SecurityOptions) -> Self {
+        SecurityInitializer {
+            kcp,
+            store,
+            options,
+        }
+    }
+
+    /// Runs until `stop`: finds the initializing virtual workspace, then finishes every
+    /// workspace waiting for `root:security` as its prerequisites appear.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut last_error = String::new();
+        while !stop.is_cancelled() {
+            match self.pass().await {
+                Ok(()) => last_error.clear(),
+                Err(e) => {
+                    let text = e.to_string();
+                    if text != last_error {
+                        tracing::info!(error = %text, "security initializer: waiting");
+                        last_error = text;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(RESYNC) => {}
+            }
+        }
+    }
+
+    /// One pass over the workspaces waiting for the initializer.
+    pub async fn pass(&self) -> Result<(), SecurityError> {
+        let vw = self.virtual_workspace().await?;
+        let all: Api<DynamicObject> = Api::all_with(self.vw_client(&vw, "*")?, &logical_clusters());
+        let waiting = all.list(&ListParams::default()).await.map_err(kube_error(
+            "listing the workspaces waiting for root:security",
+        ))?;
+        for lc in waiting.items {
+            let Some(cluster) = lc
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("kcp.io/cluster"))
+                .cloned()
+            else {
+                continue;
+            };
+            match self.initialize(&vw, &cluster, &lc).await {
+                Ok(Outcome::Done) => {
+                    tracing::info!(cluster, "security initializer: workspace initialized")
+                }
+                Ok(Outcome::Waiting(why)) => tracing::debug!(cluster, why, "security initializer"),
+                Err(e) => tracing::warn!(cluster, error = %e, "security initializer"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The initializing virtual workspace's URL, from the WorkspaceType's status.
+    async fn virtual_workspace(&self) -> Result<String, SecurityError> {
+        let types: Api<DynamicObject> = Api::all_with(
+            self.kcp.workspace("root"),
+            &ar(
+                "tenancy.kcp.io",
+                "v1alpha1",
+                "WorkspaceType",
+                "workspacetypes",
+            ),
+        );
+        let Some(wt) = types
+            .get_opt("security")
+            .await
+            .map_err(kube_error("reading WorkspaceType root:security"))?
+        else {
+            return Err(SecurityError::NoVirtualWorkspace);
+        };
+        wt.data["status"]["virtualWorkspaces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["url"].as_str())
+            .find(|u| u.contains("/initializingworkspaces/"))
+            .map(str::to_string)
+            .ok_or(SecurityError::NoVirtualWorkspace)
+    }
+
+    /// A client of `<vw>/clusters/<cluster>`, through the kcp client when the URL is on the
+    /// same address.
+    fn vw_client(&self, vw: &str, cluster: &str) -> Result<kube::Client, SecurityError> {
+        let base = self.kcp.base_url();
+        let rest = vw
+            .strip_prefix(&base)
+            .filter(|r| r.starts_with('/'))
+            .ok_or_else(|| {
+                SecurityError::BadUrl(vw.to_string(), format!("not served at {base}"))
+            })?;
+        Ok(mc_runtime::client::scoped_client(
+            &self.kcp.client,
+            &format!("{rest}/clusters/{cluster}"),
+        ))
+    }
+
+    /// The steps for one waiting workspace.
+    pub async fn initialize(
+        &self,
+        vw: &str,
+        cluster: &str,
+        lc: &DynamicObject,
+    ) -> Result<Outcome, SecurityError> {
+        let path = lc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kcp.io/path"))
+            .cloned()
+            .unwrap_or_default();
+        let inside = self.vw_client(vw, cluster)?;
+        match path.strip_prefix("root:orgs:").filter(|o| !o.contains(':')) {
+            Some(org) => {
+                if let Outcome::Waiting(why) = self.organisation(&inside, org).await? {
+                    return Ok(Outcome::Waiting(why));
+                }
+            }
+            None => self
+                .store
+                .account(&path)
+                .await
+                .map_err(|e| SecurityError::Store(path.clone(), e))?,
+        }
+        self.remove_self(&inside, lc).await?;
+        Ok(Outcome::Done)
+    }
+
+    async fn organisation(
+        &self,
+        inside: &kube::Client,
+        org: &str,
+    ) -> Result<Outcome, SecurityError> {
+        let infos: Api<DynamicObject> = Api::all_with(
+            inside.clone(),
+            &ar(
+                "core.platform-mesh.io",
+                "v1alpha1",
+                "AccountInfo",
+                "accountinfos",
+            ),
+        );
+        let info = match infos.get_opt("account").await {
+            Ok(Some(i)) => i,
+            Ok(None) => return Ok(Outcome::Waiting("AccountInfo account not written yet")),
+            // Not served yet: the workspace's bindings are still coming.
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                return Ok(Outcome::Waiting("AccountInfo not served yet"))
+            }
+            Err(e) => return Err(kube_error("reading AccountInfo account")(e)),
+        };
+        let accounts: Api<DynamicObject> = Api::all_with(
+            self.kcp.workspace(ORGS),
+            &ar("core.platform-mesh.io", "v1alpha1", "Account", "accounts"),
+        );
+        let creator = accounts
+            .get_opt(org)
+            .await
+            .map_err(kube_error("reading the organisation's Account"))?
+            .and_then(|a| a.data["spec"]["creator"].as_str().map(str::to_string));
+        let store = self
+            .store
+            .organisation(org, creator.as_deref())
+            .await
+            .map_err(|e| SecurityError::Store(org.to_string(), e))?;
+        self.identity_provider(org).await?;
+        let mut clients = BTreeMap::new();
+        for name in [org, "kubectl"] {
+            clients.insert(name.to_string(), json!({"clientId": name}));
+        }
+        let mut spec = json!({"oidc": {
+            "issuerUrl": format!("https://{}/keycloak/realms/{org}", self.options.base_domain),
+            "clients": clients,
+        }});
+        if let Some(id) = store {
+            spec["fga"] = json!({"store": {"id": id}});
+        }
+        if info.data["spec"]["oidc"] != spec["oidc"]
+            || (spec.get("fga").is_some() && info.data["spec"]["fga"] != spec["fga"])
+        {
+            infos
+                .patch(
+                    "account",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": spec})),
+                )
+                .await
+                .map_err(kube_error("wiring AccountInfo account"))?;
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// The organisation's IdentityProviderConfiguration in `root:orgs`.
+    async fn identity_provider(&self, org: &str) -> Result<(), SecurityError> {
+        let api: Api<DynamicObject> = Api::all_with(
+            self.kcp.workspace(ORGS),
+            &ar(
+                "core.platform-mesh.io",
+                "v1alpha1",
+                "IdentityProviderConfiguration",
+                "identityproviderconfigurations",
+            ),
+        );
+        let domain = &self.options.base_domain;
+        let spec = json!({"clients": [
+            {"clientName": org, "clientType": "confidential",
+             "redirectUris": [format!("https://{org}.{domain}/*")],
+             "postLogoutRedirectUris": [format!("https://{org}.{domain}/logout*")],
+             "secretRef": {"name": format!("portal-client-secret-{org}-{org}"), "namespace": "default"}},
+            {"clientName": "kubectl", "clientType": "public",
+             "redirectUris": ["http://localhost:8000/*", "http://localhost:18000/*"]},
+        ]});
+        match api.get_opt(org).await.map_err(kube_error(
+            "reading the organisation's IdentityProviderConfiguration",
+        ))? {
+            Some(have) if have.data["spec"] == spec => Ok(()),
+            Some(_) => api
+                .patch(
+                    org,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": spec})),
+                )
+                .await
+                .map(|_| ())
+                .map_err(kube_error("updating the IdentityProviderConfiguration")),
+            None => {
+                let obj: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "core.platform-mesh.io/v1alpha1",
+                    "kind": "IdentityProviderConfiguration",
+                    "metadata": {"name": org}, "spec": spec,
+                }))
+                .map_err(|e| SecurityError::BadUrl(org.to_string(), e.to_string()))?;
+                match api.create(&PostParams::default(), &obj).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                    Err(e) => Err(kube_error("creating the IdentityProviderConfiguration")(e)),
+                }
+            }
+        }
+    }
+
+    /// Removes `root:security` from the LogicalCluster's initializers (only that name: the
+    /// virtual workspace refuses anything else).
+    async fn remove_self(
+        &self,
+        inside: &kube::Client,
+        lc: &DynamicObject,
+    ) -> Result<(), SecurityError> {
+        let left: Vec<Value> = lc.data["status"]["initializers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| *i != INITIALIZER)
+            .cloned()
+            .collect();
+        let api: Api<DynamicObject> = Api::all_with(inside.clone(), &logical_clusters());
+        let mut patch = json!({"status": {"initializers": left}});
+        if let Some(rv) = &lc.metadata.resource_version {
+            patch["metadata"] = json!({"resourceVersion": rv});
+        }
+        api.patch_status("cluster", &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+            .map_err(kube_error("removing root:security from the initializers"))
+    }
+}
