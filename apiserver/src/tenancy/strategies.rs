@@ -176,6 +176,13 @@ impl Strategy for WorkspaceTypes {
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
         self.0.set_path_annotation(w.cluster, obj);
+        // kcp's default: children of a type that names none are universal.
+        if old.is_none() {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.entry("defaultChildWorkspaceType")
+                    .or_insert_with(|| json!({"name": "universal", "path": "root"}));
+            }
+        }
         let fresh = super::initializers::type_status(
             &self.0.advertise_address,
             w.cluster,
