@@ -1125,3 +1125,125 @@ async fn initializers_hold_a_workspace_until_each_removed_itself() {
     .await
     .expect("prepared during initialization");
 }
+
+/// Terminators: a deleted workspace whose type chain names terminators keeps its content until
+/// each terminator removed its name through the terminating virtual workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminators_hold_a_deleted_workspace_until_each_removed_itself() {
+    let env = Env::start().await;
+    let tc = env.workspace("root:providers", "termz", "provider").await;
+    let types: Api<DynamicObject> = Api::all_with(
+        env.client("root:providers:termz"),
+        &ar(
+            "tenancy.kcp.io",
+            "v1alpha1",
+            "WorkspaceType",
+            "workspacetypes",
+        ),
+    );
+    let wt = types
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+                "metadata": {"name": "kept"}, "spec": {"terminator": true}}),
+            )
+            .expect("type"),
+        )
+        .await
+        .expect("kept type");
+    let id = format!("{tc}:kept");
+    let vw_url = wt.data["status"]["virtualWorkspaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["url"].as_str())
+        .find(|u| u.contains("/terminatingworkspaces/"))
+        .expect("terminating URL")
+        .to_string();
+    assert!(
+        vw_url.ends_with(&format!("/services/terminatingworkspaces/{id}")),
+        "{vw_url}"
+    );
+    let cluster = env
+        .workspace("root:orgs", "doomed", "root:providers:termz:kept")
+        .await;
+    let cm: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "precious"}, "data": {"a": "b"}}))
+    .expect("configmap");
+    let in_doomed: Api<DynamicObject> = Api::namespaced_with(
+        env.client("root:orgs:doomed"),
+        "default",
+        &ar("", "v1", "ConfigMap", "configmaps"),
+    );
+    in_doomed
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("configmap");
+    let lcs = ar(
+        "core.kcp.io",
+        "v1alpha1",
+        "LogicalCluster",
+        "logicalclusters",
+    );
+    let terminating = |c: &str| {
+        Api::<DynamicObject>::all_with(env.client_at(&format!("{vw_url}/clusters/{c}")), &lcs)
+    };
+    // Not deleted yet: nothing waits for the terminator, and it reaches nothing.
+    assert!(terminating("*")
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .is_empty());
+    assert_eq!(api_error(terminating(&cluster).get("cluster").await).0, 404);
+
+    let ws: Api<DynamicObject> = Api::all_with(env.client("root:orgs"), &workspaces());
+    ws.delete("doomed", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting = terminating("*")
+            .list(&ListParams::default())
+            .await
+            .expect("list");
+        if !waiting.items.is_empty() {
+            assert_eq!(waiting.items[0].data["status"]["terminators"], json!([id]));
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never offered to the terminator"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The workspace and its content stay while the terminator works.
+    ws.get("doomed").await.expect("still there");
+    let inside = Api::<DynamicObject>::namespaced_with(
+        env.client_at(&format!("{vw_url}/clusters/{cluster}")),
+        "default",
+        &ar("", "v1", "ConfigMap", "configmaps"),
+    );
+    inside
+        .get("precious")
+        .await
+        .expect("the terminator reads the content");
+    terminating(&cluster)
+        .patch_status(
+            "cluster",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"terminators": []}})),
+        )
+        .await
+        .expect("the terminator removes its name");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match ws.get_opt("doomed").await.expect("get") {
+            None => break,
+            Some(_) => assert!(tokio::time::Instant::now() < deadline, "never deleted"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(api_error(inside.get("precious").await).0, 403);
+}

@@ -17,6 +17,10 @@
 //!
 //! For an account below an organisation only the store step applies (upstream writes the
 //! account's tuples into the organisation's store), then step 5.
+//!
+//! It is also the type's terminator: a deleted organisation or account workspace waits for it
+//! in the terminating virtual workspace; the store forgets the workspace and the terminator
+//! removes its name, after which the workspace's content goes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -80,6 +84,8 @@ pub trait StoreProvisioner: Send + Sync {
     ) -> Result<Option<String>, String>;
     /// Records account `path` (below its organisation) in the organisation's store.
     async fn account(&self, path: &str) -> Result<(), String>;
+    /// Forgets the organisation or account at `path` (it is being deleted).
+    async fn removed(&self, path: &str) -> Result<(), String>;
 }
 
 /// No authorization store: this project runs without OpenFGA.
@@ -92,6 +98,10 @@ impl StoreProvisioner for NoStore {
     }
 
     async fn account(&self, _: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn removed(&self, _: &str) -> Result<(), String> {
         Ok(())
     }
 }
@@ -173,9 +183,62 @@ impl SecurityInitializer {
         }
     }
 
-    /// One pass over the workspaces waiting for the initializer.
+    /// One pass over the workspaces waiting for the initializer, then over the deleted ones
+    /// waiting for the terminator.
     pub async fn pass(&self) -> Result<(), SecurityError> {
-        let vw = self.virtual_workspace().await?;
+        self.initialize_pass().await?;
+        self.terminate_pass().await
+    }
+
+    /// The terminator's pass: the authorization store forgets the workspace
+    /// ([`StoreProvisioner::removed`]), then `root:security` leaves `status.terminators`.
+    async fn terminate_pass(&self) -> Result<(), SecurityError> {
+        // A kcp without terminators (v0.28) publishes no terminating virtual workspace.
+        let Ok(vw) = self.virtual_workspace("/terminatingworkspaces/").await else {
+            return Ok(());
+        };
+        let all: Api<DynamicObject> = Api::all_with(self.vw_client(&vw, "*")?, &logical_clusters());
+        let deleting = all.list(&ListParams::default()).await.map_err(kube_error(
+            "listing the workspaces waiting for root:security to terminate",
+        ))?;
+        for lc in deleting.items {
+            let annotations = lc.metadata.annotations.clone().unwrap_or_default();
+            let (Some(cluster), path) = (
+                annotations.get("kcp.io/cluster"),
+                annotations.get("kcp.io/path").cloned().unwrap_or_default(),
+            ) else {
+                continue;
+            };
+            if let Err(e) = self.store.removed(&path).await {
+                tracing::warn!(cluster, error = %e, "security terminator: authorization store");
+                continue;
+            }
+            let left: Vec<Value> = lc.data["status"]["terminators"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|i| *i != INITIALIZER)
+                .cloned()
+                .collect();
+            let api: Api<DynamicObject> =
+                Api::all_with(self.vw_client(&vw, cluster)?, &logical_clusters());
+            match api
+                .patch_status(
+                    "cluster",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"terminators": left}})),
+                )
+                .await
+            {
+                Ok(_) => tracing::info!(cluster, "security terminator: workspace released"),
+                Err(e) => tracing::warn!(cluster, error = %e, "security terminator"),
+            }
+        }
+        Ok(())
+    }
+
+    async fn initialize_pass(&self) -> Result<(), SecurityError> {
+        let vw = self.virtual_workspace("/initializingworkspaces/").await?;
         let all: Api<DynamicObject> = Api::all_with(self.vw_client(&vw, "*")?, &logical_clusters());
         let waiting = all.list(&ListParams::default()).await.map_err(kube_error(
             "listing the workspaces waiting for root:security",
@@ -201,8 +264,9 @@ impl SecurityInitializer {
         Ok(())
     }
 
-    /// The initializing virtual workspace's URL, from the WorkspaceType's status.
-    async fn virtual_workspace(&self) -> Result<String, SecurityError> {
+    /// The URL of one of the type's virtual workspaces (`kind` is in its path), from the
+    /// WorkspaceType's status.
+    async fn virtual_workspace(&self, kind: &str) -> Result<String, SecurityError> {
         let types: Api<DynamicObject> = Api::all_with(
             self.kcp.workspace("root"),
             &ar(
@@ -224,7 +288,7 @@ impl SecurityInitializer {
             .into_iter()
             .flatten()
             .filter_map(|v| v["url"].as_str())
-            .find(|u| u.contains("/initializingworkspaces/"))
+            .find(|u| u.contains(kind))
             .map(str::to_string)
             .ok_or(SecurityError::NoVirtualWorkspace)
     }

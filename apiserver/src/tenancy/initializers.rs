@@ -22,6 +22,8 @@ pub const APIBINDINGS_INITIALIZER: &str = "system:apibindings";
 pub const PHASE_LABEL: &str = "tenancy.kcp.io/phase";
 const INITIALIZER_PREFIX: &str = "initializer.internal.kcp.io/";
 const TERMINATOR_PREFIX: &str = "terminator.internal.kcp.io/";
+/// Keeps a deleting LogicalCluster while terminators are left.
+pub const TERMINATORS_FINALIZER: &str = "kcp.io/has-terminators";
 /// The key of a LogicalCluster's own object.
 pub(super) fn logical_cluster_key(cluster: &str) -> String {
     format!("/core.kcp.io/logicalclusters/{cluster}/cluster")
@@ -305,20 +307,83 @@ impl Tenancy {
         if lc.is_null() {
             return Ok(());
         }
+        if objects::is_deleting(&lc) {
+            self.resume_deletion(&lc).await;
+            return Ok(());
+        }
         self.mirror_to_workspace(&lc).await
+    }
+
+    /// Whether logical cluster `cluster` may go: no terminator is left. The first call marks it
+    /// deleting (a deletion timestamp, a finalizer so status writes keep it, phase
+    /// `Terminating`), which opens it to its terminators.
+    pub(crate) async fn await_terminators(&self, cluster: &str) -> Result<bool, StorageError> {
+        let key = logical_cluster_key(cluster);
+        for _ in 0..8 {
+            let Some(kv) = self.store.get(&key).await? else {
+                return Ok(true);
+            };
+            let Ok(mut lc) = objects::decode_stored(&kv.value) else {
+                return Ok(true);
+            };
+            if waiting(&lc, Lifecycle::Terminating).is_empty() {
+                return Ok(true);
+            }
+            if objects::is_deleting(&lc) {
+                return Ok(false);
+            }
+            let meta = meta_mut(&mut lc);
+            meta.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
+            meta.insert("finalizers".into(), json!([TERMINATORS_FINALIZER]));
+            lc["status"]["phase"] = json!("Terminating");
+            set_labels(&mut lc);
+            match self
+                .store
+                .update(&key, kv.mod_revision, objects::encoder(lc))
+                .await
+            {
+                Ok(_) => return Ok(false),
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Once the last terminator of a deleting logical cluster removed itself, its Workspace's
+    /// deletion goes on.
+    async fn resume_deletion(&self, lc: &Value) {
+        if !objects::is_deleting(lc) || !waiting(lc, Lifecycle::Terminating).is_empty() {
+            return;
+        }
+        let Some(child) = lc["metadata"]["annotations"]["kcp.io/cluster"]
+            .as_str()
+            .map(str::to_string)
+        else {
+            return;
+        };
+        let Some((parent, name)) = self.placement(lc) else {
+            return;
+        };
+        let Some(state) = self.state() else { return };
+        tokio::spawn(async move {
+            super::lifecycle::finish_workspace_deletion(&state, &parent, &name, &child).await;
+        });
+    }
+
+    /// The parent logical cluster and name of the Workspace that placed a LogicalCluster.
+    fn placement(&self, lc: &Value) -> Option<(String, String)> {
+        let path = lc["metadata"]["annotations"][PATH_ANNOTATION].as_str()?;
+        let (parent_path, name) = path.rsplit_once(':')?;
+        match self.resolve(ClusterTarget::Name(parent_path.to_string())) {
+            Ok(ClusterTarget::Name(parent)) => Some((parent, name.to_string())),
+            _ => None,
+        }
     }
 
     /// Copies a LogicalCluster's phase and waiting initializers to the Workspace that placed it.
     async fn mirror_to_workspace(&self, lc: &Value) -> Result<(), StorageError> {
-        let Some(path) = lc["metadata"]["annotations"][PATH_ANNOTATION].as_str() else {
-            return Ok(());
-        };
-        let Some((parent_path, name)) = path.rsplit_once(':') else {
-            return Ok(());
-        };
-        let Ok(ClusterTarget::Name(parent)) =
-            self.resolve(ClusterTarget::Name(parent_path.to_string()))
-        else {
+        let Some((parent, name)) = self.placement(lc) else {
             return Ok(());
         };
         let key = format!("/tenancy.kcp.io/workspaces/{parent}/{name}");

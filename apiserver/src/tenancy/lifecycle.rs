@@ -134,6 +134,16 @@ pub(super) async fn finish_workspace_deletion(
     child: &str,
 ) {
     if !child.is_empty() {
+        // Terminators first: the logical cluster is marked deleting and waits for each of them
+        // to remove its name (through the terminating virtual workspace).
+        match state.await_terminators(child).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(cluster = child, error = %e, "marking a workspace for its terminators");
+                return;
+            }
+        }
         delete_cluster(state, child).await;
     }
     let key = format!("/tenancy.kcp.io/workspaces/{cluster}/{name}");
