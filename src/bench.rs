@@ -58,6 +58,10 @@ pub struct BenchOptions {
     pub kcp_workspaces: usize,
     /// Workspaces of those the kcp section binds an export in and lists through it.
     pub kcp_bound: usize,
+    /// ConfigMaps the claims section labels and relabels.
+    pub claim_objects: usize,
+    /// Workspaces the claims section creates with and without an initializer.
+    pub claim_workspaces: usize,
     /// Attacks to run (all when empty): see [`crate::bench_attacks::KINDS`].
     pub attacks: Vec<String>,
     /// Sections to run (all when empty): see [`SECTIONS`].
@@ -277,6 +281,7 @@ pub const SECTIONS: &[&str] = &[
     "views",
     "kube",
     "kcp",
+    "claims",
 ];
 
 pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
@@ -294,6 +299,9 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     }
     if wanted("admission") {
         rows.extend(admission(&opts, &tmp).await?);
+    }
+    if wanted("claims") {
+        rows.extend(crate::bench_claims::claims(&opts, &tmp).await?);
     }
     if wanted("workspaces") {
         let t = workspace_tree(&tmp.join("workspaces"), opts.workspaces, opts.writers).await?;

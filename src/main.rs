@@ -11,6 +11,7 @@ use controllers::runtime::leader::LeaderStatus;
 mod bench;
 mod bench_attacks;
 mod bench_broker;
+mod bench_claims;
 mod bench_kcp;
 #[cfg(feature = "etcd")]
 mod bench_kube;
@@ -115,11 +116,17 @@ enum Command {
         /// virtual workspace.
         #[arg(long, default_value_t = 1_000)]
         kcp_bound: usize,
+        /// ConfigMaps the claims section labels and relabels in one workspace.
+        #[arg(long, default_value_t = 10_000)]
+        claim_objects: usize,
+        /// Workspaces the claims section creates with and without an initializer.
+        #[arg(long, default_value_t = 1_000)]
+        claim_workspaces: usize,
         /// Run only these attacks of the attacks section (comma-separated; all when empty).
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench_attacks::KINDS))]
         attack: Vec<String>,
         /// Run only these sections (comma-separated): serving, admission, workspaces, overload,
-        /// broker, etcd (needs `--features etcd`), attacks, views; and, only when named, kube
+        /// broker, etcd (needs `--features etcd`), attacks, views, claims; and, only when named, kube
         /// (needs `--features etcd`) and kcp (beside the Go peers of `scripts/peers`).
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
         only: Vec<String>,
@@ -573,6 +580,8 @@ fn main() -> anyhow::Result<()> {
             view_bindings,
             kcp_workspaces,
             kcp_bound,
+            claim_objects,
+            claim_workspaces,
             attack,
             only,
         } => {
@@ -599,6 +608,8 @@ fn main() -> anyhow::Result<()> {
                 view_bindings,
                 kcp_workspaces,
                 kcp_bound,
+                claim_objects,
+                claim_workspaces,
                 attacks: attack,
                 only,
             }))
