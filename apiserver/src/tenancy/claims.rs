@@ -315,6 +315,15 @@ impl AcceptedClaim {
     }
 }
 
+/// The relabelling of one logical cluster: whether a worker runs, and what it has yet to do.
+#[derive(Default)]
+pub(crate) struct RelabelWork {
+    running: bool,
+    /// Resources to relabel in the next round; `Some` (maybe empty: the bindings' status only)
+    /// when a round is due.
+    pending: Option<BTreeSet<ClaimedResource>>,
+}
+
 /// The state and verbs of a binding's claims, as the binding wrote them.
 fn binding_claims(binding: &Value) -> Vec<(ClaimedResource, Value)> {
     binding["spec"]["permissionClaims"]
@@ -705,28 +714,47 @@ impl Tenancy {
         if !any && changed.is_empty() {
             return;
         }
-        let Some(state) = self.state() else { return };
+        // One worker per cluster at a time; changes arriving meanwhile are merged into its next
+        // round, so a tenant rewriting its bindings quickly queues no more than one round.
+        let start = {
+            let mut work = match self.relabels.lock() {
+                Ok(w) => w,
+                Err(p) => p.into_inner(),
+            };
+            let entry = work.entry(cluster.to_string()).or_default();
+            entry.pending.get_or_insert_with(BTreeSet::new).extend(changed);
+            !std::mem::replace(&mut entry.running, true)
+        };
+        let Some(state) = self.state().filter(|_| start) else {
+            return;
+        };
         let cluster = cluster.to_string();
         tokio::spawn(async move {
-            let lock = state.relabel_lock(&cluster);
-            let _held = lock.lock().await;
-            let claims = state.claims_of(&cluster).await;
-            let mut failures = Vec::new();
-            for claimed in &changed {
-                if let Err(e) = state.relabel(&cluster, claimed, &claims).await {
-                    failures.push(format!("{}/{}: {e}", claimed.group, claimed.resource));
+            while let Some(changed) = state.next_relabel(&cluster) {
+                let claims = state.claims_of(&cluster).await;
+                let mut failures = Vec::new();
+                for claimed in &changed {
+                    if let Err(e) = state.relabel(&cluster, claimed, &claims).await {
+                        failures.push(format!("{}/{}: {e}", claimed.group, claimed.resource));
+                    }
                 }
+                state.set_applied(&cluster, &claims, &failures).await;
             }
-            state.set_applied(&cluster, &claims, &failures).await;
         });
     }
 
-    fn relabel_lock(&self, cluster: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = match self.relabel_locks.lock() {
-            Ok(l) => l,
+    /// The next round of relabelling in `cluster`, or `None` (and the worker ends) when no
+    /// change came in since the last one.
+    fn next_relabel(&self, cluster: &str) -> Option<BTreeSet<ClaimedResource>> {
+        let mut work = match self.relabels.lock() {
+            Ok(w) => w,
             Err(p) => p.into_inner(),
         };
-        locks.entry(cluster.to_string()).or_default().clone()
+        let next = work.get_mut(cluster).and_then(|w| w.pending.take());
+        if next.is_none() {
+            work.remove(cluster);
+        }
+        next
     }
 
     /// Writes the expected claim labels on every object of `claimed` in `cluster` (kcp sends an

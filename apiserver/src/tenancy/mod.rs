@@ -114,8 +114,8 @@ pub struct Tenancy {
     paths: RwLock<(HashMap<String, String>, HashMap<String, String>)>,
     /// The permission claims in force per logical cluster (see [`claims`]).
     claims: RwLock<HashMap<String, Arc<Vec<claims::AcceptedClaim>>>>,
-    /// One relabelling at a time per logical cluster.
-    relabel_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One relabelling worker at a time per logical cluster, and its pending work.
+    relabels: std::sync::Mutex<HashMap<String, claims::RelabelWork>>,
 }
 
 impl Tenancy {
@@ -135,7 +135,7 @@ impl Tenancy {
             policies: deps.policies,
             paths: RwLock::new((by_path, by_name)),
             claims: RwLock::new(HashMap::new()),
-            relabel_locks: std::sync::Mutex::new(HashMap::new()),
+            relabels: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -152,7 +152,7 @@ impl Tenancy {
         if let Ok(mut c) = self.claims.write() {
             c.remove(name);
         }
-        if let Ok(mut l) = self.relabel_locks.lock() {
+        if let Ok(mut l) = self.relabels.lock() {
             l.remove(name);
         }
         if let Ok(mut p) = self.paths.write() {
