@@ -172,20 +172,26 @@ pub fn forbidden_in(
     rr: &ResourceRequest,
     reason: &str,
 ) -> ApiError {
+    forbidden(
+        &request_attributes(user_info(identity, Some(cluster)), rr),
+        reason,
+    )
+}
+
+/// What an authorizer is asked about a resource request of `user`.
+pub fn request_attributes(user: UserInfo, rr: &ResourceRequest) -> Attributes {
     let mut attrs = Attributes::resource(
-        user_info(identity, Some(cluster)),
+        user,
         rr.verb.as_str(),
         &rr.group,
         &rr.resource,
         rr.namespace.as_deref(),
-    );
-    if let Some(n) = &rr.name {
-        attrs = attrs.with_name(n);
-    }
+    )
+    .with_name(rr.name.as_deref().unwrap_or_default());
     if let Some(s) = &rr.subresource {
         attrs = attrs.with_subresource(s);
     }
-    forbidden(&attrs, reason)
+    attrs
 }
 
 /// Authorizes a virtual-workspace request: the user must hold the request's verb on the
@@ -243,18 +249,7 @@ pub async fn authorize(
     let Some(user) = unless_master(identity, cluster) else {
         return Ok(());
     };
-    let name = rr.name.clone().unwrap_or_default();
-    let mut attrs = Attributes::resource(
-        user,
-        rr.verb.as_str(),
-        &rr.group,
-        &rr.resource,
-        rr.namespace.as_deref(),
-    )
-    .with_name(&name);
-    if let Some(sub) = &rr.subresource {
-        attrs = attrs.with_subresource(sub);
-    }
+    let attrs = request_attributes(user, rr);
     let decision = match cluster {
         Some(c) => {
             let decision = authorizer.decide(c, &attrs).await?;

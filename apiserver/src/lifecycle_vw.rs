@@ -19,7 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::auth::{Attributes, PolicyRule};
+use crate::auth::PolicyRule;
 use crate::handlers::{self, ResourceCall};
 use crate::identity::Identity;
 use crate::query::Query;
@@ -209,19 +209,7 @@ fn check_permissions(
     else {
         return Ok(());
     };
-    let mut attrs = Attributes::resource(
-        crate::authz::user_info(identity, None),
-        rr.verb.as_str(),
-        &rr.group,
-        &rr.resource,
-        rr.namespace.as_deref(),
-    );
-    if let Some(n) = &rr.name {
-        attrs = attrs.with_name(n);
-    }
-    if let Some(s) = &rr.subresource {
-        attrs = attrs.with_subresource(s);
-    }
+    let attrs = crate::authz::request_attributes(crate::authz::user_info(identity, None), rr);
     if rules
         .iter()
         .any(|r| PolicyRule::from_value(r).allows(&attrs))

@@ -722,7 +722,10 @@ impl Tenancy {
                 Err(p) => p.into_inner(),
             };
             let entry = work.entry(cluster.to_string()).or_default();
-            entry.pending.get_or_insert_with(BTreeSet::new).extend(changed);
+            entry
+                .pending
+                .get_or_insert_with(BTreeSet::new)
+                .extend(changed);
             !std::mem::replace(&mut entry.running, true)
         };
         let Some(state) = self.state().filter(|_| start) else {

@@ -171,6 +171,37 @@ pub fn check_status_update(old: &Value, new: &mut Value) -> Result<(), String> {
     Ok(())
 }
 
+/// Reads the object at `key`, lets `change` edit it (returning `false` leaves it as it is), and
+/// writes it back with compare-and-swap, reading again after a lost race. The object as stored
+/// afterwards; `None` when there is none (or it does not decode, or races kept being lost).
+pub(super) async fn update_stored(
+    store: &dyn crate::storage::Store,
+    key: &str,
+    mut change: impl FnMut(&mut Value) -> bool + Send,
+) -> Result<Option<Value>, StorageError> {
+    for _ in 0..8 {
+        let Some(kv) = store.get(key).await? else {
+            return Ok(None);
+        };
+        let Ok(mut obj) = objects::decode_stored(&kv.value) else {
+            return Ok(None);
+        };
+        if !change(&mut obj) {
+            return Ok(Some(obj));
+        }
+        match store
+            .update(key, kv.mod_revision, objects::encoder(obj.clone()))
+            .await
+        {
+            Ok(_) => return Ok(Some(obj)),
+            Err(StorageError::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    // Eight lost races in a row: leave it to the next write, which comes through here again.
+    Ok(None)
+}
+
 impl Tenancy {
     /// The initializers and terminators of a workspace of type `t`: every type it extends
     /// (itself included) that is one, plus the server's own when the types bind APIs.
@@ -217,49 +248,27 @@ impl Tenancy {
         cluster: &str,
         id: &str,
     ) -> Result<(), StorageError> {
-        let key = logical_cluster_key(cluster);
-        for _ in 0..8 {
-            let Some(kv) = self.store.get(&key).await? else {
-                return Ok(());
-            };
-            let Ok(mut lc) = objects::decode_stored(&kv.value) else {
-                return Ok(());
-            };
-            let mut list = waiting(&lc, Lifecycle::Initializing);
+        update_stored(self.store.as_ref(), &logical_cluster_key(cluster), |lc| {
+            let mut list = waiting(lc, Lifecycle::Initializing);
             if !list.iter().any(|i| i == id) {
-                break;
+                return false;
             }
             list.retain(|i| i != id);
             lc["status"]["initializers"] = json!(list);
-            set_labels(&mut lc);
-            match self
-                .store
-                .update(&key, kv.mod_revision, objects::encoder(lc))
-                .await
-            {
-                Ok(_) => break,
-                Err(StorageError::Conflict { .. }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
+            set_labels(lc);
+            true
+        })
+        .await?;
         self.advance(cluster).await
     }
 
     /// Moves logical cluster `cluster` (and its Workspace) on: Ready once no initializer is
     /// left; the Workspace mirrors the phase and the initializers still waited for.
     pub(crate) async fn advance(&self, cluster: &str) -> Result<(), StorageError> {
-        let key = logical_cluster_key(cluster);
-        let mut lc = Value::Null;
-        for _ in 0..8 {
-            let Some(kv) = self.store.get(&key).await? else {
-                return Ok(());
-            };
-            let Ok(mut current) = objects::decode_stored(&kv.value) else {
-                return Ok(());
-            };
-            let left = waiting(&current, Lifecycle::Initializing);
-            let now = objects::now_rfc3339();
-            let initializing = current["status"]["phase"] == "Initializing";
+        let now = objects::now_rfc3339();
+        let Some(lc) = update_stored(self.store.as_ref(), &logical_cluster_key(cluster), |lc| {
+            let left = waiting(lc, Lifecycle::Initializing);
+            let initializing = lc["status"]["phase"] == "Initializing";
             let condition = if left.is_empty() {
                 json!({"type": "WorkspaceInitialized", "status": "True", "lastTransitionTime": now})
             } else {
@@ -267,21 +276,19 @@ impl Tenancy {
                     "reason": "InitializerExists", "lastTransitionTime": now,
                     "message": format!("Initializers still exist: [{}]", left.join(" "))})
             };
-            let had = current["status"]["conditions"]
+            let same_condition = lc["status"]["conditions"]
                 .as_array()
                 .and_then(|cs| cs.iter().find(|c| c["type"] == "WorkspaceInitialized"))
-                .cloned();
-            let same_condition = had.as_ref().is_some_and(|h| {
-                h["status"] == condition["status"] && h["message"] == condition["message"]
-            });
+                .is_some_and(|h| {
+                    h["status"] == condition["status"] && h["message"] == condition["message"]
+                });
             if (!initializing || !left.is_empty()) && same_condition {
-                lc = current;
-                break;
+                return false;
             }
             if initializing && left.is_empty() {
-                current["status"]["phase"] = json!("Ready");
+                lc["status"]["phase"] = json!("Ready");
             }
-            let mut conditions: Vec<Value> = current["status"]["conditions"]
+            let mut conditions: Vec<Value> = lc["status"]["conditions"]
                 .as_array()
                 .cloned()
                 .unwrap_or_default()
@@ -289,24 +296,14 @@ impl Tenancy {
                 .filter(|c| c["type"] != "WorkspaceInitialized")
                 .collect();
             conditions.push(condition);
-            current["status"]["conditions"] = Value::Array(conditions);
-            set_labels(&mut current);
-            match self
-                .store
-                .update(&key, kv.mod_revision, objects::encoder(current.clone()))
-                .await
-            {
-                Ok(_) => {
-                    lc = current;
-                    break;
-                }
-                Err(StorageError::Conflict { .. }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        if lc.is_null() {
+            lc["status"]["conditions"] = Value::Array(conditions);
+            set_labels(lc);
+            true
+        })
+        .await?
+        else {
             return Ok(());
-        }
+        };
         if objects::is_deleting(&lc) {
             self.resume_deletion(&lc).await;
             return Ok(());
@@ -318,36 +315,21 @@ impl Tenancy {
     /// deleting (a deletion timestamp, a finalizer so status writes keep it, phase
     /// `Terminating`), which opens it to its terminators.
     pub(crate) async fn await_terminators(&self, cluster: &str) -> Result<bool, StorageError> {
-        let key = logical_cluster_key(cluster);
-        for _ in 0..8 {
-            let Some(kv) = self.store.get(&key).await? else {
-                return Ok(true);
-            };
-            let Ok(mut lc) = objects::decode_stored(&kv.value) else {
-                return Ok(true);
-            };
-            if waiting(&lc, Lifecycle::Terminating).is_empty() {
-                return Ok(true);
+        let mut free = true;
+        update_stored(self.store.as_ref(), &logical_cluster_key(cluster), |lc| {
+            free = waiting(lc, Lifecycle::Terminating).is_empty();
+            if free || objects::is_deleting(lc) {
+                return false;
             }
-            if objects::is_deleting(&lc) {
-                return Ok(false);
-            }
-            let meta = meta_mut(&mut lc);
+            let meta = meta_mut(lc);
             meta.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
             meta.insert("finalizers".into(), json!([TERMINATORS_FINALIZER]));
             lc["status"]["phase"] = json!("Terminating");
-            set_labels(&mut lc);
-            match self
-                .store
-                .update(&key, kv.mod_revision, objects::encoder(lc))
-                .await
-            {
-                Ok(_) => return Ok(false),
-                Err(StorageError::Conflict { .. }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(false)
+            set_labels(lc);
+            true
+        })
+        .await?;
+        Ok(free)
     }
 
     /// Once the last terminator of a deleting logical cluster removed itself, its Workspace's
@@ -386,53 +368,35 @@ impl Tenancy {
         let Some((parent, name)) = self.placement(lc) else {
             return Ok(());
         };
-        let key = format!("/tenancy.kcp.io/workspaces/{parent}/{name}");
         let phase = lc["status"]["phase"].clone();
         let left = waiting(lc, Lifecycle::Initializing);
-        for _ in 0..8 {
-            let Some(kv) = self.store.get(&key).await? else {
-                return Ok(());
-            };
-            let Ok(mut ws) = objects::decode_stored(&kv.value) else {
-                return Ok(());
-            };
-            if objects::is_deleting(&ws) {
-                return Ok(());
-            }
+        let key = format!("/tenancy.kcp.io/workspaces/{parent}/{name}");
+        update_stored(self.store.as_ref(), &key, |ws| {
             let want_inits = match left.is_empty() {
                 true => Value::Null,
                 false => json!(left),
             };
-            if ws["status"]["phase"] == phase
-                && ws["status"]
-                    .get("initializers")
-                    .cloned()
-                    .unwrap_or(Value::Null)
-                    == want_inits
+            if objects::is_deleting(ws)
+                || (ws["status"]["phase"] == phase
+                    && ws["status"]
+                        .get("initializers")
+                        .cloned()
+                        .unwrap_or(Value::Null)
+                        == want_inits)
             {
-                return Ok(());
+                return false;
             }
             ws["status"]["phase"] = phase.clone();
-            match (&want_inits, ws["status"].as_object_mut()) {
-                (Value::Null, Some(s)) => {
-                    s.remove("initializers");
-                }
-                (v, Some(s)) => {
-                    s.insert("initializers".into(), v.clone());
-                }
-                _ => {}
+            if let Some(s) = ws["status"].as_object_mut() {
+                match want_inits {
+                    Value::Null => s.remove("initializers"),
+                    v => s.insert("initializers".into(), v),
+                };
             }
-            match self
-                .store
-                .update(&key, kv.mod_revision, objects::encoder(ws))
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(StorageError::Conflict { .. }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+            true
+        })
+        .await
+        .map(|_| ())
     }
 }
 

@@ -71,28 +71,15 @@ async fn set_phase(
     phase: &str,
 ) -> Result<(), StorageError> {
     let key = format!("/tenancy.kcp.io/workspaces/{cluster}/{name}");
-    for _ in 0..8 {
-        let Some(kv) = state.store.get(&key).await? else {
-            return Ok(());
-        };
-        let Ok(mut ws) = objects::decode_stored(&kv.value) else {
-            return Ok(());
-        };
-        if objects::is_deleting(&ws) {
-            return Ok(());
+    super::initializers::update_stored(state.store.as_ref(), &key, |ws| {
+        if objects::is_deleting(ws) {
+            return false;
         }
         ws["status"]["phase"] = json!(phase);
-        match state
-            .store
-            .update(&key, kv.mod_revision, objects::encoder(ws))
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(StorageError::Conflict { .. }) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+        true
+    })
+    .await
+    .map(|_| ())
 }
 
 /// Scheduling → Initializing → Ready: the logical cluster with its path and the initializers
