@@ -971,6 +971,47 @@ async fn initializers_hold_a_workspace_until_each_removed_itself() {
         api_error(alice_all.list(&ListParams::default()).await).0,
         403
     );
+    // Even as the workspace's admin she cannot reach it (nor strip its initializers) before it
+    // is Ready.
+    Api::<DynamicObject>::all_with(
+        env.client("root:orgs:guarded"),
+        &ar(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+            "clusterroles",
+        ),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "everything"},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+        )
+        .expect("role"),
+    )
+    .await
+    .expect("everything");
+    Api::<DynamicObject>::all_with(
+        env.client("root:orgs:guarded"),
+        &ar("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings"),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "alice-admin"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "everything"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}))
+        .expect("binding"),
+    )
+    .await
+    .expect("alice admin of guarded");
+    let alice_direct = lc_of(as_alice(format!(
+        "https://{}/clusters/root:orgs:guarded",
+        env.server.address
+    )));
+    assert_eq!(api_error(alice_direct.get("cluster").await).0, 403);
     // Granted it, she lists exactly the workspaces waiting for her.
     let rbac = |kind: &str, plural: &str| {
         Api::<DynamicObject>::all_with(
@@ -1116,6 +1157,10 @@ async fn initializers_hold_a_workspace_until_each_removed_itself() {
         .await
         .expect("lc");
     assert_eq!(lc.data["status"]["phase"], "Ready");
+    alice_direct
+        .get("cluster")
+        .await
+        .expect("Ready: its admin reaches it");
     Api::<DynamicObject>::namespaced_with(
         env.client("root:orgs:guarded"),
         "default",

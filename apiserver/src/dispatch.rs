@@ -477,6 +477,22 @@ async fn route(
         })
         .await;
     }
+    // A workspace that is initializing or terminating is its initializers', terminators' and the
+    // administrators' only (kcp's rule): its users wait for Ready.
+    if let (Some(id), ClusterTarget::Name(c), None, None, None) = (
+        identity.as_deref(),
+        &info.cluster,
+        &info.virtual_workspace,
+        &info.lifecycle,
+        info.view,
+    ) {
+        if cluster_scoped
+            && !state.tenancy.is_ready(c)
+            && !id.groups.iter().any(|g| g == "system:masters")
+        {
+            return error_response(&ApiError::workspace_forbidden());
+        }
+    }
     if let (Some(id), true, false) = (
         identity.as_deref(),
         cluster_scoped,

@@ -20,6 +20,7 @@ use crate::storage::{Event, EventType, Revision};
 const CRDS: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
 const BINDINGS: &str = "/apis.kcp.io/apibindings/";
 const EXPORTS: &str = "/apis.kcp.io/apiexports/";
+const LOGICAL_CLUSTERS: &str = "/core.kcp.io/logicalclusters/";
 
 /// Follows the store from `after` on, for as long as the state lives.
 pub fn follow(state: &Arc<Tenancy>, after: Revision) -> tokio::task::JoinHandle<()> {
@@ -35,6 +36,7 @@ async fn run(state: Weak<Tenancy>, mut after: Revision) {
             CRDS,
             BINDINGS,
             EXPORTS,
+            LOGICAL_CLUSTERS,
             crate::auth::RBAC_PREFIX,
         ];
         for prefix in prefixes {
@@ -95,6 +97,15 @@ async fn apply(state: &Tenancy, event: &Event) {
             state.namespaces.forget_cluster(child);
         } else if let Some(parent_path) = state.path_of(parent) {
             state.register(&format!("{parent_path}:{name}"), child);
+        }
+        return;
+    }
+    // Which workspaces are Ready, as another replica moved them on.
+    if let Some(cluster) = cluster_of(&event.key, LOGICAL_CLUSTERS) {
+        let lc = objects::decode_stored(&event.value).ok();
+        match event.kind {
+            EventType::Delete => state.note_phase(cluster, None),
+            _ => state.note_phase(cluster, lc.as_ref()),
         }
         return;
     }

@@ -203,6 +203,29 @@ pub(super) async fn update_stored(
 }
 
 impl Tenancy {
+    /// Keeps the set of logical clusters that are not Ready (initializing or terminating), from
+    /// the LogicalCluster `lc` of `cluster` as written.
+    pub(crate) fn note_phase(&self, cluster: &str, lc: Option<&Value>) {
+        let ready =
+            lc.is_none_or(|lc| lc["status"]["phase"] == "Ready" && !objects::is_deleting(lc));
+        if let Ok(mut set) = self.not_ready.write() {
+            match ready {
+                true => set.remove(cluster),
+                false => set.insert(cluster.to_string()),
+            };
+        }
+    }
+
+    /// Whether logical cluster `cluster` is Ready: only then do its users reach it (as kcp
+    /// lets no one but its administrators, initializers and terminators into a workspace that is
+    /// initializing or terminating).
+    pub fn is_ready(&self, cluster: &str) -> bool {
+        self.not_ready
+            .read()
+            .map(|set| !set.contains(cluster))
+            .unwrap_or(false)
+    }
+
     /// The initializers and terminators of a workspace of type `t`: every type it extends
     /// (itself included) that is one, plus the server's own when the types bind APIs.
     pub(crate) async fn lifecycle_ids(&self, t: &TypeRef) -> (Vec<String>, Vec<String>) {
@@ -304,6 +327,7 @@ impl Tenancy {
         else {
             return Ok(());
         };
+        self.note_phase(cluster, Some(&lc));
         if objects::is_deleting(&lc) {
             self.resume_deletion(&lc).await;
             return Ok(());
@@ -316,7 +340,7 @@ impl Tenancy {
     /// `Terminating`), which opens it to its terminators.
     pub(crate) async fn await_terminators(&self, cluster: &str) -> Result<bool, StorageError> {
         let mut free = true;
-        update_stored(self.store.as_ref(), &logical_cluster_key(cluster), |lc| {
+        let lc = update_stored(self.store.as_ref(), &logical_cluster_key(cluster), |lc| {
             free = waiting(lc, Lifecycle::Terminating).is_empty();
             if free || objects::is_deleting(lc) {
                 return false;
@@ -329,6 +353,7 @@ impl Tenancy {
             true
         })
         .await?;
+        self.note_phase(cluster, lc.as_ref());
         Ok(free)
     }
 

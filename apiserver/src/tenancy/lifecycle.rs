@@ -58,6 +58,7 @@ pub(super) async fn ensure_logical_cluster(
         "URL": format!("https://{}/clusters/{path}", state.advertise_address),
         "initializers": initializers, "terminators": terminators});
     super::initializers::set_labels(&mut lc);
+    state.note_phase(name, Some(&lc));
     match state.store.create(&key, objects::encoder(lc)).await {
         Ok(_) | Err(StorageError::AlreadyExists(_)) => Ok(()),
         Err(e) => Err(e),

@@ -114,6 +114,8 @@ pub struct Tenancy {
     paths: RwLock<(HashMap<String, String>, HashMap<String, String>)>,
     /// The permission claims in force per logical cluster (see [`claims`]).
     claims: RwLock<HashMap<String, Arc<Vec<claims::AcceptedClaim>>>>,
+    /// Logical clusters that are not Ready (initializing or terminating).
+    not_ready: RwLock<std::collections::HashSet<String>>,
     /// One relabelling worker at a time per logical cluster, and its pending work.
     relabels: std::sync::Mutex<HashMap<String, claims::RelabelWork>>,
 }
@@ -136,6 +138,7 @@ impl Tenancy {
             paths: RwLock::new((by_path, by_name)),
             claims: RwLock::new(HashMap::new()),
             relabels: std::sync::Mutex::new(HashMap::new()),
+            not_ready: RwLock::new(std::collections::HashSet::new()),
         })
     }
 
@@ -155,6 +158,7 @@ impl Tenancy {
         if let Ok(mut l) = self.relabels.lock() {
             l.remove(name);
         }
+        self.note_phase(name, None);
         if let Ok(mut p) = self.paths.write() {
             if let Some(path) = p.1.remove(name) {
                 if p.0.get(&path).is_some_and(|n| n == name) {
@@ -803,6 +807,7 @@ impl Tenancy {
             return Ok(());
         };
         self.index_paths(&state).await?;
+        self.index_phases(&state).await?;
         ensure_logical_cluster(
             &state,
             ROOT_CLUSTER,
@@ -844,6 +849,7 @@ impl Tenancy {
     /// lost track of the store's changes).
     pub(crate) async fn reindex(&self, state: &Tenancy) -> Result<(), StorageError> {
         self.index_paths(state).await?;
+        self.index_phases(state).await?;
         self.reload_types(state).await
     }
 
@@ -852,6 +858,21 @@ impl Tenancy {
     /// carries the child cluster the server assigned (`spec.cluster`, which clients cannot
     /// set). Annotations, which tenants can write, play no part. The index is rebuilt whole, so
     /// entries of workspaces that are gone disappear.
+    /// Which logical clusters are not Ready, from their LogicalClusters.
+    async fn index_phases(&self, state: &Tenancy) -> Result<(), StorageError> {
+        for kv in list_all(state.store.as_ref(), "/core.kcp.io/logicalclusters/")
+            .await?
+            .0
+        {
+            if let (Some(cluster), Ok(lc)) =
+                (key_cluster(&kv.key), objects::decode_stored(&kv.value))
+            {
+                self.note_phase(cluster, Some(&lc));
+            }
+        }
+        Ok(())
+    }
+
     async fn index_paths(&self, state: &Tenancy) -> Result<(), StorageError> {
         let (workspaces, _) = list_all(state.store.as_ref(), WORKSPACES_PREFIX).await?;
         let mut children: HashMap<String, Vec<(String, String)>> = HashMap::new();
