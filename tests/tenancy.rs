@@ -1055,6 +1055,16 @@ async fn initializers_hold_a_workspace_until_each_removed_itself() {
             .collect::<Vec<_>>(),
         vec!["root:orgs:guarded".to_string()]
     );
+    // kcp's lifecycle virtual workspaces take logical-cluster names, not paths.
+    assert_eq!(
+        api_error(
+            lc_of(as_alice(format!("{vw_url}/clusters/root:orgs:guarded")))
+                .get("cluster")
+                .await
+        )
+        .0,
+        404
+    );
     // Inside the waiting workspace she works as its owner.
     let inside = format!("{vw_url}/clusters/{cluster}");
     let cm: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",

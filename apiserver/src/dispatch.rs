@@ -415,6 +415,7 @@ async fn route(
     if state.extension.is_some() && !own && info.view.is_none() {
         return error_response(&ApiError::path_not_found());
     }
+    let requested = info.cluster.clone();
     if cluster_scoped {
         let target = std::mem::replace(&mut info.cluster, ClusterTarget::Wildcard);
         info.cluster = match (&state.extension, target) {
@@ -446,10 +447,14 @@ async fn route(
         }
         None => None,
     };
-    // kcp's initializing and terminating virtual workspaces authorize by their own rules.
+    // kcp's initializing and terminating virtual workspaces authorize by their own rules, and
+    // address a workspace by its logical-cluster name only (a path is not resolved there).
     if let (Some((lifecycle, id)), Target::Resource(rr), Some(who)) =
         (&info.lifecycle, &info.target, &identity)
     {
+        if requested != info.cluster {
+            return error_response(&ApiError::path_not_found());
+        }
         let body = if matches!(
             parts.method,
             Method::POST | Method::PUT | Method::PATCH | Method::DELETE
