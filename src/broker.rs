@@ -117,7 +117,6 @@ async fn options(args: &BrokerArgs) -> anyhow::Result<BrokerOptions> {
         compute,
         kinds,
         workers: args.workers,
-        related_via: None,
     })
 }
 

@@ -37,7 +37,6 @@ use super::{
     CONSUMER_PREFIX, GENERIC_FINALIZER, NEW_PROVIDER_CLUSTER, PROVIDER_CLUSTER, PROVIDER_PREFIX,
     RELATED_RESOURCES,
 };
-use crate::runtime::client::{cluster_prefix, scoped_client};
 use crate::runtime::{
     Action, Cluster, ClusterContext, ClusterName, Manager, Reconciler, Request, ResourceKind,
 };
@@ -141,10 +140,6 @@ pub struct Shared {
     pub coordination: Option<kube::Client>,
     /// Resolves related-resource kinds.
     pub discovery: Discovery,
-    /// When set, related resources are written into consumer clusters with this client (at
-    /// the server root, as `/clusters/<consumer>`), not the consumer cluster's own client: for
-    /// kcp consumers reached through a virtual workspace that serves no permission claims.
-    pub related_via: Option<kube::Client>,
 }
 
 /// Brokers one kind: see the module documentation.
@@ -157,7 +152,6 @@ pub struct GenericReconciler {
 
 /// One consumer object being reconciled, and the names derived from it.
 struct Item {
-    cluster: ClusterName,
     obj: Value,
     api: Api<DynamicObject>,
     namespace: Option<String>,
@@ -201,7 +195,6 @@ impl Reconciler for GenericReconciler {
             return Ok(Action::await_change());
         };
         let item = Item {
-            cluster: ctx.cluster_name().clone(),
             obj: to_value(&obj),
             api: ctx
                 .cluster()
@@ -296,11 +289,11 @@ impl GenericReconciler {
     }
 
     /// The client related resources are written into the consumer cluster with.
+    /// The consumer cluster's client, which related resources are written with: for kcp
+    /// consumers the export's virtual workspace, where they need the export's permission claim
+    /// that the consumer's binding accepted.
     fn consumer_client(&self, item: &Item) -> kube::Client {
-        match &self.shared.related_via {
-            Some(root) => scoped_client(root, &cluster_prefix(item.cluster.as_str())),
-            None => item.api.clone().into_client(),
-        }
+        item.api.clone().into_client()
     }
 
     fn copy_api(&self, cluster: &Cluster, item: &Item) -> Api<DynamicObject> {

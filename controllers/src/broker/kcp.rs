@@ -193,6 +193,5 @@ pub fn options(
         compute: None,
         kinds,
         workers,
-        related_via: Some(client),
     })
 }

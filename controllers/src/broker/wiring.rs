@@ -45,8 +45,6 @@ pub struct BrokerOptions {
     pub kinds: Vec<Brokered>,
     /// Workers per brokering controller.
     pub workers: usize,
-    /// See [`Shared::related_via`].
-    pub related_via: Option<kube::Client>,
 }
 
 /// A reconciler for watches that only forward events elsewhere; never called.
@@ -88,7 +86,6 @@ impl Broker {
             providers: providers.clone(),
             coordination: options.coordination.as_ref().map(|c| c.client()),
             discovery: discovery.clone(),
-            related_via: options.related_via.clone(),
         };
         let err = |e: crate::runtime::ManagerError| e.to_string();
         for b in &options.kinds {

@@ -269,7 +269,6 @@ impl Env {
             compute: None,
             kinds: vec![brokered],
             workers: 2,
-            related_via: None,
         })
         .expect("broker");
         let s = stop.clone();
@@ -762,7 +761,9 @@ pub(crate) async fn export_certificates(client: &kube::Client) {
     let export: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
         "metadata": {"name": "certificates"},
-        "spec": {"latestResourceSchemas": ["v1alpha1.certificates.example.platform-mesh.io"]}
+        "spec": {"latestResourceSchemas": ["v1alpha1.certificates.example.platform-mesh.io"],
+                 // The certificates' Secrets reach consumers through this claim.
+                 "permissionClaims": [{"resource": "secrets", "all": true}]}
     }))
     .expect("export");
     Api::<DynamicObject>::all_with(client.clone(), &kcp_kind("APIExport", "apiexports"))
@@ -775,7 +776,8 @@ pub(crate) async fn export_certificates(client: &kube::Client) {
 pub(crate) async fn bind_certificates(client: &kube::Client, path: &str) {
     let binding: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding", "metadata": {"name": "certificates"},
-        "spec": {"reference": {"export": {"path": path, "name": "certificates"}}}
+        "spec": {"reference": {"export": {"path": path, "name": "certificates"}},
+                 "permissionClaims": [{"resource": "secrets", "all": true, "state": "Accepted"}]}
     }))
     .expect("binding");
     Api::<DynamicObject>::all_with(client.clone(), &kcp_kind("APIBinding", "apibindings"))
