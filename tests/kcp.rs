@@ -529,3 +529,84 @@ async fn the_rust_apiexport_provider_engages_kcp_workspaces_through_the_endpoint
         .expect("the provider task")
         .expect("the provider stops cleanly");
 }
+
+/// The security initializer of this project works on a real kcp through kcp's own initializing
+/// virtual workspace: it finds the URL in WorkspaceType `security`'s status, lists the waiting
+/// workspaces there, and removes its name, after which kcp moves the workspace to Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_security_initializer_finishes_workspaces_on_kcp() {
+    use controllers::security::{NoStore, SecurityInitializer, SecurityOptions};
+
+    let kcp = Kcp::start().await;
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(&kcp.admin_kubeconfig).expect("kcp admin.kubeconfig");
+    let access = std::sync::Arc::new(
+        controllers::platformmesh::kcp::Kcp::from_kubeconfig(kubeconfig, None)
+            .await
+            .expect("kcp access"),
+    );
+    let root = access.workspace("root");
+    let types: Api<DynamicObject> = Api::all_with(
+        root.clone(),
+        &ar(
+            "tenancy.kcp.io",
+            "v1alpha1",
+            "WorkspaceType",
+            "workspacetypes",
+        ),
+    );
+    types
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+                "metadata": {"name": "security"}, "spec": {"initializer": true}}),
+            )
+            .expect("type"),
+        )
+        .await
+        .expect("security type");
+    let workspaces: Api<DynamicObject> = Api::all_with(
+        root.clone(),
+        &ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces"),
+    );
+    workspaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+                "metadata": {"name": "team"}, "spec": {"type": {"name": "security", "path": "root"}}}))
+            .expect("workspace"),
+        )
+        .await
+        .expect("workspace");
+    // kcp holds it for root:security.
+    let initializers = eventually("the workspace waits for root:security", || {
+        let workspaces = workspaces.clone();
+        async move {
+            let w = workspaces.get("team").await.map_err(|e| e.to_string())?;
+            match w.data["status"]["phase"].as_str() {
+                Some("Initializing") => Ok(w.data["status"]["initializers"].clone()),
+                other => Err(format!("phase {other:?}")),
+            }
+        }
+    })
+    .await;
+    assert_eq!(initializers, json!(["root:security"]));
+    let initializer = SecurityInitializer::new(
+        access.clone(),
+        std::sync::Arc::new(NoStore),
+        SecurityOptions::default(),
+    );
+    eventually("the initializer finishes the workspace on kcp", || {
+        let (initializer, workspaces) = (&initializer, workspaces.clone());
+        async move {
+            initializer.pass().await.map_err(|e| e.to_string())?;
+            let w = workspaces.get("team").await.map_err(|e| e.to_string())?;
+            match w.data["status"]["phase"].as_str() {
+                Some("Ready") => Ok(()),
+                other => Err(format!("phase {other:?}")),
+            }
+        }
+    })
+    .await;
+}
