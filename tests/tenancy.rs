@@ -1302,3 +1302,91 @@ async fn terminators_hold_a_deleted_workspace_until_each_removed_itself() {
     }
     assert_eq!(api_error(inside.get("precious").await).0, 403);
 }
+
+/// A workspace type's default binding accepts every claim of its export, as kcp's API binder
+/// does: the export's owner reaches the claimed objects of every workspace of that type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_bindings_accept_their_exports_claims() {
+    let env = Env::start().await;
+    env.workspace("root:providers", "svc", "provider").await;
+    let provider = env.client("root:providers:svc");
+    let export: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIExport", "metadata": {"name": "svc"},
+        "spec": {"permissionClaims": [{"group": "", "resource": "configmaps", "verbs": ["get", "list"]}]}}))
+    .expect("export");
+    let export = Api::<DynamicObject>::all_with(
+        provider.clone(),
+        &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
+    )
+    .create(&PostParams::default(), &export)
+    .await
+    .expect("export");
+    Api::<DynamicObject>::all_with(
+        provider,
+        &ar(
+            "tenancy.kcp.io",
+            "v1alpha1",
+            "WorkspaceType",
+            "workspacetypes",
+        ),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+            "metadata": {"name": "customer"},
+            "spec": {"defaultAPIBindings": [{"path": "root:providers:svc", "export": "svc"}]}}),
+        )
+        .expect("type"),
+    )
+    .await
+    .expect("type");
+    let customer = env
+        .workspace("root:orgs", "customer", "root:providers:svc:customer")
+        .await;
+    let binding = Api::<DynamicObject>::all_with(
+        env.client("root:orgs:customer"),
+        &ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings"),
+    )
+    .get("svc")
+    .await
+    .expect("default binding");
+    assert_eq!(
+        binding.data["spec"]["permissionClaims"][0]["state"],
+        "Accepted"
+    );
+    assert_eq!(
+        binding.data["spec"]["permissionClaims"][0]["selector"],
+        json!({"matchAll": true})
+    );
+    let cm: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings"}, "data": {"a": "b"}}))
+    .expect("configmap");
+    Api::<DynamicObject>::namespaced_with(
+        env.client("root:orgs:customer"),
+        "default",
+        &ar("", "v1", "ConfigMap", "configmaps"),
+    )
+    .create(&PostParams::default(), &cm)
+    .await
+    .expect("configmap");
+    let url = format!(
+        "https://{}/services/apiexport/{}/svc/clusters/{customer}",
+        env.server.address,
+        export
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kcp.io/cluster"))
+            .expect("export cluster")
+    );
+    let seen = Api::<DynamicObject>::namespaced_with(
+        env.client_at(&url),
+        "default",
+        &ar("", "v1", "ConfigMap", "configmaps"),
+    )
+    .get("settings")
+    .await
+    .expect("the export's owner reads it through the claim");
+    assert_eq!(seen.data["data"]["a"], "b");
+}

@@ -433,6 +433,30 @@ pub fn claims_status(binding: &Value, export: &Value, now: &str) -> (Vec<Value>,
     (exported, Some(condition))
 }
 
+/// The claims a default binding (one a workspace type makes) accepts, as kcp's API binder
+/// does: every claim of the export, with its `defaultSelector` or all objects.
+pub fn default_acceptance(export: &Value) -> Vec<Value> {
+    export_claims(export)
+        .into_iter()
+        .map(|c| {
+            let selector = export["spec"]["permissionClaims"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|raw| ClaimedResource::from_json(raw) == c.claimed)
+                .and_then(|raw| {
+                    raw.get("defaultSelector")
+                        .filter(|s| s.is_object())
+                        .cloned()
+                })
+                .unwrap_or_else(|| json!({"matchAll": true}));
+            json!({"group": c.claimed.group, "resource": c.claimed.resource,
+                "identityHash": c.claimed.identity_hash, "verbs": c.verbs,
+                "selector": selector, "state": "Accepted"})
+        })
+        .collect()
+}
+
 /// Defaults a binding's claims as kcp's schema does: group and identity hash empty.
 pub fn default_binding_claims(binding: &mut Value) {
     let claims = binding

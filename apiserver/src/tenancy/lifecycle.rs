@@ -1,7 +1,7 @@
 //! Workspace lifecycle: opaque logical-cluster names, initialization (Scheduling ->
 //! Initializing -> Ready with the LogicalCluster), and deleting a cluster with everything below it.
 
-use serde_json::json;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::Tenancy;
@@ -267,11 +267,36 @@ async fn bind_defaults(
         if export.is_empty() {
             continue;
         }
+        // As kcp's API binder, a type's default binding accepts every claim of its export.
+        let export_cluster = match d["path"].as_str().filter(|p| !p.is_empty()) {
+            None => Some(child.to_string()),
+            Some(p) => match state.resolve(crate::request_info::ClusterTarget::Name(p.to_string()))
+            {
+                Ok(crate::request_info::ClusterTarget::Name(c)) => Some(c),
+                _ => None,
+            },
+        };
+        let claims = match export_cluster {
+            Some(c) => match state
+                .store
+                .get(&format!("/apis.kcp.io/apiexports/{c}/{export}"))
+                .await?
+            {
+                Some(kv) => objects::decode_stored(&kv.value)
+                    .map(|e| super::claims::default_acceptance(&e))
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            },
+            None => Vec::new(),
+        };
         let mut binding = json!({
             "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding",
             "metadata": {"name": export},
             "spec": {"reference": {"export": {"path": d["path"], "name": export}}},
         });
+        if !claims.is_empty() {
+            binding["spec"]["permissionClaims"] = Value::Array(claims);
+        }
         objects::prepare_for_create(&mut binding, &res, child);
         if state
             .prepare_binding_write(child, &mut binding, None, None)
