@@ -21,7 +21,7 @@
 //!   accept: application/json;as=Table;g=meta.k8s.io;v=v1   # default application/json
 //!   save: {rv: /metadata/resourceVersion}  # ${rv} in later paths and bodies
 //!   until: 200                   # repeat (up to 30 s) until the status is this one
-//!   untilAt: {/status/phase: Ready}  # ... until the answer has these values
+//!   untilAt: {/status/phase: Ready}  # ... until the answer has these values (pointers as in select)
 //!   stream: true                 # a watch: the answer is a list of events
 //!   select: /components/schemas/x  # compare only this part of the answer
 //!   each: [{name: a}, {name: b}] # one request per item, ${name} substituted, id gets -a, -b
@@ -340,7 +340,7 @@ impl Runner {
                 let body: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
                 step.until_at
                     .iter()
-                    .any(|(pointer, want)| body.pointer(pointer) != Some(want))
+                    .any(|(pointer, want)| select(&body, pointer).as_ref() != Some(want))
             };
             if (status_differs || value_differs) && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(200)).await;

@@ -584,9 +584,13 @@ async fn the_security_initializer_finishes_workspaces_on_kcp() {
         let workspaces = workspaces.clone();
         async move {
             let w = workspaces.get("team").await.map_err(|e| e.to_string())?;
-            match w.data["status"]["phase"].as_str() {
-                Some("Initializing") => Ok(w.data["status"]["initializers"].clone()),
-                other => Err(format!("phase {other:?}")),
+            // kcp copies the initializers onto the Workspace after it moved it to Initializing.
+            match (
+                w.data["status"]["phase"].as_str(),
+                &w.data["status"]["initializers"],
+            ) {
+                (Some("Initializing"), list) if list.is_array() => Ok(list.clone()),
+                (phase, list) => Err(format!("phase {phase:?}, initializers {list}")),
             }
         }
     })
