@@ -286,35 +286,9 @@ async fn run_initializer(
     Ok(done)
 }
 
-async fn create_many(
-    client: &kube::Client,
-    parent: &str,
-    prefix: &str,
-    n: usize,
-    writers: usize,
-    ty: Value,
-) -> anyhow::Result<()> {
-    let mut tasks = Vec::new();
-    for w in 0..writers.max(1) {
-        let (client, parent, prefix, ty) = (
-            client.clone(),
-            parent.to_string(),
-            prefix.to_string(),
-            ty.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut i = w;
-            while i < n {
-                workspace(&client, &parent, &format!("{prefix}{i:05}"), ty.clone()).await?;
-                i += writers.max(1);
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    Ok(())
+/// `ws-00000`, `ws-00001`, ...
+fn names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("ws-{i:05}")).collect()
 }
 
 async fn initialized(
@@ -342,13 +316,12 @@ async fn initialized(
         .ok_or_else(|| anyhow!("unexpected URL {url}"))?;
     // Without an initializer.
     let started = Instant::now();
-    create_many(
+    crate::bench_kcp::create_all(
         client,
         "root:plain",
-        "ws-",
-        n,
+        names(n),
         writers,
-        json!({"name": "universal"}),
+        Some(json!({"name": "universal"})),
     )
     .await?;
     all_ready(client, "root:plain", "ws-", n).await?;
@@ -362,13 +335,12 @@ async fn initialized(
         stop.clone(),
     ));
     let started = Instant::now();
-    create_many(
+    crate::bench_kcp::create_all(
         client,
         "root:gated",
-        "ws-",
-        n,
+        names(n),
         writers,
-        json!({"name": "bench-gated", "path": "root"}),
+        Some(json!({"name": "bench-gated", "path": "root"})),
     )
     .await?;
     all_ready(client, "root:gated", "ws-", n).await?;

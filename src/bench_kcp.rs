@@ -47,25 +47,36 @@ async fn send(
     }
 }
 
-fn workspace(name: &str) -> Value {
-    json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": name}})
+fn workspace(name: &str, ty: Option<&Value>) -> Value {
+    let mut ws = json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": name}});
+    if let Some(ty) = ty {
+        ws["spec"] = json!({"type": ty});
+    }
+    ws
 }
 
 fn workspaces(path: &str) -> String {
     format!("/clusters/{path}/apis/tenancy.kcp.io/v1alpha1/workspaces")
 }
 
-/// Creates `names` under `parent` with `writers` concurrent clients.
-async fn create_all(
+/// Creates `names` under `parent` with `writers` concurrent clients, of type `ty` (the
+/// parent's default child type when `None`).
+pub(crate) async fn create_all(
     client: &kube::Client,
     parent: &str,
     names: Vec<String>,
     writers: usize,
+    ty: Option<Value>,
 ) -> anyhow::Result<()> {
     let names = std::sync::Arc::new(names);
     let mut tasks = Vec::new();
     for w in 0..writers.max(1) {
-        let (client, names, parent) = (client.clone(), names.clone(), parent.to_string());
+        let (client, names, parent, ty) = (
+            client.clone(),
+            names.clone(),
+            parent.to_string(),
+            ty.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut i = w;
             while i < names.len() {
@@ -73,7 +84,7 @@ async fn create_all(
                     &client,
                     http::Method::POST,
                     &workspaces(&parent),
-                    Some(workspace(&names[i])),
+                    Some(workspace(&names[i], ty.as_ref())),
                 )
                 .await?;
                 if code != 200 {
@@ -130,7 +141,7 @@ async fn measure(t: &Target, n: usize, bound: usize, writers: usize) -> anyhow::
         c,
         http::Method::POST,
         &workspaces("root"),
-        Some(workspace("bulk")),
+        Some(workspace("bulk", None)),
     )
     .await?;
     if code != 200 {
@@ -145,6 +156,7 @@ async fn measure(t: &Target, n: usize, bound: usize, writers: usize) -> anyhow::
         "root:bulk",
         (0..n).map(|i| format!("ws-{i:05}")).collect(),
         writers,
+        None,
     )
     .await?;
     let flat_seconds = started.elapsed().as_secs_f64();
@@ -158,7 +170,7 @@ async fn measure(t: &Target, n: usize, bound: usize, writers: usize) -> anyhow::
     for _ in 0..10 {
         let mut names: Vec<String> = (0..10).map(|i| format!("leaf-{i}")).collect();
         names.push("branch".into());
-        create_all(c, &parent, names, writers).await?;
+        create_all(c, &parent, names, writers, None).await?;
         created += 11;
         ready(c, &parent, "", 11, Instant::now()).await?;
         parent = format!("{parent}:branch");
@@ -215,7 +227,7 @@ async fn virtual_workspace_list(
     writers: usize,
 ) -> anyhow::Result<(Vec<f64>, usize)> {
     let provider = "root:vwprovider";
-    create_all(c, "root", vec!["vwprovider".into()], 1).await?;
+    create_all(c, "root", vec!["vwprovider".into()], 1, None).await?;
     ready(c, "root", "vwprovider", 1, Instant::now()).await?;
     let kcp =
         |path: &str, plural: &str| format!("/clusters/{path}/apis/apis.kcp.io/v1alpha1/{plural}");

@@ -455,16 +455,9 @@ async fn route(
         if requested != info.cluster {
             return error_response(&ApiError::path_not_found());
         }
-        let body = if matches!(
-            parts.method,
-            Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-        ) {
-            match read_body(body).await {
-                Ok(b) => b,
-                Err(e) => return error_response(&e),
-            }
-        } else {
-            Bytes::new()
+        let body = match resource_body(&parts.method, body).await {
+            Ok(b) => b,
+            Err(e) => return error_response(&e),
         };
         if let Ok(mut l) = label.lock() {
             *l = (rr.verb.as_str().to_string(), rr.resource.clone());
@@ -604,16 +597,9 @@ async fn route(
             if let Ok(mut l) = label.lock() {
                 *l = (rr.verb.as_str().to_string(), rr.resource.clone());
             }
-            let body = if matches!(
-                parts.method,
-                Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-            ) {
-                match read_body(body).await {
-                    Ok(b) => b,
-                    Err(e) => return error_response(&e),
-                }
-            } else {
-                Bytes::new()
+            let body = match resource_body(&parts.method, body).await {
+                Ok(b) => b,
+                Err(e) => return error_response(&e),
             };
             if let Some(kind) = info.view {
                 return serve_view(
@@ -826,6 +812,14 @@ const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60
 /// How much of an oversized body is still read (and dropped) so the client, still sending, gets
 /// its 413 instead of a reset connection.
 const OVERSIZED_BODY_DRAIN: usize = 64 * 1024 * 1024;
+
+/// The body of a resource request: read for the methods that carry one, empty for reads.
+async fn resource_body(method: &Method, body: Incoming) -> Result<Bytes, ApiError> {
+    match *method {
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE => read_body(body).await,
+        _ => Ok(Bytes::new()),
+    }
+}
 
 async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
     match tokio::time::timeout(BODY_READ_TIMEOUT, collect_limited(body)).await {

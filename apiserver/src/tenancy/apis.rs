@@ -194,16 +194,19 @@ pub async fn reload_cluster_types(state: &Tenancy, cluster: &str) {
             }
         }
     }
-    if let Ok((bindings, _)) = list_all(
+    let bindings: Option<Vec<Value>> = list_all(
         state.store.as_ref(),
         &format!("/apis.kcp.io/apibindings/{cluster}/"),
     )
     .await
-    {
-        for kv in bindings {
-            let Ok(b) = objects::decode_stored(&kv.value) else {
-                continue;
-            };
+    .ok()
+    .map(|(kvs, _)| {
+        kvs.iter()
+            .filter_map(|kv| objects::decode_stored(&kv.value).ok())
+            .collect()
+    });
+    if let Some(bindings) = &bindings {
+        for b in bindings {
             if b["status"]["phase"] != "Bound" {
                 continue;
             }
@@ -235,7 +238,9 @@ pub async fn reload_cluster_types(state: &Tenancy, cluster: &str) {
         }
     }
     state.catalog.set_cluster_resources(cluster, extra);
-    state.refresh_claims(cluster).await;
+    if let Some(bindings) = &bindings {
+        state.refresh_claims(cluster, bindings).await;
+    }
 }
 
 /// The API surface of an APIExport's virtual workspace: the exported resources (stored under

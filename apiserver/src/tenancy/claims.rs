@@ -656,28 +656,35 @@ impl Tenancy {
     /// The accepted claims of `cluster`, and whether any binding there has claims on either
     /// side (so its status speaks about them).
     async fn compute_claims(&self, cluster: &str) -> (Vec<AcceptedClaim>, bool) {
-        let mut out = Vec::new();
-        let mut any = false;
         let Ok((bindings, _)) = list_all(
             self.store.as_ref(),
             &format!("/apis.kcp.io/apibindings/{cluster}/"),
         )
         .await
         else {
-            return (out, any);
+            return (Vec::new(), false);
         };
-        for kv in bindings {
-            let Ok(b) = objects::decode_stored(&kv.value) else {
-                continue;
-            };
+        let bindings: Vec<Value> = bindings
+            .iter()
+            .filter_map(|kv| objects::decode_stored(&kv.value).ok())
+            .collect();
+        self.claims_from(&bindings).await
+    }
+
+    /// [`Tenancy::compute_claims`] from a cluster's APIBindings, already read.
+    async fn claims_from(&self, bindings: &[Value]) -> (Vec<AcceptedClaim>, bool) {
+        let mut out = Vec::new();
+        let mut any = false;
+        for b in bindings {
             if b["status"]["phase"] != "Bound" {
                 continue;
             }
-            any |= !binding_claims(&b).is_empty()
+            let claims = binding_claims(b);
+            any |= !claims.is_empty()
                 || b["status"]["exportPermissionClaims"]
                     .as_array()
                     .is_some_and(|c| !c.is_empty());
-            if binding_claims(&b).is_empty() {
+            if claims.is_empty() {
                 continue;
             }
             let export_cluster = b["status"]["apiExportClusterName"].as_str().unwrap_or("");
@@ -696,7 +703,7 @@ impl Tenancy {
             let Ok(e) = objects::decode_stored(&ekv.value) else {
                 continue;
             };
-            out.extend(accepted_claims(objects::name(&b), &b, export_cluster, &e));
+            out.extend(accepted_claims(objects::name(b), b, export_cluster, &e));
         }
         (out, any)
     }
@@ -710,13 +717,14 @@ impl Tenancy {
 
     /// Recomputes the claims of `cluster`; relabels the resources whose claims changed and
     /// brings the bindings' applied claims up to date, in the background.
-    pub(crate) async fn refresh_claims(&self, cluster: &str) {
+    /// `bindings` are the cluster's APIBindings as just read.
+    pub(crate) async fn refresh_claims(&self, cluster: &str, bindings: &[Value]) {
         let old = self
             .claims
             .read()
             .ok()
             .and_then(|m| m.get(cluster).cloned());
-        let (new, any) = self.compute_claims(cluster).await;
+        let (new, any) = self.claims_from(bindings).await;
         let new = Arc::new(new);
         if let Ok(mut m) = self.claims.write() {
             m.insert(cluster.to_string(), new.clone());

@@ -788,21 +788,24 @@ mod tests {
         assert_eq!(seen, 9);
     }
 
+    /// The object `kind`/`name` KcpSetup plans for a default PlatformMesh on a kcp of `facts`.
+    fn planned_kcp_object(kind: &str, name: &str, facts: &[(&str, String)]) -> Value {
+        let s = spec(json!({}));
+        let d = kcp_data("pm", &s, &IdpSettings::default(), facts);
+        plan(&Engine::default(), "kcp", &d, &s)
+            .unwrap()
+            .into_iter()
+            .flat_map(|st| st.objects)
+            .find(|p| p.object["kind"] == kind && p.object["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} planned"))
+            .object
+    }
+
     #[test]
     fn the_core_export_leaves_out_accounts_where_the_kcp_serves_them() {
         let schemas = |facts: &[(&str, String)]| -> Vec<String> {
-            let s = spec(json!({}));
-            let d = kcp_data("pm", &s, &IdpSettings::default(), facts);
-            plan(&Engine::default(), "kcp", &d, &s)
-                .unwrap()
-                .into_iter()
-                .flat_map(|st| st.objects)
-                .find(|p| {
-                    p.object["kind"] == "APIExport"
-                        && p.object["metadata"]["name"] == "core.platform-mesh.io"
-                })
-                .unwrap()
-                .object["spec"]["latestResourceSchemas"]
+            planned_kcp_object("APIExport", "core.platform-mesh.io", facts)["spec"]
+                ["latestResourceSchemas"]
                 .as_array()
                 .unwrap()
                 .iter()
@@ -821,19 +824,7 @@ mod tests {
     #[test]
     fn the_security_type_sets_a_terminator_only_where_the_kcp_keeps_it() {
         let security = |facts: &[(&str, String)]| -> Value {
-            let s = spec(json!({}));
-            let d = kcp_data("pm", &s, &IdpSettings::default(), facts);
-            plan(&Engine::default(), "kcp", &d, &s)
-                .unwrap()
-                .into_iter()
-                .flat_map(|st| st.objects)
-                .find(|p| {
-                    p.object["kind"] == "WorkspaceType"
-                        && p.object["metadata"]["name"] == "security"
-                })
-                .unwrap()
-                .object["spec"]
-                .clone()
+            planned_kcp_object("WorkspaceType", "security", facts)["spec"].clone()
         };
         assert_eq!(
             security(&[]),
