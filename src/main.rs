@@ -501,9 +501,18 @@ fn main() -> anyhow::Result<()> {
                     move |registry| status.register(registry)
                 }));
                 let server = apiserver::server::start(opts).await?;
+                let restricted = match controller_args.forbid_tenant_admin {
+                    true => Some(server.write_user_kubeconfig(
+                        operator::WORKSPACE_CONTROLLERS_KUBECONFIG,
+                        operator::WORKSPACE_CONTROLLERS_USER,
+                        &[],
+                    )?),
+                    false => None,
+                };
                 let controllers = operator::start(
                     &controller_args,
                     &server.kubeconfig,
+                    restricted.as_deref(),
                     shared_store,
                     leader_status,
                 )

@@ -62,9 +62,23 @@ pub struct ControllerArgs {
     /// Extra post-logout redirect URIs of the portal's sign-in client.
     #[arg(long, value_delimiter = ',')]
     pub idp_welcome_additional_post_logout_redirect_uris: Vec<String>,
+    /// Run the Account and AccountInfo controllers and the security initializer under an
+    /// identity of their own (user `system:platform-mesh:workspace-controllers`, kubeconfig
+    /// `<data-dir>/workspace-controllers.kubeconfig`) that has no rights inside organisation and
+    /// account workspaces: they reach those only through the `core.platform-mesh.io` export's
+    /// virtual workspace and its permission claims, and through the security type's
+    /// initializing virtual workspace, as upstream's operators on a real kcp. The export comes
+    /// from a PlatformMesh's KcpSetup. Only for this server's own workspaces.
+    #[arg(long, conflicts_with = "kcp_kubeconfig")]
+    pub forbid_tenant_admin: bool,
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
 }
+
+/// The user the workspace controllers run as with `--forbid-tenant-admin`.
+pub const WORKSPACE_CONTROLLERS_USER: &str = "system:platform-mesh:workspace-controllers";
+/// The kubeconfig file (in the data directory) of [`WORKSPACE_CONTROLLERS_USER`].
+pub const WORKSPACE_CONTROLLERS_KUBECONFIG: &str = "workspace-controllers.kubeconfig";
 
 /// Leader election among replicas, with kube-controller-manager's flags.
 #[derive(clap::Args, Clone, Debug)]
@@ -151,15 +165,21 @@ async fn kcp_access(args: &ControllerArgs, own: &Path) -> anyhow::Result<Kcp> {
 /// The workspace where a real kcp's Platform Mesh exports and their endpoint slices live.
 const EXPORT_WORKSPACE: &str = "root:platform-mesh-system";
 
-/// Starts the workspace controllers (Account, AccountInfo, Provider). On this server (`own`)
-/// every workspace is engaged (the kinds are served natively everywhere); on a real kcp, the
-/// workspaces bound to the `core.platform-mesh.io` export (Accounts) and to the
-/// `providers.platform-mesh.io` export (Providers), as upstream's operators do.
-async fn start_workspace_controllers(
-    kcp: Arc<Kcp>,
-    own: bool,
-    stop: &CancellationToken,
-) -> anyhow::Result<Vec<JoinHandle<()>>> {
+/// How the workspace controllers reach workspaces.
+enum WorkspaceAccess {
+    /// Every workspace of this server, with its admin credentials (the kinds are served
+    /// natively everywhere).
+    Native,
+    /// Through the exports' virtual workspaces of a real kcp, with the kcp credentials.
+    Exports,
+    /// This server's workspaces, the Account controllers and the security initializer through
+    /// the `core.platform-mesh.io` export and the initializing virtual workspace under their
+    /// own identity (`--forbid-tenant-admin`); the Provider controller as [`Native`].
+    Restricted(Arc<Kcp>),
+}
+
+/// A client configuration of `kcp`'s kubeconfig, and its base address.
+async fn home_of(kcp: &Kcp) -> anyhow::Result<(kube::Config, String)> {
     let home =
         kube::Config::from_custom_kubeconfig(kcp.kubeconfig.clone(), &KubeConfigOptions::default())
             .await
@@ -169,39 +189,83 @@ async fn start_workspace_controllers(
         .to_string()
         .trim_end_matches('/')
         .to_string();
+    Ok((home, base))
+}
+
+/// `home` pointed at the workspace of the Platform Mesh exports.
+fn at_exports(home: &kube::Config, base: &str) -> anyhow::Result<kube::Config> {
+    let mut at = home.clone();
+    at.cluster_url = format!("{base}/clusters/{EXPORT_WORKSPACE}")
+        .parse()
+        .context("the kcp address")?;
+    Ok(at)
+}
+
+/// Starts the workspace controllers (Account, AccountInfo, Provider) and the security
+/// initializer. On this server every workspace is engaged (the kinds are served natively
+/// everywhere) unless `--forbid-tenant-admin`; on a real kcp, the workspaces bound to the
+/// `core.platform-mesh.io` export (Accounts) and to the `providers.platform-mesh.io` export
+/// (Providers), as upstream's operators do.
+async fn start_workspace_controllers(
+    kcp: Arc<Kcp>,
+    access: WorkspaceAccess,
+    stop: &CancellationToken,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let (home, base) = home_of(&kcp).await?;
     let mut groups: Vec<(ApiExportOptions, kube::Config, Manager)> = Vec::new();
-    if own {
-        let manager = Manager::new(ManagerOptions::default());
-        controllers::tenants::add(&manager, kcp.clone(), WORKSPACE_WORKERS)
-            .context("adding the workspace controllers")?;
-        groups.push((ApiExportOptions::every_workspace(vec![base]), home, manager));
-    } else {
-        let mut at_exports = home.clone();
-        at_exports.cluster_url = format!("{base}/clusters/{EXPORT_WORKSPACE}")
-            .parse()
-            .context("the kcp address")?;
-        let accounts = Manager::new(ManagerOptions::default());
-        controllers::tenants::add_accounts(&accounts, kcp.clone(), WORKSPACE_WORKERS)
-            .context("adding the account controllers")?;
-        groups.push((
-            ApiExportOptions::for_slice("core.platform-mesh.io"),
-            at_exports.clone(),
-            accounts,
-        ));
-        let providers = Manager::new(ManagerOptions::default());
-        controllers::tenants::add_providers(&providers, kcp.clone(), WORKSPACE_WORKERS)
-            .context("adding the Provider controller")?;
-        groups.push((
-            ApiExportOptions::for_slice("providers.platform-mesh.io"),
-            at_exports,
-            providers,
-        ));
+    let mut initializer_kcp = kcp.clone();
+    match access {
+        WorkspaceAccess::Native => {
+            let manager = Manager::new(ManagerOptions::default());
+            controllers::tenants::add(&manager, kcp.clone(), WORKSPACE_WORKERS)
+                .context("adding the workspace controllers")?;
+            groups.push((ApiExportOptions::every_workspace(vec![base]), home, manager));
+        }
+        WorkspaceAccess::Exports => {
+            let at_exports = at_exports(&home, &base)?;
+            let accounts = Manager::new(ManagerOptions::default());
+            controllers::tenants::add_accounts(&accounts, kcp.clone(), WORKSPACE_WORKERS)
+                .context("adding the account controllers")?;
+            groups.push((
+                ApiExportOptions::for_slice("core.platform-mesh.io"),
+                at_exports.clone(),
+                accounts,
+            ));
+            let providers = Manager::new(ManagerOptions::default());
+            controllers::tenants::add_providers(&providers, kcp.clone(), WORKSPACE_WORKERS)
+                .context("adding the Provider controller")?;
+            groups.push((
+                ApiExportOptions::for_slice("providers.platform-mesh.io"),
+                at_exports,
+                providers,
+            ));
+        }
+        WorkspaceAccess::Restricted(restricted) => {
+            let (own_home, own_base) = home_of(&restricted).await?;
+            let accounts = Manager::new(ManagerOptions::default());
+            controllers::tenants::add_accounts(&accounts, restricted.clone(), WORKSPACE_WORKERS)
+                .context("adding the account controllers")?;
+            groups.push((
+                ApiExportOptions::for_slice("core.platform-mesh.io"),
+                at_exports(&own_home, &own_base)?,
+                accounts,
+            ));
+            let providers = Manager::new(ManagerOptions::default());
+            controllers::tenants::add_providers(&providers, kcp.clone(), WORKSPACE_WORKERS)
+                .context("adding the Provider controller")?;
+            groups.push((
+                ApiExportOptions::every_workspace(vec![base]),
+                home,
+                providers,
+            ));
+            initializer_kcp = restricted;
+        }
     }
     let mut running = Vec::new();
     // The security type's initializer finishes new organisation and account workspaces
     // through kcp's initializing virtual workspace (this server's or a real kcp's).
     let initializer = controllers::security::SecurityInitializer::new(
-        kcp.clone(),
+        initializer_kcp,
         Arc::new(controllers::security::NoStore),
         controllers::security::SecurityOptions::default(),
     );
@@ -216,6 +280,84 @@ async fn start_workspace_controllers(
         }));
     }
     Ok(running)
+}
+
+/// The name of the roles and bindings of [`WORKSPACE_CONTROLLERS_USER`].
+const WORKSPACE_CONTROLLERS_ROLE: &str = "platform-mesh:workspace-controllers";
+
+/// What [`WORKSPACE_CONTROLLERS_USER`] may do outside the virtual workspaces, per workspace:
+/// use the Platform Mesh exports (kcp's `apiexports/content`) and read their endpoint slices in
+/// the export workspace; finish workspaces of type `security` (kcp's `initialize` and
+/// `terminate`) in `root`; and in `root:orgs`, where the organisations' Accounts and their
+/// WorkspaceTypes live, `use` those types (kcp asks it of whoever creates a workspace of a
+/// type), read the Accounts and write the IdentityProviderConfigurations (the security
+/// initializer's steps). Nothing inside an organisation or account workspace.
+fn workspace_controller_rules() -> Vec<(&'static str, serde_json::Value)> {
+    use serde_json::json;
+    let read = ["get", "list", "watch"];
+    vec![
+        (
+            EXPORT_WORKSPACE,
+            json!([
+                {"apiGroups": ["apis.kcp.io"], "resources": ["apiexports/content"],
+                 "resourceNames": ["core.platform-mesh.io"], "verbs": ["*"]},
+                {"apiGroups": ["apis.kcp.io"], "resources": ["apiexports", "apiexportendpointslices"],
+                 "verbs": read},
+            ]),
+        ),
+        (
+            "root",
+            json!([
+                {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspacetypes"],
+                 "resourceNames": ["security"], "verbs": ["get", "initialize", "terminate"]},
+            ]),
+        ),
+        (
+            controllers::account::ORGS_PATH,
+            json!([
+                {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspacetypes"], "verbs": ["use"]},
+                {"apiGroups": ["core.platform-mesh.io"], "resources": ["accounts"], "verbs": ["get"]},
+                {"apiGroups": ["core.platform-mesh.io"], "resources": ["identityproviderconfigurations"],
+                 "verbs": ["get", "create", "update", "patch", "delete"]},
+            ]),
+        ),
+    ]
+}
+
+/// Writes [`workspace_controller_rules`] as a ClusterRole and ClusterRoleBinding in each
+/// workspace, with this server's admin access (`admin`), as an installer would.
+async fn grant_workspace_controllers(admin: &Kcp) -> anyhow::Result<()> {
+    use kube::api::{DynamicObject, Patch, PatchParams};
+    use serde_json::json;
+    let rbac = |kind: &str, plural: &str| {
+        kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
+            plural,
+        )
+    };
+    let (roles, bindings) = (
+        rbac("ClusterRole", "clusterroles"),
+        rbac("ClusterRoleBinding", "clusterrolebindings"),
+    );
+    let params = PatchParams::apply("platform-mesh").force();
+    for (workspace, rules) in workspace_controller_rules() {
+        let client = admin.workspace(workspace);
+        let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": WORKSPACE_CONTROLLERS_ROLE}, "rules": rules});
+        let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": WORKSPACE_CONTROLLERS_ROLE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": WORKSPACE_CONTROLLERS_ROLE},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": WORKSPACE_CONTROLLERS_USER}]});
+        for (ar, obj) in [(&roles, role), (&bindings, binding)] {
+            kube::Api::<DynamicObject>::all_with(client.clone(), ar)
+                .patch(WORKSPACE_CONTROLLERS_ROLE, &params, &Patch::Apply(obj))
+                .await
+                .with_context(|| {
+                    format!("granting the workspace controllers their rights in {workspace}")
+                })?;
+        }
+    }
+    Ok(())
 }
 
 /// Concurrent reconciles of each workspace controller.
@@ -253,19 +395,22 @@ impl Controllers {
 /// Starts the controllers in the background; `own` is this server's admin kubeconfig, used for
 /// every cluster no flag names. With leader election (see [`LeaderElectionArgs`]) they run only
 /// while this replica leads; `status` then reports `leader_election_master_status`.
+/// `restricted`: the kubeconfig of [`WORKSPACE_CONTROLLERS_USER`] with `--forbid-tenant-admin`.
 pub async fn start(
     args: &ControllerArgs,
     own: &Path,
+    restricted: Option<&Path>,
     shared_store: bool,
     status: LeaderStatus,
 ) -> anyhow::Result<Controllers> {
+    let restricted = restricted.map(Path::to_path_buf);
     let stop = CancellationToken::new();
     if args.no_controllers {
         return Ok(Controllers { stop, task: None });
     }
     let task = match args.leader_election.config(shared_store)? {
         None => {
-            let running = run(args, own, &stop).await?;
+            let running = run(args, own, restricted.as_deref(), &stop).await?;
             tokio::spawn(async move {
                 futures::future::join_all(running).await;
             })
@@ -278,7 +423,16 @@ pub async fn start(
             .await?;
             let elector = LeaderElector::new(runtime.clone(), config.clone()).with_status(status);
             let (args, own, stop) = (args.clone(), own.to_path_buf(), stop.clone());
-            tokio::spawn(async move { lead(elector, runtime, &config, &args, &own, &stop).await })
+            tokio::spawn(async move {
+                lead(
+                    elector,
+                    runtime,
+                    &config,
+                    (&args, &own, restricted.as_deref()),
+                    &stop,
+                )
+                .await
+            })
         }
     };
     Ok(Controllers {
@@ -293,14 +447,13 @@ async fn lead(
     elector: LeaderElector,
     runtime: kube::Client,
     config: &LeaderElectionConfig,
-    args: &ControllerArgs,
-    own: &Path,
+    (args, own, restricted): (&ControllerArgs, &Path, Option<&Path>),
     stop: &CancellationToken,
 ) {
     ensure_namespace(&runtime, &config.namespace, stop).await;
     while let Some(leadership) = elector.acquire(stop).await {
         let lost = leadership.lost();
-        let running = match run(args, own, &lost).await {
+        let running = match run(args, own, restricted, &lost).await {
             Ok(running) => running,
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "starting the controllers failed; giving leadership up");
@@ -364,6 +517,7 @@ fn pick(flag: &Option<PathBuf>, own: &Path) -> PathBuf {
 async fn run(
     args: &ControllerArgs,
     own: &Path,
+    restricted: Option<&Path>,
     stop: &CancellationToken,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let infra = client(
@@ -378,8 +532,19 @@ async fn run(
     .await?;
     let mut kcp = kcp_access(args, own).await?;
     let shared = Arc::new(kcp_access(args, own).await?);
-    let mut running =
-        start_workspace_controllers(shared.clone(), args.kcp_kubeconfig.is_none(), stop).await?;
+    let access = match (restricted, &args.kcp_kubeconfig) {
+        (Some(path), _) => {
+            grant_workspace_controllers(&shared).await?;
+            WorkspaceAccess::Restricted(Arc::new(
+                Kcp::from_kubeconfig(read_kubeconfig(path, "workspace controllers")?, None)
+                    .await
+                    .context("the workspace controllers' kubeconfig")?,
+            ))
+        }
+        (None, None) => WorkspaceAccess::Native,
+        (None, Some(_)) => WorkspaceAccess::Exports,
+    };
+    let mut running = start_workspace_controllers(shared.clone(), access, stop).await?;
     kcp.secret_namespace = args.kcp_namespace.clone();
     kcp.idp = IdpSettings {
         registration_allowed: args.idp_registration_allowed,

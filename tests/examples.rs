@@ -15,10 +15,13 @@ enum Step {
     /// `cargo run --release -- <args> &`: the binary started in the background with `args`,
     /// stopped when the walkthrough ends.
     Background(Vec<String>),
+    /// `cargo run --release -- serve <flags>`: the flags the walkthrough's server runs with
+    /// (the test starts it itself).
+    Serve(Vec<String>),
 }
 
-/// The steps of a README's ```sh blocks, without the ones that start the server or point
-/// KUBECONFIG at it (the test does both itself).
+/// The steps of a README's ```sh blocks; the server's start becomes its flags, and pointing
+/// KUBECONFIG at it is left out (the test does both itself).
 fn commands(readme: &Path) -> Vec<Step> {
     let text = std::fs::read_to_string(readme).expect("read README");
     let mut out = Vec::new();
@@ -39,6 +42,12 @@ fn commands(readme: &Path) -> Vec<Step> {
                 ));
                 continue;
             }
+            if let Some(flags) = t.strip_prefix("cargo run --release -- serve") {
+                out.push(Step::Serve(
+                    flags.split_whitespace().map(str::to_string).collect(),
+                ));
+                continue;
+            }
             if t.starts_with("cargo run") || t.starts_with("export KUBECONFIG=") {
                 continue;
             }
@@ -56,7 +65,15 @@ fn run_walkthrough(example: &str, version: &str) {
     let readme = root.join("examples").join(example).join("README.md");
     let cmds = commands(&readme);
     assert!(!cmds.is_empty(), "{} has no commands", readme.display());
-    let server = Server::start();
+    let flags: Vec<&str> = cmds
+        .iter()
+        .filter_map(|s| match s {
+            Step::Serve(flags) => Some(flags.iter().map(String::as_str)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let server = Server::start_with(&flags);
     let home = tempfile::tempdir().expect("home");
     let bin_dir = home.path().join("bin");
     std::fs::create_dir_all(&bin_dir).expect("bin dir");
@@ -79,6 +96,7 @@ fn run_walkthrough(example: &str, version: &str) {
     for step in cmds {
         let cmd = match step {
             Step::Shell(cmd) => in_data_dir(&cmd),
+            Step::Serve(_) => continue,
             Step::Background(args) => {
                 let args: Vec<String> = args.iter().map(|a| in_data_dir(a)).collect();
                 let child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))

@@ -1390,3 +1390,146 @@ async fn default_bindings_accept_their_exports_claims() {
     .expect("the export's owner reads it through the claim");
     assert_eq!(seen.data["data"]["a"], "b");
 }
+
+/// kcp's warrant: a write that an APIExport's virtual workspace lets into a consumer's workspace
+/// runs with the rights of that workspace's administrator (kcp impersonates the caller and adds
+/// a warrant of a workspace-local admin), so the export's owner may create there, through an
+/// accepted claim, a ClusterRole granting more than it holds itself; the same owner reaching the
+/// workspace directly is refused, and so is a workspace that did not accept the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_through_the_virtual_workspace_carry_kcps_warrant_into_that_workspace() {
+    let env = Env::start().await;
+    env.workspace("root:providers", "owner", "provider").await;
+    let granted = env.workspace("root:orgs", "granted", "organization").await;
+    env.workspace("root:orgs", "refused", "organization").await;
+    // User `owner` administers its own workspace and nothing else.
+    let rbac = |kind: &str, plural: &str| ar("rbac.authorization.k8s.io", "v1", kind, plural);
+    let admin_in_owner = env.client("root:providers:owner");
+    let role: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "everything"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}))
+    .expect("role");
+    Api::<DynamicObject>::all_with(admin_in_owner.clone(), &rbac("ClusterRole", "clusterroles"))
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("role in the owner's workspace");
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "owner"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "everything"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "owner"}]}))
+    .expect("binding");
+    Api::<DynamicObject>::all_with(
+        admin_in_owner.clone(),
+        &rbac("ClusterRoleBinding", "clusterrolebindings"),
+    )
+    .create(&PostParams::default(), &binding)
+    .await
+    .expect("binding in the owner's workspace");
+    let kubeconfig = env
+        .server
+        .write_user_kubeconfig("owner.kubeconfig", "owner", &[])
+        .expect("owner's kubeconfig");
+    let owner_config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).expect("read"),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("owner's config");
+    let owner_at = |path: &str| {
+        let mut c = owner_config.clone();
+        c.cluster_url = format!("https://{}{path}", env.server.address)
+            .parse()
+            .expect("url");
+        Client::try_from(c).expect("client")
+    };
+    // The owner exports nothing but a claim on ClusterRoles.
+    let export: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIExport", "metadata": {"name": "roles"},
+        "spec": {"permissionClaims": [{"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verbs": ["*"]}]}}))
+    .expect("export");
+    let export = Api::<DynamicObject>::all_with(
+        owner_at("/clusters/root:providers:owner"),
+        &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
+    )
+    .create(&PostParams::default(), &export)
+    .await
+    .expect("the owner's export");
+    let export_cluster = export
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kcp.io/cluster"))
+        .expect("export cluster")
+        .clone();
+    // `granted` accepts the claim, `refused` binds without accepting it.
+    for (path, claims) in [
+        (
+            "root:orgs:granted",
+            json!([{"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verbs": ["*"],
+                    "selector": {"matchAll": true}, "state": "Accepted"}]),
+        ),
+        ("root:orgs:refused", json!([])),
+    ] {
+        let b: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIBinding", "metadata": {"name": "roles"},
+            "spec": {"reference": {"export": {"path": "root:providers:owner", "name": "roles"}},
+                     "permissionClaims": claims}}))
+        .expect("binding");
+        Api::<DynamicObject>::all_with(
+            env.client(path),
+            &ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings"),
+        )
+        .create(&PostParams::default(), &b)
+        .await
+        .expect("consumer binding");
+    }
+    claims_applied(&env, "root:orgs:granted", "roles").await;
+    let refused = env
+        .client("root:orgs:refused")
+        .request_text(
+            http::Request::get("/apis/core.kcp.io/v1alpha1/logicalclusters/cluster")
+                .body(Vec::new())
+                .expect("request"),
+        )
+        .await
+        .expect("refused's LogicalCluster");
+    let refused: Value = serde_json::from_str(&refused).expect("json");
+    let refused = refused["metadata"]["annotations"]["kcp.io/cluster"]
+        .as_str()
+        .expect("refused's cluster")
+        .to_string();
+    let powerful: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "powerful"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}))
+    .expect("role");
+    let through = |cluster: &str| {
+        Api::<DynamicObject>::all_with(
+            owner_at(&format!(
+                "/services/apiexport/{export_cluster}/roles/clusters/{cluster}"
+            )),
+            &rbac("ClusterRole", "clusterroles"),
+        )
+    };
+    through(&granted)
+        .create(&PostParams::default(), &powerful)
+        .await
+        .expect("the warrant lets the owner write what the workspace's admin could");
+    let direct = Api::<DynamicObject>::all_with(
+        owner_at("/clusters/root:orgs:granted"),
+        &rbac("ClusterRole", "clusterroles"),
+    );
+    let (code, _) = api_error(direct.get("powerful").await);
+    assert_eq!(
+        code, 403,
+        "directly, the owner is no member of the workspace"
+    );
+    let (code, message) = api_error(
+        through(&refused)
+            .create(&PostParams::default(), &powerful)
+            .await,
+    );
+    assert_eq!(code, 403, "{message}");
+}

@@ -260,6 +260,7 @@ impl RequestHeader {
             uid: uid.unwrap_or_default(),
             extra,
             home_cluster: None,
+            warrant: None,
         })
     }
 }

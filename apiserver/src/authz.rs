@@ -39,6 +39,9 @@ pub fn user_info(identity: &Identity, cluster: Option<&str>) -> UserInfo {
     if name != "system:anonymous" && !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
         groups.push(AUTHENTICATED_GROUP.into());
     }
+    if cluster.is_some() && identity.warrant.as_deref() == cluster {
+        groups.push(crate::auth::SYSTEM_MASTERS.into());
+    }
     UserInfo {
         name,
         groups,
@@ -416,6 +419,7 @@ pub async fn impersonate(
         uid: uid.unwrap_or_default(),
         extra,
         home_cluster: cluster.map(str::to_string),
+        warrant: None,
     }))
 }
 
@@ -474,6 +478,12 @@ impl RbacEscalation {
 
 #[async_trait::async_trait]
 impl crate::registry::Strategy for RbacEscalation {
+    /// RBAC objects are named by path segment, as kube-apiserver's `ValidateRBACName` does
+    /// (`system:controller:...`, `platform-mesh:...`).
+    fn name_rule(&self) -> Option<crate::names::NameRule> {
+        Some(crate::names::NameRule::PathSegment)
+    }
+
     async fn prepare_for_store(
         &self,
         write: &crate::registry::WriteAttributes<'_>,
@@ -489,6 +499,24 @@ mod tests {
     use super::*;
     use crate::auth::Decision;
     use crate::request_info::Verb;
+
+    #[test]
+    fn a_warrant_makes_an_administrator_of_its_one_workspace_only() {
+        let mut owner = Identity::new("owner", vec![]);
+        assert!(!user_info(&owner, Some("c1")).is_master());
+        owner.warrant = Some("c1".into());
+        assert!(user_info(&owner, Some("c1")).is_master());
+        assert!(!user_info(&owner, Some("c2")).is_master());
+        assert!(
+            !user_info(&owner, None).is_master(),
+            "not across workspaces"
+        );
+        assert_eq!(
+            user_info(&owner, Some("c1")).name,
+            "owner",
+            "still the caller"
+        );
+    }
 
     /// An authorizer that allows only `alice` to get configmaps, and counts `bob` (and alice) as
     /// members of every workspace.

@@ -637,6 +637,14 @@ async fn route(
                 )
                 .await;
             }
+            // Let into one workspace through an export, the write then runs with kcp's warrant.
+            let identity = match (&info.virtual_workspace, &info.cluster, identity) {
+                (Some(_), ClusterTarget::Name(c), Some(id)) => Some(Arc::new(Identity {
+                    warrant: Some(c.clone()),
+                    ..(*id).clone()
+                })),
+                (_, _, identity) => identity,
+            };
             let call = ResourceCall {
                 scope: state.resource_scope(),
                 view,

@@ -13,6 +13,11 @@ pub struct Identity {
     pub extra: std::collections::BTreeMap<String, Vec<String>>,
     /// For service accounts: the logical cluster they live in. Elsewhere they are foreigners.
     pub home_cluster: Option<String>,
+    /// kcp's warrant: a request that an APIExport's virtual workspace let into one logical
+    /// cluster also carries the rights of that cluster's administrator, there and nowhere else,
+    /// so the write's own checks (RBAC escalation, `use` of a workspace type in that cluster)
+    /// see what kcp's do. Set by the server only, never from a request.
+    pub warrant: Option<String>,
 }
 
 impl Identity {

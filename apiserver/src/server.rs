@@ -349,11 +349,37 @@ pub struct RunningServer {
     pub kubeconfig: std::path::PathBuf,
     /// The server's shared state: store, registry, authentication, metrics.
     pub state: Arc<AppState>,
+    /// The server's PKI and the URL its kubeconfigs name, for [`RunningServer::write_user_kubeconfig`].
+    pki: certs::Pki,
+    url: String,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), StartError>>,
 }
 
 impl RunningServer {
+    /// Writes `<data-dir>/<file>`: a kubeconfig of this server for `user` in `groups`, with a
+    /// client certificate of the server's CA valid for a year. What the user may do is up to
+    /// RBAC, as for any other user.
+    pub fn write_user_kubeconfig(
+        &self,
+        file: &str,
+        user: &str,
+        groups: &[String],
+    ) -> Result<std::path::PathBuf, StartError> {
+        let (cert, key) = self.pki.issue_client_certificate(user, groups, 365)?;
+        let mut opts = self.pki.admin_kubeconfig_options(&self.url);
+        opts.user_name = user.to_string();
+        opts.client_cert_pem = Some(cert);
+        opts.client_key_pem = Some(key);
+        let path = self
+            .kubeconfig
+            .parent()
+            .map(|d| d.join(file))
+            .unwrap_or_else(|| file.into());
+        certs::write_kubeconfig(&path, &opts)?;
+        Ok(path)
+    }
+
     /// Stops accepting connections and waits for the accept loop to end.
     pub async fn shutdown(mut self) -> Result<(), StartError> {
         if let Some(tx) = self.shutdown.take() {
@@ -542,6 +568,8 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
         address,
         kubeconfig,
         state,
+        pki,
+        url: format!("https://{advertise}"),
         shutdown: Some(tx),
         task,
     })

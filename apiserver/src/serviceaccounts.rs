@@ -518,6 +518,7 @@ pub fn identity(claims: &Claims) -> Identity {
         uid: claims.kube.serviceaccount.uid.clone(),
         extra,
         home_cluster: Some(claims.cluster.clone()),
+        warrant: None,
     }
 }
 

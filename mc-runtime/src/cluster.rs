@@ -286,6 +286,7 @@ pub struct ClusterContext {
     caches: CacheRegistry,
     controller: Arc<str>,
     sync_timeout: Duration,
+    others: Option<crate::manager::Manager>,
 }
 
 impl ClusterContext {
@@ -301,7 +302,26 @@ impl ClusterContext {
             caches,
             controller: Arc::from(controller.as_ref()),
             sync_timeout,
+            others: None,
         }
+    }
+
+    /// The same context, able to reach the manager's other engaged clusters
+    /// ([`ClusterContext::engaged_cluster`]).
+    pub fn with_manager(mut self, manager: crate::manager::Manager) -> Self {
+        self.others = Some(manager);
+        self
+    }
+
+    /// Another engaged cluster, by name or by any other name the provider resolves (a path,
+    /// for a provider that knows paths), as multicluster-runtime's `GetCluster`: a reconcile
+    /// that writes into a second cluster reaches it through the same provider, so with the same
+    /// credentials and the same route as its own. `None` when no such cluster is engaged (yet).
+    pub fn engaged_cluster(&self, name: &str) -> Option<Arc<Cluster>> {
+        if self.cluster.name().as_ref() == name {
+            return Some(self.cluster.clone());
+        }
+        self.others.as_ref()?.cluster(name)
     }
 
     /// The cluster of the request.

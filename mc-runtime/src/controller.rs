@@ -267,7 +267,8 @@ impl<R: Reconciler> RunningController<R> {
             manager.caches(),
             &self.name,
             manager.options().cache_sync_timeout,
-        );
+        )
+        .with_manager(manager.clone());
         let span = info_span!("reconcile", controller = %self.name, cluster = %req.cluster,
             namespace = req.namespace.as_deref().unwrap_or(""), name = %req.name);
         let started = Instant::now();

@@ -348,3 +348,57 @@ async fn controllers_need_a_primary_type_and_unique_names() {
         Err(ManagerError::Controller(ControllerError::Duplicate(_)))
     ));
 }
+
+/// Records what [`ClusterContext::engaged_cluster`] answers from inside a reconcile.
+struct LooksAround {
+    seen: Arc<Mutex<Vec<Vec<Option<String>>>>>,
+}
+
+impl Reconciler for LooksAround {
+    type Error = Always;
+
+    async fn reconcile(&self, _: Request, ctx: ClusterContext) -> Result<Action, Always> {
+        let found = ["a", "b", "c"]
+            .iter()
+            .map(|n| ctx.engaged_cluster(n).map(|c| c.name().to_string()))
+            .collect();
+        self.seen.lock().unwrap().push(found);
+        Ok(Action::await_change())
+    }
+}
+
+#[tokio::test]
+async fn a_reconcile_reaches_the_other_engaged_clusters_and_only_those() {
+    let manager = Manager::new(ManagerOptions::default());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    manager
+        .add(Controller::new("looks", LooksAround { seen: seen.clone() }).for_::<ConfigMap>())
+        .unwrap();
+    let (tx, rx) = mpsc::channel(8);
+    let provider = Arc::new(Scripted {
+        events: Mutex::new(Some(rx)),
+    });
+    let stop = CancellationToken::new();
+    let run = tokio::spawn({
+        let (m, stop) = (manager.clone(), stop.clone());
+        async move { m.run(provider, async move { stop.cancelled().await }).await }
+    });
+    tx.send(ClusterEvent::Engage(offline_cluster("a")))
+        .await
+        .unwrap();
+    until("a engaged", || manager.engaged(&"a".into()).is_some()).await;
+    manager.enqueue("looks", Request::cluster_scoped("a", "x"));
+    until("first reconcile", || seen.lock().unwrap().len() == 1).await;
+    tx.send(ClusterEvent::Engage(offline_cluster("b")))
+        .await
+        .unwrap();
+    until("b engaged", || manager.engaged(&"b".into()).is_some()).await;
+    manager.enqueue("looks", Request::cluster_scoped("a", "y"));
+    until("second reconcile", || seen.lock().unwrap().len() == 2).await;
+    let seen = seen.lock().unwrap().clone();
+    let some = |s: &str| Some(s.to_string());
+    assert_eq!(seen[0], vec![some("a"), None, None], "b is not engaged yet");
+    assert_eq!(seen[1], vec![some("a"), some("b"), None]);
+    stop.cancel();
+    run.await.unwrap().unwrap();
+}

@@ -7,8 +7,13 @@
 //! `WorkspaceSubroutine`, `ManageAccountInfoSubroutine`, `WorkspaceReadySubroutine`, `Ready`).
 //! Differences, on purpose: the controller also watches the Workspaces it creates (through their
 //! owner reference), so an account moves on when its workspace does instead of on the next
-//! timed requeue; Workspaces and WorkspaceTypes are read and written with kcp access
-//! ([`Kcp`]) instead of through the APIExport virtual workspace.
+//! timed requeue.
+//!
+//! Every workspace is reached as upstream's operator reaches it: through the cluster provider
+//! that engaged the Account's own workspace (on kcp, the `core.platform-mesh.io` export's
+//! virtual workspace and its permission claims on Workspaces and WorkspaceTypes), `root:orgs`
+//! by its path and a new account's workspace by its logical cluster once it is engaged. The
+//! controller holds no other credentials for tenant workspaces.
 
 mod info;
 mod steps;
@@ -85,6 +90,10 @@ pub enum AccountError {
         #[source]
         source: kube::Error,
     },
+    /// A workspace the Account needs (by path or logical cluster) is not engaged: its binding
+    /// of the export is missing or not ready yet.
+    #[error("workspace {0} is not reachable through the controller's export (not bound, or its binding is not ready yet)")]
+    NotEngaged(String),
     /// Reading the Account's own Workspace failed (it may not be visible yet).
     #[error("getting Account's Workspace: {0}")]
     Workspace(#[source] kube::Error),
@@ -161,6 +170,7 @@ impl ReconcileError for AccountError {
             AccountError::EnsureIn { source, .. } => source.is_not_found() || source.is_transient(),
             AccountError::OwnerReference(_) => false,
             AccountError::WorkspaceType { .. }
+            | AccountError::NotEngaged(_)
             | AccountError::WorkspaceUrl(_)
             | AccountError::NoLogicalCluster => true,
             AccountError::Write(e) => e.is_transient(),
@@ -174,9 +184,9 @@ pub struct AccountContext {
     pub account: DynamicObject,
     /// Its logical cluster (the workspace holding it, the parent of its own).
     pub cluster: String,
-    /// A client of that cluster.
-    pub client: kube::Client,
-    /// kcp access for `root:orgs` and the new workspace.
+    /// The Account's cluster, and through it the provider's other engaged workspaces.
+    pub clusters: ClusterContext,
+    /// What the controller knows of kcp (its CA, for AccountInfo); not a way into workspaces.
     pub kcp: Arc<Kcp>,
 }
 
@@ -198,12 +208,23 @@ impl AccountContext {
 
     /// An API of `ar` in the Account's cluster.
     pub fn api(&self, ar: &ApiResource) -> Api<DynamicObject> {
-        Api::all_with(self.client.clone(), ar)
+        self.clusters.cluster().dynamic_api(ar, None)
     }
 
-    /// An API of `ar` in the workspace at `path` (or logical cluster name).
-    pub fn api_at(&self, path: &str, ar: &ApiResource) -> Api<DynamicObject> {
-        Api::all_with(self.kcp.workspace(path), ar)
+    /// An API of `ar` in another engaged workspace, by path or logical cluster name, reached
+    /// the way the Account's own is; `None` while that workspace is not engaged.
+    pub fn api_in(&self, cluster: &str, ar: &ApiResource) -> Option<Api<DynamicObject>> {
+        Some(
+            self.clusters
+                .engaged_cluster(cluster)?
+                .dynamic_api(ar, None),
+        )
+    }
+
+    /// An API of `ar` in the workspace at `path`, which must be engaged.
+    pub fn api_at(&self, path: &str, ar: &ApiResource) -> Result<Api<DynamicObject>, AccountError> {
+        self.api_in(path, ar)
+            .ok_or_else(|| AccountError::NotEngaged(path.to_string()))
     }
 }
 
@@ -228,7 +249,7 @@ impl Reconciler for AccountReconciler {
         let context = AccountContext {
             account: account.clone(),
             cluster: ctx.cluster_name().to_string(),
-            client: ctx.client(),
+            clusters: ctx.clone(),
             kcp: self.kcp.clone(),
         };
         match drive(&self.lifecycle, &api, &account, &context).await {

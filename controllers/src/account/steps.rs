@@ -64,7 +64,7 @@ async fn ensure_workspace_type(
         "spec": owned,
     });
     ensure(
-        &ctx.api_at(ORGS_PATH, &workspace_types()),
+        &ctx.api_at(ORGS_PATH, &workspace_types())?,
         wanted,
         |stored| {
             let mut updated = stored.clone();
@@ -126,7 +126,7 @@ impl Subroutine<AccountContext, AccountError> for WorkspaceTypeStep {
         if !ctx.is_org() {
             return Ok(Step::done());
         }
-        let api = ctx.api_at(ORGS_PATH, &workspace_types());
+        let api = ctx.api_at(ORGS_PATH, &workspace_types())?;
         for base in ["org", "account"] {
             let name = workspace_type_name(ctx.name(), base);
             match api.delete(&name, &DeleteParams::default()).await {
@@ -187,7 +187,7 @@ impl Subroutine<AccountContext, AccountError> for WorkspaceStep {
             }
         };
         let wst = ctx
-            .api_at(ORGS_PATH, &workspace_types())
+            .api_at(ORGS_PATH, &workspace_types())?
             .get_opt(&type_name)
             .await
             .map_err(|e| {
@@ -369,8 +369,16 @@ impl Subroutine<AccountContext, AccountError> for ManageAccountInfo {
         };
         let mut spec = json!({});
         apply(&mut spec);
+        // The new workspace is engaged once its binding of the export is ready (kcp binds it
+        // while the workspace initializes).
+        let Some(infos) = ctx.api_in(cluster, &account_infos()) else {
+            return Ok(Step::stop(
+                "Account workspace not reachable through the export yet",
+                INFO_WAIT,
+            ));
+        };
         ensure(
-            &ctx.api_at(cluster, &account_infos()),
+            &infos,
             json!({"apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "AccountInfo",
                    "metadata": {"name": INFO_NAME}, "spec": spec}),
             |stored| {
