@@ -1533,3 +1533,124 @@ async fn writes_through_the_virtual_workspace_carry_kcps_warrant_into_that_works
     );
     assert_eq!(code, 403, "{message}");
 }
+
+/// kcp's workspace ownership: whoever creates a workspace is recorded as its owner (a tenant
+/// cannot name another one, nor change it later) and becomes its administrator
+/// (`workspace-admin`); nobody else gains anything there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_creator_of_a_workspace_owns_it_and_only_the_creator() {
+    let env = Env::start().await;
+    // alice and bob may create workspaces in root:orgs, nothing more.
+    let role: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "workspace-creator"},
+        "rules": [{"apiGroups": ["tenancy.kcp.io"], "resources": ["workspaces"], "verbs": ["create", "get", "update"]}]}))
+    .expect("role");
+    let rbac = |kind: &str, plural: &str| ar("rbac.authorization.k8s.io", "v1", kind, plural);
+    Api::<DynamicObject>::all_with(
+        env.client("root:orgs"),
+        &rbac("ClusterRole", "clusterroles"),
+    )
+    .create(&PostParams::default(), &role)
+    .await
+    .expect("role");
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "workspace-creators"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "workspace-creator"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"},
+                     {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]}))
+    .expect("binding");
+    Api::<DynamicObject>::all_with(
+        env.client("root:orgs"),
+        &rbac("ClusterRoleBinding", "clusterrolebindings"),
+    )
+    .create(&PostParams::default(), &binding)
+    .await
+    .expect("binding");
+    let as_user = |user: &'static str| {
+        let kubeconfig = env
+            .server
+            .write_user_kubeconfig(&format!("{user}.kubeconfig"), user, &[])
+            .expect("kubeconfig");
+        let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("read");
+        let address = env.server.address;
+        async move {
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .expect("config");
+            move |path: &str| {
+                let mut c = config.clone();
+                c.cluster_url = format!("https://{address}/clusters/{path}")
+                    .parse()
+                    .expect("url");
+                Client::try_from(c).expect("client")
+            }
+        }
+    };
+    let alice = as_user("alice").await;
+    let bob = as_user("bob").await;
+    // alice names bob as the owner: the server records alice.
+    let ws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+        "metadata": {"name": "wonderland",
+                     "annotations": {"experimental.tenancy.kcp.io/owner": "{\"username\":\"bob\"}"}},
+        "spec": {"type": {"name": "organization", "path": "root"}}}))
+    .expect("workspace");
+    let created = Api::<DynamicObject>::all_with(alice("root:orgs"), &workspaces())
+        .create(&PostParams::default(), &ws)
+        .await
+        .expect("alice creates a workspace");
+    let owner = |w: &DynamicObject| -> Value {
+        serde_json::from_str(
+            w.metadata.annotations.as_ref().expect("annotations")
+                ["experimental.tenancy.kcp.io/owner"]
+                .as_str(),
+        )
+        .expect("owner json")
+    };
+    assert_eq!(owner(&created)["username"], "alice");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let configmaps = ar("", "v1", "ConfigMap", "configmaps");
+    loop {
+        match Api::<DynamicObject>::namespaced_with(
+            alice("root:orgs:wonderland"),
+            "default",
+            &configmaps,
+        )
+        .list(&ListParams::default())
+        .await
+        {
+            Ok(_) => break,
+            Err(e) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "alice never administered her workspace: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, _) = api_error(
+        Api::<DynamicObject>::namespaced_with(bob("root:orgs:wonderland"), "default", &configmaps)
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_eq!(code, 403, "bob gains nothing in alice's workspace");
+    // The owner stays alice's, whatever an update says.
+    let mut changed = Api::<DynamicObject>::all_with(alice("root:orgs"), &workspaces())
+        .get("wonderland")
+        .await
+        .expect("get");
+    changed
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            "experimental.tenancy.kcp.io/owner".into(),
+            "{\"username\":\"bob\"}".into(),
+        );
+    let updated = Api::<DynamicObject>::all_with(alice("root:orgs"), &workspaces())
+        .replace("wonderland", &PostParams::default(), &changed)
+        .await
+        .expect("update");
+    assert_eq!(owner(&updated)["username"], "alice");
+}

@@ -65,6 +65,58 @@ pub(super) async fn ensure_logical_cluster(
     }
 }
 
+/// kcp's `workspace-admin`: the workspace's owner (the user who created it, [`super::OWNER_ANNOTATION`])
+/// gets `cluster-admin` in it, and the workspace a `cluster-admin` ClusterRole to bind.
+async fn make_owner_admin(state: &Tenancy, child: &str, owner: &str) -> Result<(), StorageError> {
+    let Some(user) = serde_json::from_str::<Value>(owner)
+        .ok()
+        .and_then(|o| o["username"].as_str().map(str::to_string))
+        .filter(|u| !u.is_empty())
+    else {
+        return Ok(());
+    };
+    let view = state.catalog.builtin_view();
+    let rbac = |plural: &str| {
+        view.registry
+            .lookup("rbac.authorization.k8s.io", "v1", plural)
+            .cloned()
+    };
+    let (Some(roles), Some(bindings)) = (rbac("clusterroles"), rbac("clusterrolebindings")) else {
+        return Ok(());
+    };
+    let objects_to_write = [
+        (
+            &roles,
+            "cluster-admin",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "cluster-admin"},
+                "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                          {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
+        ),
+        (
+            &bindings,
+            "workspace-admin",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "workspace-admin"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}),
+        ),
+    ];
+    for (res, name, mut obj) in objects_to_write {
+        let key = format!(
+            "/rbac.authorization.k8s.io/{}/{child}/{name}",
+            res.ty.plural
+        );
+        objects::prepare_for_create(&mut obj, res, child);
+        match state.store.create(&key, objects::encoder(obj)).await {
+            Ok(kv) => state.policies.observe_write(&key, kv.mod_revision),
+            Err(StorageError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 async fn set_phase(
     state: &Tenancy,
     cluster: &str,
@@ -105,8 +157,23 @@ pub(super) async fn initialize_workspace(
             .unwrap_or_else(|| super::TypeRef::new("universal", "")),
         None => return Ok(()),
     };
+    let owner = match state
+        .store
+        .get(&format!("/tenancy.kcp.io/workspaces/{cluster}/{name}"))
+        .await?
+    {
+        Some(kv) => objects::decode_stored(&kv.value).ok().and_then(|v| {
+            v["metadata"]["annotations"][super::OWNER_ANNOTATION]
+                .as_str()
+                .map(str::to_string)
+        }),
+        None => None,
+    };
     let (inits, terms) = state.lifecycle_ids(&type_ref).await;
     ensure_logical_cluster(state, child, path, &type_ref, (&inits, &terms)).await?;
+    if let Some(owner) = owner {
+        make_owner_admin(state, child, &owner).await?;
+    }
     bind_defaults(state, child, &type_ref).await?;
     state
         .remove_initializer(child, super::initializers::APIBINDINGS_INITIALIZER)

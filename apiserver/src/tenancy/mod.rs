@@ -38,6 +38,23 @@ use crate::storage::{StorageError, Store};
 pub const WORKSPACE_FINALIZER: &str = "tenancy.kcp.io/logical-cluster";
 /// Annotation with a workspace's canonical path.
 pub const PATH_ANNOTATION: &str = "kcp.io/path";
+/// kcp's annotation naming who created a workspace (its owner), set by the server.
+pub const OWNER_ANNOTATION: &str = "experimental.tenancy.kcp.io/owner";
+
+/// kcp's value of [`OWNER_ANNOTATION`]: the creator's user info as JSON.
+fn owner_value(who: &Identity) -> String {
+    let mut v = json!({"username": who.user});
+    if !who.uid.is_empty() {
+        v["uid"] = json!(who.uid);
+    }
+    if !who.groups.is_empty() {
+        v["groups"] = json!(who.groups);
+    }
+    if !who.extra.is_empty() {
+        v["extra"] = json!(who.extra);
+    }
+    v.to_string()
+}
 
 /// The workspaces created on first start, below `root`, with their types.
 const INITIAL_WORKSPACES: &[(&str, &str)] = &[
@@ -45,6 +62,10 @@ const INITIAL_WORKSPACES: &[(&str, &str)] = &[
     ("providers", "providers"),
     ("platform-mesh-system", "universal"),
 ];
+
+/// The types of `root` every user may use (kcp's bootstrap ClusterRole
+/// `system:kcp:universal-workspacetype-use`, bound to `system:authenticated`).
+const OPEN_ROOT_TYPES: &[&str] = &["universal", "organization", "team"];
 
 /// Built-in workspace types: name, allowed parent types and allowed child types (empty = any).
 /// They are written as WorkspaceType objects in `root` on first start; admission reads those.
@@ -326,9 +347,9 @@ impl Tenancy {
     }
 
     /// kcp's workspace admission: creating a workspace of a type needs `use` on
-    /// `workspacetypes/<name>` in the type's workspace. root's types are the platform's
-    /// built-in ones, open to every user (as kcp's bootstrap policy opens its own); a type
-    /// elsewhere answers the same 403 whether it is refused or absent.
+    /// `workspacetypes/<name>` in the type's workspace, for the type and every type it extends.
+    /// root's `universal`, `organization` and `team` are open to every user (kcp's bootstrap
+    /// policy); a type answers the same 403 whether it is refused or absent.
     async fn check_type_use(
         &self,
         r: &Resource,
@@ -349,7 +370,7 @@ impl Tenancy {
             Ok(ClusterTarget::Name(c)) => c,
             _ => return Err(refused()),
         };
-        if type_cluster == ROOT_CLUSTER {
+        if type_cluster == ROOT_CLUSTER && OPEN_ROOT_TYPES.contains(&t.name.as_str()) {
             return Ok(());
         }
         let allowed = crate::authz::allowed(
@@ -378,6 +399,7 @@ impl Tenancy {
         requester: Option<&Identity>,
     ) -> Result<(), ApiError> {
         let name = objects::name(obj).to_string();
+        let privileged = requester.is_none_or(|w| w.groups.iter().any(|g| g == "system:masters"));
         if let Some(old) = old {
             // Spec fields the server set are immutable.
             for f in ["cluster", "URL", "type"] {
@@ -385,7 +407,31 @@ impl Tenancy {
                     obj["spec"][f] = v.clone();
                 }
             }
+            // So is the owner, but for the server's administrators (kcp's reserved metadata).
+            if !privileged {
+                let was = old["metadata"]["annotations"][OWNER_ANNOTATION].clone();
+                let annotations = meta_mut(obj)
+                    .entry("annotations")
+                    .or_insert_with(|| json!({}));
+                if let Some(a) = annotations.as_object_mut() {
+                    match was {
+                        Value::String(v) => a.insert(OWNER_ANNOTATION.into(), json!(v)),
+                        _ => a.remove(OWNER_ANNOTATION),
+                    };
+                }
+            }
             return Ok(());
+        }
+        // kcp records who created a workspace (a tenant cannot name another); the owner becomes
+        // the workspace's administrator. The server's administrators own nothing by creating.
+        if let Some(who) = requester.filter(|_| !privileged) {
+            let annotations = meta_mut(obj)
+                .entry("annotations")
+                .or_insert_with(|| json!({}));
+            if !annotations.is_object() {
+                *annotations = json!({});
+            }
+            annotations[OWNER_ANNOTATION] = json!(owner_value(who));
         }
         let Some(state) = self.state() else {
             return Ok(());
@@ -427,6 +473,17 @@ impl Tenancy {
                 ),
             ));
         };
+        // Using a type uses every type it extends (kcp asks `use` of each).
+        if let Some(who) = requester {
+            for (extended, _) in self
+                .extended(&state, &child_ref, &child_type)
+                .await
+                .iter()
+                .skip(1)
+            {
+                self.check_type_use(r, &name, extended, who).await?;
+            }
+        }
         // A type counts as every type it extends (kcp's aliases) for the limits below.
         let parent_aliases = match &parent_type {
             Some(p) => self.aliases(&state, &parent_ref, p).await,
