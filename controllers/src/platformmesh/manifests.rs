@@ -482,7 +482,11 @@ mod tests {
                 redirect_uris: vec!["https://extra.example.com/cb".into()],
                 post_logout_redirect_uris: vec![],
             },
-            &[("apiExportRootTenancyKcpIoIdentityHash", "abc".into())],
+            &[
+                ("apiExportRootTenancyKcpIoIdentityHash", "abc".into()),
+                // Where root:orgs predates its type (serve), its two bindings are rendered too.
+                (NATIVE_ACCOUNTS, "true".into()),
+            ],
         );
         let mut seen = 0;
         for dir in std::iter::once("kcp".to_string()).chain(
