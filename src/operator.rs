@@ -64,13 +64,26 @@ pub struct ControllerArgs {
     pub idp_welcome_additional_post_logout_redirect_uris: Vec<String>,
     /// Run the Account and AccountInfo controllers and the security initializer under an
     /// identity of their own (user `system:platform-mesh:workspace-controllers`, kubeconfig
-    /// `<data-dir>/workspace-controllers.kubeconfig`) that has no rights inside organisation and
-    /// account workspaces: they reach those only through the `core.platform-mesh.io` export's
-    /// virtual workspace and its permission claims, and through the security type's
-    /// initializing virtual workspace, as upstream's operators on a real kcp. The export comes
-    /// from a PlatformMesh's KcpSetup. Only for this server's own workspaces.
+    /// `<data-dir>/workspace-controllers.kubeconfig`) instead of the server's admin: they reach
+    /// organisations and accounts only through the `core.platform-mesh.io` export's virtual
+    /// workspace and its permission claims, and through the security type's initializing
+    /// virtual workspace, as upstream's operators on a real kcp. Outside those, the identity
+    /// holds only what it needs in root, root:orgs and root:platform-mesh-system, and (as any
+    /// creator of a workspace on kcp) owns the workspaces it creates. The export comes from a
+    /// PlatformMesh's KcpSetup. Only for this server's own workspaces.
     #[arg(long, conflicts_with = "kcp_kubeconfig")]
     pub forbid_tenant_admin: bool,
+    /// With --kcp-kubeconfig: the identity the Account and AccountInfo controllers and the
+    /// security initializer use on that kcp instead of its kubeconfig. Give one that is not an
+    /// administrator (they reach organisations and accounts through the `core.platform-mesh.io`
+    /// export's virtual workspace and claims) and grant it what --forbid-tenant-admin grants
+    /// its own identity here (`controllers::tenants::workspace_controller_rules`): in
+    /// root:platform-mesh-system `apiexports/content` and `bind` of the core export; in root
+    /// get, initialize and terminate of WorkspaceType `security` and use of `org`, `account`
+    /// and `security`; in root:orgs use of WorkspaceTypes, get of Accounts and writes of
+    /// IdentityProviderConfigurations; and `access` to each of those workspaces.
+    #[arg(long, requires = "kcp_kubeconfig")]
+    pub workspace_controllers_kubeconfig: Option<PathBuf>,
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
 }
@@ -172,10 +185,17 @@ enum WorkspaceAccess {
     Native,
     /// Through the exports' virtual workspaces of a real kcp, with the kcp credentials.
     Exports,
-    /// This server's workspaces, the Account controllers and the security initializer through
-    /// the `core.platform-mesh.io` export and the initializing virtual workspace under their
-    /// own identity (`--forbid-tenant-admin`); the Provider controller as [`Native`].
-    Restricted(Arc<Kcp>),
+    /// The Account controllers and the security initializer through the
+    /// `core.platform-mesh.io` export and the initializing virtual workspace under their own
+    /// identity (`--forbid-tenant-admin` on this server, `--workspace-controllers-kubeconfig`
+    /// on a kcp); the Provider controller as [`WorkspaceAccess::Native`] on this server and as
+    /// [`WorkspaceAccess::Exports`] on a kcp.
+    Restricted {
+        /// The identity's access.
+        accounts: Arc<Kcp>,
+        /// This server's own workspaces (not a kcp).
+        own: bool,
+    },
 }
 
 /// A client configuration of `kcp`'s kubeconfig, and its base address.
@@ -240,7 +260,10 @@ async fn start_workspace_controllers(
                 providers,
             ));
         }
-        WorkspaceAccess::Restricted(restricted) => {
+        WorkspaceAccess::Restricted {
+            accounts: restricted,
+            own,
+        } => {
             let (own_home, own_base) = home_of(&restricted).await?;
             let accounts = Manager::new(ManagerOptions::default());
             controllers::tenants::add_accounts(&accounts, restricted.clone(), WORKSPACE_WORKERS)
@@ -253,11 +276,14 @@ async fn start_workspace_controllers(
             let providers = Manager::new(ManagerOptions::default());
             controllers::tenants::add_providers(&providers, kcp.clone(), WORKSPACE_WORKERS)
                 .context("adding the Provider controller")?;
-            groups.push((
-                ApiExportOptions::every_workspace(vec![base]),
-                home,
-                providers,
-            ));
+            let engaged = match own {
+                true => (ApiExportOptions::every_workspace(vec![base]), home),
+                false => (
+                    ApiExportOptions::for_slice("providers.platform-mesh.io"),
+                    at_exports(&home, &base)?,
+                ),
+            };
+            groups.push((engaged.0, engaged.1, providers));
             initializer_kcp = restricted;
         }
     }
@@ -280,84 +306,6 @@ async fn start_workspace_controllers(
         }));
     }
     Ok(running)
-}
-
-/// The name of the roles and bindings of [`WORKSPACE_CONTROLLERS_USER`].
-const WORKSPACE_CONTROLLERS_ROLE: &str = "platform-mesh:workspace-controllers";
-
-/// What [`WORKSPACE_CONTROLLERS_USER`] may do outside the virtual workspaces, per workspace:
-/// use the Platform Mesh exports (kcp's `apiexports/content`) and read their endpoint slices in
-/// the export workspace; finish workspaces of type `security` (kcp's `initialize` and
-/// `terminate`) in `root`; and in `root:orgs`, where the organisations' Accounts and their
-/// WorkspaceTypes live, `use` those types (kcp asks it of whoever creates a workspace of a
-/// type), read the Accounts and write the IdentityProviderConfigurations (the security
-/// initializer's steps). Nothing inside an organisation or account workspace.
-fn workspace_controller_rules() -> Vec<(&'static str, serde_json::Value)> {
-    use serde_json::json;
-    let read = ["get", "list", "watch"];
-    vec![
-        (
-            EXPORT_WORKSPACE,
-            json!([
-                {"apiGroups": ["apis.kcp.io"], "resources": ["apiexports/content"],
-                 "resourceNames": ["core.platform-mesh.io"], "verbs": ["*"]},
-                {"apiGroups": ["apis.kcp.io"], "resources": ["apiexports", "apiexportendpointslices"],
-                 "verbs": read},
-            ]),
-        ),
-        (
-            "root",
-            json!([
-                {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspacetypes"],
-                 "resourceNames": ["security"], "verbs": ["get", "initialize", "terminate"]},
-            ]),
-        ),
-        (
-            controllers::account::ORGS_PATH,
-            json!([
-                {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspacetypes"], "verbs": ["use"]},
-                {"apiGroups": ["core.platform-mesh.io"], "resources": ["accounts"], "verbs": ["get"]},
-                {"apiGroups": ["core.platform-mesh.io"], "resources": ["identityproviderconfigurations"],
-                 "verbs": ["get", "create", "update", "patch", "delete"]},
-            ]),
-        ),
-    ]
-}
-
-/// Writes [`workspace_controller_rules`] as a ClusterRole and ClusterRoleBinding in each
-/// workspace, with this server's admin access (`admin`), as an installer would.
-async fn grant_workspace_controllers(admin: &Kcp) -> anyhow::Result<()> {
-    use kube::api::{DynamicObject, Patch, PatchParams};
-    use serde_json::json;
-    let rbac = |kind: &str, plural: &str| {
-        kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
-            plural,
-        )
-    };
-    let (roles, bindings) = (
-        rbac("ClusterRole", "clusterroles"),
-        rbac("ClusterRoleBinding", "clusterrolebindings"),
-    );
-    let params = PatchParams::apply("platform-mesh").force();
-    for (workspace, rules) in workspace_controller_rules() {
-        let client = admin.workspace(workspace);
-        let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": WORKSPACE_CONTROLLERS_ROLE}, "rules": rules});
-        let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": WORKSPACE_CONTROLLERS_ROLE},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": WORKSPACE_CONTROLLERS_ROLE},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": WORKSPACE_CONTROLLERS_USER}]});
-        for (ar, obj) in [(&roles, role), (&bindings, binding)] {
-            kube::Api::<DynamicObject>::all_with(client.clone(), ar)
-                .patch(WORKSPACE_CONTROLLERS_ROLE, &params, &Patch::Apply(obj))
-                .await
-                .with_context(|| {
-                    format!("granting the workspace controllers their rights in {workspace}")
-                })?;
-        }
-    }
-    Ok(())
 }
 
 /// Concurrent reconciles of each workspace controller.
@@ -532,15 +480,23 @@ async fn run(
     .await?;
     let mut kcp = kcp_access(args, own).await?;
     let shared = Arc::new(kcp_access(args, own).await?);
-    let access = match (restricted, &args.kcp_kubeconfig) {
+    let restricted = match (restricted, &args.workspace_controllers_kubeconfig) {
         (Some(path), _) => {
-            grant_workspace_controllers(&shared).await?;
-            WorkspaceAccess::Restricted(Arc::new(
+            controllers::tenants::grant(&shared, WORKSPACE_CONTROLLERS_USER).await?;
+            Some((path, true))
+        }
+        (None, Some(path)) => Some((path.as_path(), false)),
+        (None, None) => None,
+    };
+    let access = match (restricted, &args.kcp_kubeconfig) {
+        (Some((path, own)), _) => WorkspaceAccess::Restricted {
+            accounts: Arc::new(
                 Kcp::from_kubeconfig(read_kubeconfig(path, "workspace controllers")?, None)
                     .await
                     .context("the workspace controllers' kubeconfig")?,
-            ))
-        }
+            ),
+            own,
+        },
         (None, None) => WorkspaceAccess::Native,
         (None, Some(_)) => WorkspaceAccess::Exports,
     };

@@ -614,3 +614,230 @@ async fn the_security_initializer_finishes_workspaces_on_kcp() {
     })
     .await;
 }
+
+/// The account controllers of `platform-mesh serve --kcp-kubeconfig`, under an identity of their
+/// own (kcp's non-admin user, with the rights `controllers::tenants::grant` gives), against real
+/// kcp: the PlatformMesh's KcpSetup writes `manifests/kcp` into kcp, and an organisation and an
+/// account inside it come up through the core export's virtual workspace and the security
+/// type's initializing virtual workspace only, and go again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_account_controllers_work_on_kcp_through_the_core_export_without_admin() {
+    let kcp = Kcp::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // kcp's non-admin user: admin.kubeconfig's `user` context.
+    let mut user = kube::config::Kubeconfig::read_from(&kcp.admin_kubeconfig).expect("kubeconfig");
+    user.current_context = Some("user".into());
+    let user_kubeconfig = dir.path().join("user.kubeconfig");
+    std::fs::write(
+        &user_kubeconfig,
+        serde_json::to_string(&user).expect("kubeconfig json"),
+    )
+    .expect("write user.kubeconfig");
+    let admin_kcp = kcp.admin_kubeconfig.to_string_lossy().to_string();
+    let server = common::Server::start_with(&[
+        "--kcp-kubeconfig",
+        &admin_kcp,
+        "--workspace-controllers-kubeconfig",
+        &user_kubeconfig.to_string_lossy(),
+    ]);
+    // The platform: a PlatformMesh in this server (the runtime cluster), set up on kcp.
+    let runtime = server.kube().await;
+    let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "platform-mesh-system"}}),
+    )
+    .expect("namespace");
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(runtime.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    for text in [
+        include_str!("../examples/platform-mesh/profile.yaml"),
+        include_str!("../examples/platform-mesh/platformmesh.yaml"),
+    ] {
+        let obj: DynamicObject = serde_json::from_value(yaml(text)).expect("object");
+        let types = obj.types.clone().expect("types");
+        let (group, version) = types
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &types.api_version));
+        let plural = match types.kind.as_str() {
+            "ConfigMap" => "configmaps",
+            _ => "platformmeshes",
+        };
+        Api::<DynamicObject>::namespaced_with(
+            runtime.clone(),
+            "platform-mesh-system",
+            &ar(group, version, &types.kind, plural),
+        )
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("platform object");
+    }
+    let meshes: Api<DynamicObject> = Api::namespaced_with(
+        runtime.clone(),
+        "platform-mesh-system",
+        &ar(
+            "core.platform-mesh.io",
+            "v1alpha1",
+            "PlatformMesh",
+            "platformmeshes",
+        ),
+    );
+    eventually("the PlatformMesh Ready on kcp", || async {
+        let pm = meshes
+            .get("platform-mesh")
+            .await
+            .map_err(|e| e.to_string())?;
+        let conditions = pm.data["status"]["conditions"].clone();
+        match conditions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        {
+            true => Ok(()),
+            false => Err(conditions.to_string()),
+        }
+    })
+    .await;
+    // The installer's part: the identity's rights outside the virtual workspaces.
+    let access = controllers::platformmesh::kcp::Kcp::from_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kcp.admin_kubeconfig).expect("kubeconfig"),
+        None,
+    )
+    .await
+    .expect("kcp access");
+    controllers::tenants::grant(&access, "user")
+        .await
+        .expect("grant");
+
+    let accounts = |path: &str| {
+        Api::<DynamicObject>::all_with(
+            access.workspace(path),
+            &ar("core.platform-mesh.io", "v1alpha1", "Account", "accounts"),
+        )
+    };
+    let infos = |path: &str| {
+        Api::<DynamicObject>::all_with(
+            access.workspace(path),
+            &ar(
+                "core.platform-mesh.io",
+                "v1alpha1",
+                "AccountInfo",
+                "accountinfos",
+            ),
+        )
+    };
+    let workspaces = |path: &str| {
+        Api::<DynamicObject>::all_with(
+            access.workspace(path),
+            &ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces"),
+        )
+    };
+    let ready = |api: Api<DynamicObject>, name: &'static str| async move {
+        let a = api.get(name).await.map_err(|e| e.to_string())?;
+        match a.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        {
+            true => Ok(()),
+            false => Err(a.data["status"].to_string()),
+        }
+    };
+    accounts("root:orgs")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(yaml(include_str!("../examples/accounts/org.yaml")))
+                .expect("org"),
+        )
+        .await
+        .expect("org Account");
+    eventually("the organisation's Account Ready on kcp", || {
+        ready(accounts("root:orgs"), "acme")
+    })
+    .await;
+    let ws = workspaces("root:orgs")
+        .get("acme")
+        .await
+        .expect("workspace");
+    assert_eq!(
+        ws.data["status"]["phase"], "Ready",
+        "the security initializer finished it"
+    );
+    assert_eq!(ws.data["spec"]["type"]["name"], "acme-org");
+    let info = infos("root:orgs:acme")
+        .get("account")
+        .await
+        .expect("AccountInfo");
+    assert_eq!(info.data["spec"]["organization"]["path"], "root:orgs:acme");
+    assert_eq!(
+        info.data["spec"]["oidc"]["issuerUrl"],
+        "https://portal.dev.local:8443/keycloak/realms/acme"
+    );
+    accounts("root:orgs:acme")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(yaml(include_str!("../examples/accounts/team.yaml")))
+                .expect("team"),
+        )
+        .await
+        .expect("team Account");
+    eventually("the team's Account Ready on kcp", || {
+        ready(accounts("root:orgs:acme"), "team")
+    })
+    .await;
+    let info = infos("root:orgs:acme:team")
+        .get("account")
+        .await
+        .expect("AccountInfo");
+    assert_eq!(info.data["spec"]["parentAccount"]["name"], "acme");
+    assert_eq!(info.data["spec"]["account"]["path"], "root:orgs:acme:team");
+
+    // The identity reaches nothing directly but what it was granted and the workspaces kcp made
+    // it the owner of (it created them): not root:orgs's Workspaces, not a workspace of others.
+    let as_user = kube::Config::from_custom_kubeconfig(user, &Default::default())
+        .await
+        .expect("user config");
+    let user_at = |path: &str| {
+        let mut c = as_user.clone();
+        let base = controllers::platformmesh::kcp::base_address(&c.cluster_url.to_string());
+        c.cluster_url = format!("{base}/clusters/{path}").parse().expect("url");
+        Client::try_from(c).expect("client")
+    };
+    for (path, r) in [
+        (
+            "root:orgs",
+            ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces"),
+        ),
+        ("root:orgs:demo", ar("", "v1", "Secret", "secrets")),
+    ] {
+        let e = Api::<DynamicObject>::all_with(user_at(path), &r)
+            .list(&ListParams::default())
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(&e, kube::Error::Api(s) if s.code == 403),
+            "{path}: {e}"
+        );
+    }
+
+    accounts("root:orgs")
+        .delete("acme", &Default::default())
+        .await
+        .expect("delete the organisation");
+    eventually("the organisation gone on kcp", || async {
+        match workspaces("root:orgs").get_opt("acme").await {
+            Ok(None) => {}
+            Ok(Some(_)) => return Err("workspace still there".to_string()),
+            Err(e) => return Err(e.to_string()),
+        }
+        match accounts("root:orgs").get_opt("acme").await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err("Account still there".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+}
