@@ -69,6 +69,10 @@ struct Step {
     select: Option<String>,
     #[serde(default)]
     each: Vec<BTreeMap<String, String>>,
+    /// `user`: sent as the peer's non-admin user (kcp's `user`, a client certificate for
+    /// `user` on serve) instead of the admin.
+    #[serde(default, rename = "as")]
+    as_user: Option<String>,
     /// Why the step is there (documentation only).
     #[serde(default)]
     #[allow(dead_code)]
@@ -280,6 +284,8 @@ struct Runner {
     /// The name the server's certificate is verified for.
     server_name: &'static str,
     vars: BTreeMap<String, String>,
+    /// The non-admin user's client and headers, for steps `as: user`.
+    user: Option<(ClientConfig, Vec<(&'static str, String)>)>,
 }
 
 impl Runner {
@@ -290,6 +296,7 @@ impl Runner {
             headers: Vec::new(),
             server_name: "localhost",
             vars: BTreeMap::new(),
+            user: None,
         }
     }
 
@@ -307,11 +314,16 @@ impl Runner {
             (None, Some(r)) => substitute(r, &self.vars).into_bytes(),
             (None, None) => Vec::new(),
         };
+        let (client, own_headers) = match (step.as_user.as_deref(), &self.user) {
+            (None, _) => (&self.client, &self.headers),
+            (Some("user"), Some((client, headers))) => (client, headers),
+            (Some(other), _) => panic!("{}: no user {other:?} to send as", step.id),
+        };
         let mut headers = vec![(
             "accept",
             step.accept.clone().unwrap_or("application/json".into()),
         )];
-        headers.extend(self.headers.iter().cloned());
+        headers.extend(own_headers.iter().cloned());
         if !body.is_empty() {
             headers.push((
                 "content-type",
@@ -321,11 +333,7 @@ impl Runner {
             ));
         }
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let mut conn = self
-            .client
-            .connect_to(self.server_name)
-            .await
-            .expect("connect");
+        let mut conn = client.connect_to(self.server_name).await.expect("connect");
         conn.send_with_headers(method, &path, &headers, body)
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", step.id))
@@ -629,16 +637,37 @@ async fn kcp_and_serve_answer_the_tenancy_corpus_alike() {
         .and_then(|u| u["user"]["token"].as_str())
         .expect("kcp-admin's token")
         .to_string();
+    let user_token = kubeconfig["users"]
+        .as_array()
+        .and_then(|u| u.iter().find(|u| u["name"] == "user"))
+        .and_then(|u| u["user"]["token"].as_str())
+        .expect("kcp's user's token")
+        .to_string();
     let server = Server::start_with(&["--no-controllers"]);
+    let kcp_client =
+        ClientConfig::new(kcp.address, &String::from_utf8_lossy(&ca), None).expect("kcp client");
     let mut peer = Runner {
-        client: ClientConfig::new(kcp.address, &String::from_utf8_lossy(&ca), None)
-            .expect("kcp client"),
+        client: kcp_client.clone(),
         headers: vec![("authorization", format!("Bearer {token}"))],
         // kcp's serving certificate names its external address, not localhost.
         server_name: "127.0.0.1",
         vars: BTreeMap::new(),
+        user: Some((
+            kcp_client,
+            vec![("authorization", format!("Bearer {user_token}"))],
+        )),
     };
     let mut pm = Runner::admin_of(&server);
+    // The same user on serve: a client certificate of its CA.
+    let pki = certs::load_or_create(&server.data_dir.join("pki"), &[]).expect("pki");
+    let (cert, key) = pki
+        .issue_client_certificate("user", &[], 1)
+        .expect("user's certificate");
+    pm.user = Some((
+        ClientConfig::new(server.address, pki.ca_cert_pem(), Some((&cert, &key)))
+            .expect("user client"),
+        Vec::new(),
+    ));
     let name = format!("kcp {}", common::kube_apiserver::KCP_VERSION);
     compare(
         &steps,

@@ -734,29 +734,11 @@ async fn the_account_controllers_work_on_kcp_through_the_core_export_without_adm
             &ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces"),
         )
     };
-    let ready = |api: Api<DynamicObject>, name: &'static str| async move {
-        let a = api.get(name).await.map_err(|e| e.to_string())?;
-        match a.data["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        {
-            true => Ok(()),
-            false => Err(a.data["status"].to_string()),
-        }
-    };
-    accounts("root:orgs")
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(yaml(include_str!("../examples/accounts/org.yaml")))
-                .expect("org"),
-        )
-        .await
-        .expect("org Account");
-    eventually("the organisation's Account Ready on kcp", || {
-        ready(accounts("root:orgs"), "acme")
-    })
+    account_ready(
+        &access,
+        "root:orgs",
+        include_str!("../examples/accounts/org.yaml"),
+    )
     .await;
     let ws = workspaces("root:orgs")
         .get("acme")
@@ -776,17 +758,11 @@ async fn the_account_controllers_work_on_kcp_through_the_core_export_without_adm
         info.data["spec"]["oidc"]["issuerUrl"],
         "https://portal.dev.local:8443/keycloak/realms/acme"
     );
-    accounts("root:orgs:acme")
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(yaml(include_str!("../examples/accounts/team.yaml")))
-                .expect("team"),
-        )
-        .await
-        .expect("team Account");
-    eventually("the team's Account Ready on kcp", || {
-        ready(accounts("root:orgs:acme"), "team")
-    })
+    account_ready(
+        &access,
+        "root:orgs:acme",
+        include_str!("../examples/accounts/team.yaml"),
+    )
     .await;
     let info = infos("root:orgs:acme:team")
         .get("account")
@@ -837,6 +813,33 @@ async fn the_account_controllers_work_on_kcp_through_the_core_export_without_adm
             Ok(None) => Ok(()),
             Ok(Some(_)) => Err("Account still there".to_string()),
             Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+}
+
+/// Creates the Account of the walkthrough file `text` in `path` with kcp's admin and waits until
+/// the account controllers call it Ready.
+async fn account_ready(admin: &controllers::platformmesh::kcp::Kcp, path: &str, text: &str) {
+    let api = Api::<DynamicObject>::all_with(
+        admin.workspace(path),
+        &ar("core.platform-mesh.io", "v1alpha1", "Account", "accounts"),
+    );
+    let account: DynamicObject = serde_json::from_value(yaml(text)).expect("Account");
+    let name = account.metadata.name.clone().expect("name");
+    api.create(&PostParams::default(), &account)
+        .await
+        .expect("create the Account");
+    eventually(&format!("Account {path}:{name} Ready on kcp"), || async {
+        let a = api.get(&name).await.map_err(|e| e.to_string())?;
+        match a.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        {
+            true => Ok(()),
+            false => Err(a.data["status"].to_string()),
         }
     })
     .await;

@@ -452,6 +452,37 @@ fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String) {
     }
 }
 
+/// Gives `users` the `rules` in workspace `path` (a ClusterRole and ClusterRoleBinding `name`).
+async fn grant(env: &Env, path: &str, name: &str, rules: Value, users: &[&str]) {
+    let rbac = |kind: &str, plural: &str| ar("rbac.authorization.k8s.io", "v1", kind, plural);
+    let subjects: Vec<Value> = users
+        .iter()
+        .map(|u| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}))
+        .collect();
+    for (r, obj) in [
+        (
+            rbac("ClusterRole", "clusterroles"),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": name}, "rules": rules}),
+        ),
+        (
+            rbac("ClusterRoleBinding", "clusterrolebindings"),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": name},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                   "subjects": subjects}),
+        ),
+    ] {
+        Api::<DynamicObject>::all_with(env.client(path), &r)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(obj).expect("object"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{} {name} in {path}: {e}", r.kind));
+    }
+}
+
 fn secret(name: &str, labels: Value) -> DynamicObject {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": name, "labels": labels}, "stringData": {"k": "v"}}))
@@ -1402,31 +1433,16 @@ async fn writes_through_the_virtual_workspace_carry_kcps_warrant_into_that_works
     env.workspace("root:providers", "owner", "provider").await;
     let granted = env.workspace("root:orgs", "granted", "organization").await;
     env.workspace("root:orgs", "refused", "organization").await;
-    // User `owner` administers its own workspace and nothing else.
     let rbac = |kind: &str, plural: &str| ar("rbac.authorization.k8s.io", "v1", kind, plural);
-    let admin_in_owner = env.client("root:providers:owner");
-    let role: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "everything"},
-        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}))
-    .expect("role");
-    Api::<DynamicObject>::all_with(admin_in_owner.clone(), &rbac("ClusterRole", "clusterroles"))
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("role in the owner's workspace");
-    let binding: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "owner"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "everything"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "owner"}]}))
-    .expect("binding");
-    Api::<DynamicObject>::all_with(
-        admin_in_owner.clone(),
-        &rbac("ClusterRoleBinding", "clusterrolebindings"),
+    // User `owner` administers its own workspace and nothing else.
+    grant(
+        &env,
+        "root:providers:owner",
+        "everything",
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+        &["owner"],
     )
-    .create(&PostParams::default(), &binding)
-    .await
-    .expect("binding in the owner's workspace");
+    .await;
     let kubeconfig = env
         .server
         .write_user_kubeconfig("owner.kubeconfig", "owner", &[])
@@ -1541,33 +1557,14 @@ async fn writes_through_the_virtual_workspace_carry_kcps_warrant_into_that_works
 async fn the_creator_of_a_workspace_owns_it_and_only_the_creator() {
     let env = Env::start().await;
     // alice and bob may create workspaces in root:orgs, nothing more.
-    let role: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "workspace-creator"},
-        "rules": [{"apiGroups": ["tenancy.kcp.io"], "resources": ["workspaces"], "verbs": ["create", "get", "update"]}]}))
-    .expect("role");
-    let rbac = |kind: &str, plural: &str| ar("rbac.authorization.k8s.io", "v1", kind, plural);
-    Api::<DynamicObject>::all_with(
-        env.client("root:orgs"),
-        &rbac("ClusterRole", "clusterroles"),
+    grant(
+        &env,
+        "root:orgs",
+        "workspace-creator",
+        json!([{"apiGroups": ["tenancy.kcp.io"], "resources": ["workspaces"], "verbs": ["create", "get", "update"]}]),
+        &["alice", "bob"],
     )
-    .create(&PostParams::default(), &role)
-    .await
-    .expect("role");
-    let binding: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "workspace-creators"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "workspace-creator"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"},
-                     {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]}))
-    .expect("binding");
-    Api::<DynamicObject>::all_with(
-        env.client("root:orgs"),
-        &rbac("ClusterRoleBinding", "clusterrolebindings"),
-    )
-    .create(&PostParams::default(), &binding)
-    .await
-    .expect("binding");
+    .await;
     let as_user = |user: &'static str| {
         let kubeconfig = env
             .server

@@ -100,6 +100,27 @@ struct Setup {
     run: tokio::task::JoinHandle<Result<(), ManagerError>>,
 }
 
+/// Runs `manager` with a [`Scripted`] provider: the sender of its events, the stop token and
+/// the run.
+fn run_scripted(
+    manager: &Manager,
+) -> (
+    mpsc::Sender<ClusterEvent>,
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), ManagerError>>,
+) {
+    let (tx, rx) = mpsc::channel(8);
+    let provider = Arc::new(Scripted {
+        events: Mutex::new(Some(rx)),
+    });
+    let stop = CancellationToken::new();
+    let run = tokio::spawn({
+        let (m, stop) = (manager.clone(), stop.clone());
+        async move { m.run(provider, async move { stop.cancelled().await }).await }
+    });
+    (tx, stop, run)
+}
+
 fn setup(delay: Duration, options: ManagerOptions) -> Setup {
     setup_failing(delay, options, true)
 }
@@ -121,15 +142,7 @@ fn setup_failing(delay: Duration, options: ManagerOptions, transient: bool) -> S
                 .workers(2),
         )
         .unwrap();
-    let (tx, rx) = mpsc::channel(8);
-    let provider = Arc::new(Scripted {
-        events: Mutex::new(Some(rx)),
-    });
-    let stop = CancellationToken::new();
-    let run = tokio::spawn({
-        let (m, stop) = (manager.clone(), stop.clone());
-        async move { m.run(provider, async move { stop.cancelled().await }).await }
-    });
+    let (tx, stop, run) = run_scripted(&manager);
     Setup {
         manager,
         events: tx,
@@ -374,15 +387,7 @@ async fn a_reconcile_reaches_the_other_engaged_clusters_and_only_those() {
     manager
         .add(Controller::new("looks", LooksAround { seen: seen.clone() }).for_::<ConfigMap>())
         .unwrap();
-    let (tx, rx) = mpsc::channel(8);
-    let provider = Arc::new(Scripted {
-        events: Mutex::new(Some(rx)),
-    });
-    let stop = CancellationToken::new();
-    let run = tokio::spawn({
-        let (m, stop) = (manager.clone(), stop.clone());
-        async move { m.run(provider, async move { stop.cancelled().await }).await }
-    });
+    let (tx, stop, run) = run_scripted(&manager);
     tx.send(ClusterEvent::Engage(offline_cluster("a")))
         .await
         .unwrap();
