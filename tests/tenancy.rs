@@ -1651,3 +1651,137 @@ async fn the_creator_of_a_workspace_owns_it_and_only_the_creator() {
         .expect("update");
     assert_eq!(owner(&updated)["username"], "alice");
 }
+
+/// kcp binds a workspace's default APIs as its owner: an owner who may not bind the export gets
+/// a workspace that waits (Initializing, `APIBindingsInitialized` False) until an administrator
+/// grants `bind`, and then comes up without anyone touching it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_bindings_are_made_as_the_owner_and_wait_for_bind() {
+    let env = Env::start().await;
+    let admin = env.client("root");
+    let create = |r: ApiResource, v: Value| {
+        let admin = admin.clone();
+        async move {
+            Api::<DynamicObject>::all_with(admin, &r)
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(v).expect("object"),
+                )
+                .await
+                .expect("create")
+        }
+    };
+    create(
+        ar("apis.kcp.io", "v1alpha1", "APIExport", "apiexports"),
+        json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport", "metadata": {"name": "gated-api"}, "spec": {}}),
+    )
+    .await;
+    create(
+        ar("tenancy.kcp.io", "v1alpha1", "WorkspaceType", "workspacetypes"),
+        json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType", "metadata": {"name": "bound"},
+               "spec": {"defaultAPIBindings": [{"export": "gated-api", "path": "root"}]}}),
+    )
+    .await;
+    grant(
+        &env,
+        "root",
+        "bound-creator",
+        json!([{"apiGroups": ["tenancy.kcp.io"], "resources": ["workspaces"], "verbs": ["create", "get"]},
+               {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspacetypes"], "resourceNames": ["bound"], "verbs": ["use"]}]),
+        &["carol"],
+    )
+    .await;
+    let kubeconfig = env
+        .server
+        .write_user_kubeconfig("carol.kubeconfig", "carol", &[])
+        .expect("kubeconfig");
+    let mut carol = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).expect("read"),
+        &Default::default(),
+    )
+    .await
+    .expect("config");
+    carol.cluster_url = format!("https://{}/clusters/root", env.server.address)
+        .parse()
+        .expect("url");
+    Api::<DynamicObject>::all_with(Client::try_from(carol).expect("client"), &workspaces())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+                "metadata": {"name": "carols"}, "spec": {"type": {"name": "bound", "path": "root"}}}))
+            .expect("workspace"),
+        )
+        .await
+        .expect("carol creates her workspace");
+    let lc = Api::<DynamicObject>::all_with(
+        env.client("root:carols"),
+        &ar(
+            "core.kcp.io",
+            "v1alpha1",
+            "LogicalCluster",
+            "logicalclusters",
+        ),
+    );
+    let condition = |lc: &DynamicObject| {
+        lc.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "APIBindingsInitialized")
+            .cloned()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let now = lc.get("cluster").await.expect("LogicalCluster");
+        if let Some(c) = condition(&now).filter(|c| c["status"] == "False") {
+            break (c, now);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never refused: {:?}",
+            now.data["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(refused.0["reason"], "APIBindingErrors");
+    assert!(
+        refused.0["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no permission to bind"),
+        "{}",
+        refused.0
+    );
+    assert_eq!(refused.1.data["status"]["phase"], "Initializing");
+    // An administrator lets carol bind the export: the workspace comes up on its own.
+    grant(
+        &env,
+        "root",
+        "gated-api-binder",
+        json!([{"apiGroups": ["apis.kcp.io"], "resources": ["apiexports"], "resourceNames": ["gated-api"], "verbs": ["bind"]}]),
+        &["carol"],
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = lc.get("cluster").await.expect("LogicalCluster");
+        if now.data["status"]["phase"] == "Ready" {
+            assert_eq!(condition(&now).expect("condition")["status"], "True");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never Ready: {:?}",
+            now.data["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let bindings = Api::<DynamicObject>::all_with(
+        env.client("root:carols"),
+        &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
+    )
+    .list(&ListParams::default())
+    .await
+    .expect("bindings");
+    assert_eq!(names(&bindings), vec!["gated-api".to_string()]);
+}

@@ -4,6 +4,8 @@
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use std::sync::Arc;
+
 use super::Tenancy;
 use crate::objects::{self, meta_mut};
 use crate::storage::list_all;
@@ -146,38 +148,164 @@ pub(super) async fn initialize_workspace(
     path: &str,
 ) -> Result<(), StorageError> {
     set_phase(state, cluster, name, "Initializing").await?;
-    let type_ref = match state
+    let Some(ws) = state
         .store
         .get(&format!("/tenancy.kcp.io/workspaces/{cluster}/{name}"))
         .await?
-    {
-        Some(kv) => objects::decode_stored(&kv.value)
-            .ok()
-            .and_then(|v| super::TypeRef::from_json(&v["spec"]["type"]))
-            .unwrap_or_else(|| super::TypeRef::new("universal", "")),
-        None => return Ok(()),
+        .and_then(|kv| objects::decode_stored(&kv.value).ok())
+    else {
+        return Ok(());
     };
-    let owner = match state
-        .store
-        .get(&format!("/tenancy.kcp.io/workspaces/{cluster}/{name}"))
-        .await?
-    {
-        Some(kv) => objects::decode_stored(&kv.value).ok().and_then(|v| {
-            v["metadata"]["annotations"][super::OWNER_ANNOTATION]
-                .as_str()
-                .map(str::to_string)
-        }),
-        None => None,
-    };
+    let type_ref = super::TypeRef::from_json(&ws["spec"]["type"])
+        .unwrap_or_else(|| super::TypeRef::new("universal", ""));
+    let owner = ws["metadata"]["annotations"][super::OWNER_ANNOTATION]
+        .as_str()
+        .map(str::to_string);
     let (inits, terms) = state.lifecycle_ids(&type_ref).await;
     ensure_logical_cluster(state, child, path, &type_ref, (&inits, &terms)).await?;
-    if let Some(owner) = owner {
-        make_owner_admin(state, child, &owner).await?;
+    let owner = match owner {
+        Some(owner) => {
+            make_owner_admin(state, child, &owner).await?;
+            owner_identity(&owner)
+        }
+        None => None,
+    };
+    finish_default_bindings(state, child, &type_ref, owner.as_ref()).await
+}
+
+/// The owner recorded in [`super::OWNER_ANNOTATION`], as the identity kcp binds as.
+fn owner_identity(owner: &str) -> Option<crate::identity::Identity> {
+    let v: Value = serde_json::from_str(owner).ok()?;
+    let user = v["username"].as_str().filter(|u| !u.is_empty())?;
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    let mut who = crate::identity::Identity::new(user, strings(&v["groups"]));
+    who.uid = v["uid"].as_str().unwrap_or_default().to_string();
+    if let Some(extra) = v["extra"].as_object() {
+        who.extra = extra.iter().map(|(k, v)| (k.clone(), strings(v))).collect();
     }
-    bind_defaults(state, child, &type_ref).await?;
-    state
-        .remove_initializer(child, super::initializers::APIBINDINGS_INITIALIZER)
-        .await
+    Some(who)
+}
+
+/// Binds the workspace type's default APIs as the workspace's owner (kcp's API binder creates
+/// them as the owner, so the owner needs `bind` on each export), then lets the workspace move
+/// on. A binding the owner may not make keeps the workspace Initializing with kcp's
+/// `APIBindingsInitialized` condition, and is tried again with a growing pause until it works
+/// (an administrator granted `bind`) or the workspace is gone.
+async fn finish_default_bindings(
+    state: &Tenancy,
+    child: &str,
+    type_ref: &super::TypeRef,
+    owner: Option<&crate::identity::Identity>,
+) -> Result<(), StorageError> {
+    let refused = bind_defaults(state, child, type_ref, owner).await?;
+    set_bindings_condition(state, child, &refused).await?;
+    if refused.is_empty() {
+        return state
+            .remove_initializer(child, super::initializers::APIBINDINGS_INITIALIZER)
+            .await;
+    }
+    let (Some(tenancy), Some(owner)) = (state.state(), owner.cloned()) else {
+        return Ok(());
+    };
+    let weak = Arc::downgrade(&tenancy);
+    let (child, type_ref) = (child.to_string(), type_ref.clone());
+    tokio::spawn(async move {
+        let mut pause = std::time::Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(60));
+            let Some(state) = weak.upgrade() else { return };
+            let waiting = match state
+                .store
+                .get(&super::initializers::logical_cluster_key(&child))
+                .await
+            {
+                Ok(Some(kv)) => objects::decode_stored(&kv.value).ok().is_some_and(|lc| {
+                    !objects::is_deleting(&lc)
+                        && super::initializers::waiting(
+                            &lc,
+                            super::initializers::Lifecycle::Initializing,
+                        )
+                        .iter()
+                        .any(|i| i == super::initializers::APIBINDINGS_INITIALIZER)
+                }),
+                Ok(None) => false,
+                Err(_) => true,
+            };
+            if !waiting {
+                return;
+            }
+            let refused = match bind_defaults(&state, &child, &type_ref, Some(&owner)).await {
+                Ok(refused) => refused,
+                Err(_) => continue,
+            };
+            if set_bindings_condition(&state, &child, &refused)
+                .await
+                .is_err()
+            {
+                continue;
+            }
+            if refused.is_empty() {
+                if let Err(e) = state
+                    .remove_initializer(&child, super::initializers::APIBINDINGS_INITIALIZER)
+                    .await
+                {
+                    tracing::warn!(cluster = %child, error = %e, "finishing the default bindings");
+                }
+                return;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// kcp's `APIBindingsInitialized` condition of the LogicalCluster: False with reason
+/// `APIBindingErrors` naming each refused binding, True once none is.
+async fn set_bindings_condition(
+    state: &Tenancy,
+    child: &str,
+    refused: &[String],
+) -> Result<(), StorageError> {
+    let condition = match refused.is_empty() {
+        true => json!({"type": "APIBindingsInitialized", "status": "True"}),
+        false => json!({"type": "APIBindingsInitialized", "status": "False",
+            "reason": "APIBindingErrors", "severity": "Error",
+            "message": format!("encountered errors: {}", refused.join(", "))}),
+    };
+    super::initializers::update_stored(
+        state.store.as_ref(),
+        &super::initializers::logical_cluster_key(child),
+        |lc| {
+            let mut conditions: Vec<Value> = lc["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let had = conditions
+                .iter()
+                .find(|c| c["type"] == "APIBindingsInitialized")
+                .cloned();
+            if had.as_ref().is_some_and(|h| {
+                h["status"] == condition["status"] && h["message"] == condition["message"]
+            }) || (had.is_none() && refused.is_empty())
+            {
+                return false;
+            }
+            let mut c = condition.clone();
+            c["lastTransitionTime"] = json!(objects::now_rfc3339());
+            conditions.retain(|c| c["type"] != "APIBindingsInitialized");
+            conditions.push(c);
+            lc["status"]["conditions"] = Value::Array(conditions);
+            true
+        },
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Deletes everything in logical cluster `child` (child workspaces first), then lets the
@@ -301,9 +429,11 @@ async fn bind_defaults(
     state: &Tenancy,
     child: &str,
     type_ref: &super::TypeRef,
-) -> Result<(), StorageError> {
+    owner: Option<&crate::identity::Identity>,
+) -> Result<Vec<String>, StorageError> {
+    let mut refused = Vec::new();
     let Some(wt) = state.workspace_type_at(state, type_ref).await else {
-        return Ok(());
+        return Ok(refused);
     };
     let mut defaults: Vec<serde_json::Value> = Vec::new();
     for (_, t) in state.extended(state, type_ref, &wt).await {
@@ -318,7 +448,7 @@ async fn bind_defaults(
         }
     }
     if defaults.is_empty() {
-        return Ok(());
+        return Ok(refused);
     }
     let Some(res) = state
         .catalog
@@ -327,7 +457,7 @@ async fn bind_defaults(
         .lookup("apis.kcp.io", "v1alpha1", "apibindings")
         .cloned()
     else {
-        return Ok(());
+        return Ok(refused);
     };
     for d in defaults {
         let export = d["export"].as_str().unwrap_or("").to_string();
@@ -364,6 +494,20 @@ async fn bind_defaults(
         if !claims.is_empty() {
             binding["spec"]["permissionClaims"] = Value::Array(claims);
         }
+        if let Some(owner) = owner {
+            if let Err(e) = state
+                .check_bind(
+                    child,
+                    &export,
+                    &binding["spec"]["reference"]["export"],
+                    owner,
+                )
+                .await
+            {
+                refused.push(e.message);
+                continue;
+            }
+        }
         objects::prepare_for_create(&mut binding, &res, child);
         if state
             .prepare_binding_write(child, &mut binding, None, None)
@@ -382,5 +526,5 @@ async fn bind_defaults(
         }
     }
     super::reload_cluster_types(state, child).await;
-    Ok(())
+    Ok(refused)
 }
