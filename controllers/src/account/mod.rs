@@ -156,18 +156,26 @@ impl ReconcileError for AccountError {
     /// Client errors as [`kube_error_is_transient`] says, except that the Account's Workspace
     /// and the AccountInfo inside it may not be visible yet (404 while kcp sets the workspace
     /// up is retried). A Workspace of the wrong type is retried too: it is not watched, so its
-    /// deletion would bring no event. An undecodable owner reference is fatal.
+    /// deletion would bring no event. A refusal (403) is retried with backoff, as upstream's
+    /// controller retries every error: when the controllers run as a user that is no admin,
+    /// kcp asks `use` of workspace types and `bind` of exports, which an installer may grant
+    /// after the controllers started. An undecodable owner reference is fatal.
     fn is_transient(&self) -> bool {
+        let forbidden = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 403);
         match self {
             AccountError::Kube { source, .. } | AccountError::InfoFinalizers { source, .. } => {
-                kube_error_is_transient(source)
+                kube_error_is_transient(source) || forbidden(source)
             }
             AccountError::Workspace(source) => {
                 matches!(source, kube::Error::Api(s) if s.code == 404)
                     || kube_error_is_transient(source)
             }
-            AccountError::Ensure(e) => e.is_transient(),
-            AccountError::EnsureIn { source, .. } => source.is_not_found() || source.is_transient(),
+            AccountError::Ensure(e) => e.is_transient() || e.kube().is_some_and(forbidden),
+            AccountError::EnsureIn { source, .. } => {
+                source.is_not_found()
+                    || source.is_transient()
+                    || source.kube().is_some_and(forbidden)
+            }
             AccountError::OwnerReference(_) => false,
             AccountError::WorkspaceType { .. }
             | AccountError::NotEngaged(_)
@@ -320,6 +328,33 @@ pub(crate) const INFO_WAIT: Duration = Duration::from_secs(1);
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_refused_workspace_is_tried_again_an_invalid_one_is_not() {
+        let api = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure(
+                    "no",
+                    if code == 403 { "Forbidden" } else { "Invalid" },
+                )
+                .with_code(code)
+                .boxed(),
+            )
+        };
+        let create = |code| {
+            AccountError::Ensure(EnsureError::Create {
+                kind: "Workspace".into(),
+                name: "acme".into(),
+                source: api(code),
+            })
+        };
+        assert!(
+            create(403).is_transient(),
+            "kcp's use/bind refusal may be granted later"
+        );
+        assert!(!create(422).is_transient());
+        assert!(AccountError::kube("reading", api(403)).is_transient());
+    }
 
     #[test]
     fn workspaces_map_to_the_accounts_owning_them() {
