@@ -556,6 +556,45 @@ mod tests {
         flags.election.config(shared)
     }
 
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        controllers: ControllerArgs,
+    }
+
+    #[test]
+    fn the_controllers_identity_flags_refuse_what_cannot_work() {
+        let parse = |args: &[&str]| {
+            Serve::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|s| s.controllers)
+        };
+        let e = parse(&[
+            "--forbid-tenant-admin",
+            "--kcp-kubeconfig",
+            "kcp.kubeconfig",
+        ])
+        .err()
+        .expect("a kcp's identities are its installer's");
+        assert!(e.to_string().contains("--kcp-kubeconfig"), "{e}");
+        let e = parse(&["--workspace-controllers-kubeconfig", "user.kubeconfig"])
+            .err()
+            .expect("only with a kcp");
+        assert!(e.to_string().contains("--kcp-kubeconfig"), "{e}");
+        let ok = parse(&[
+            "--kcp-kubeconfig",
+            "kcp.kubeconfig",
+            "--workspace-controllers-kubeconfig",
+            "user.kubeconfig",
+        ])
+        .expect("both");
+        assert!(!ok.forbid_tenant_admin);
+        assert!(
+            parse(&["--forbid-tenant-admin"])
+                .expect("alone")
+                .forbid_tenant_admin
+        );
+    }
+
     #[test]
     fn elects_by_default_only_on_a_shared_store() {
         assert!(config(&[], false).unwrap().is_none());

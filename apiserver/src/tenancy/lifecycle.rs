@@ -1,10 +1,10 @@
 //! Workspace lifecycle: opaque logical-cluster names, initialization (Scheduling ->
 //! Initializing -> Ready with the LogicalCluster), and deleting a cluster with everything below it.
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-
-use std::sync::Arc;
 
 use super::Tenancy;
 use crate::objects::{self, meta_mut};
