@@ -631,18 +631,7 @@ async fn kcp_and_serve_answer_the_tenancy_corpus_alike() {
         .as_str()
         .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
         .expect("kcp's CA");
-    let token = kubeconfig["users"]
-        .as_array()
-        .and_then(|u| u.iter().find(|u| u["name"] == "kcp-admin"))
-        .and_then(|u| u["user"]["token"].as_str())
-        .expect("kcp-admin's token")
-        .to_string();
-    let user_token = kubeconfig["users"]
-        .as_array()
-        .and_then(|u| u.iter().find(|u| u["name"] == "user"))
-        .and_then(|u| u["user"]["token"].as_str())
-        .expect("kcp's user's token")
-        .to_string();
+    let (token, user_token) = (kcp.token("kcp-admin"), kcp.token("user"));
     let server = Server::start_with(&["--no-controllers"]);
     let kcp_client =
         ClientConfig::new(kcp.address, &String::from_utf8_lossy(&ca), None).expect("kcp client");

@@ -373,13 +373,7 @@ async fn the_virtual_workspaces_serve_in_front_of_real_kcp() {
     // kcp's tokens and permissions: its non-admin user is authenticated by kcp (a TokenReview)
     // and refused by kcp's RBAC in acme (a SubjectAccessReview); a token kcp does not know is
     // refused as unauthenticated.
-    let kubeconfig = yaml(&std::fs::read_to_string(&kcp.admin_kubeconfig).expect("kubeconfig"));
-    let user_token = kubeconfig["users"]
-        .as_array()
-        .and_then(|users| users.iter().find(|u| u["name"] == "user"))
-        .and_then(|u| u["user"]["token"].as_str())
-        .expect("kcp's user token")
-        .to_string();
+    let user_token = kcp.token("user");
     for (token, code) in [(user_token.as_str(), "403"), ("guessed", "401")] {
         let got = names(
             ext.view("contentconfigurations", "root:orgs:acme", Some(token))
@@ -570,15 +564,20 @@ async fn the_security_initializer_finishes_workspaces_on_kcp() {
         root.clone(),
         &ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces"),
     );
-    workspaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-                "metadata": {"name": "team"}, "spec": {"type": {"name": "security", "path": "root"}}}))
-            .expect("workspace"),
-        )
-        .await
-        .expect("workspace");
+    // kcp takes workspaces of a new type once it has made the type Ready.
+    let team: DynamicObject = serde_json::from_value(
+        json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+        "metadata": {"name": "team"}, "spec": {"type": {"name": "security", "path": "root"}}}),
+    )
+    .expect("workspace");
+    eventually("a workspace of type security", || async {
+        match workspaces.create(&PostParams::default(), &team).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
     // kcp holds it for root:security.
     let initializers = eventually("the workspace waits for root:security", || {
         let workspaces = workspaces.clone();

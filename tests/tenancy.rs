@@ -483,6 +483,46 @@ async fn grant(env: &Env, path: &str, name: &str, rules: Value, users: &[&str]) 
     }
 }
 
+/// A user of the server who is no admin: a client certificate of its CA, with no rights but
+/// those a test grants.
+struct User {
+    config: kube::Config,
+    address: std::net::SocketAddr,
+}
+
+impl User {
+    async fn new(env: &Env, name: &str) -> User {
+        let kubeconfig = env
+            .server
+            .write_user_kubeconfig(&format!("{name}.kubeconfig"), name, &[])
+            .expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kubeconfig).expect("read"),
+            &Default::default(),
+        )
+        .await
+        .expect("config");
+        User {
+            config,
+            address: env.server.address,
+        }
+    }
+
+    /// A client of the server's URL path `path` (`/clusters/...`, `/services/...`).
+    fn at(&self, path: &str) -> Client {
+        let mut c = self.config.clone();
+        c.cluster_url = format!("https://{}{path}", self.address)
+            .parse()
+            .expect("url");
+        Client::try_from(c).expect("client")
+    }
+
+    /// A client of workspace `path`.
+    fn in_workspace(&self, path: &str) -> Client {
+        self.at(&format!("/clusters/{path}"))
+    }
+}
+
 fn secret(name: &str, labels: Value) -> DynamicObject {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": name, "labels": labels}, "stringData": {"k": "v"}}))
@@ -1443,30 +1483,14 @@ async fn writes_through_the_virtual_workspace_carry_kcps_warrant_into_that_works
         &["owner"],
     )
     .await;
-    let kubeconfig = env
-        .server
-        .write_user_kubeconfig("owner.kubeconfig", "owner", &[])
-        .expect("owner's kubeconfig");
-    let owner_config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig).expect("read"),
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .expect("owner's config");
-    let owner_at = |path: &str| {
-        let mut c = owner_config.clone();
-        c.cluster_url = format!("https://{}{path}", env.server.address)
-            .parse()
-            .expect("url");
-        Client::try_from(c).expect("client")
-    };
+    let owner = User::new(&env, "owner").await;
     // The owner exports nothing but a claim on ClusterRoles.
     let export: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIExport", "metadata": {"name": "roles"},
         "spec": {"permissionClaims": [{"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verbs": ["*"]}]}}))
     .expect("export");
     let export = Api::<DynamicObject>::all_with(
-        owner_at("/clusters/root:providers:owner"),
+        owner.at("/clusters/root:providers:owner"),
         &ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports"),
     )
     .create(&PostParams::default(), &export)
@@ -1523,7 +1547,7 @@ async fn writes_through_the_virtual_workspace_carry_kcps_warrant_into_that_works
     .expect("role");
     let through = |cluster: &str| {
         Api::<DynamicObject>::all_with(
-            owner_at(&format!(
+            owner.at(&format!(
                 "/services/apiexport/{export_cluster}/roles/clusters/{cluster}"
             )),
             &rbac("ClusterRole", "clusterroles"),
@@ -1534,7 +1558,7 @@ async fn writes_through_the_virtual_workspace_carry_kcps_warrant_into_that_works
         .await
         .expect("the warrant lets the owner write what the workspace's admin could");
     let direct = Api::<DynamicObject>::all_with(
-        owner_at("/clusters/root:orgs:granted"),
+        owner.at("/clusters/root:orgs:granted"),
         &rbac("ClusterRole", "clusterroles"),
     );
     let (code, _) = api_error(direct.get("powerful").await);
@@ -1565,28 +1589,7 @@ async fn the_creator_of_a_workspace_owns_it_and_only_the_creator() {
         &["alice", "bob"],
     )
     .await;
-    let as_user = |user: &'static str| {
-        let kubeconfig = env
-            .server
-            .write_user_kubeconfig(&format!("{user}.kubeconfig"), user, &[])
-            .expect("kubeconfig");
-        let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("read");
-        let address = env.server.address;
-        async move {
-            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .expect("config");
-            move |path: &str| {
-                let mut c = config.clone();
-                c.cluster_url = format!("https://{address}/clusters/{path}")
-                    .parse()
-                    .expect("url");
-                Client::try_from(c).expect("client")
-            }
-        }
-    };
-    let alice = as_user("alice").await;
-    let bob = as_user("bob").await;
+    let (alice, bob) = (User::new(&env, "alice").await, User::new(&env, "bob").await);
     // alice names bob as the owner: the server records alice.
     let ws: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
@@ -1594,7 +1597,7 @@ async fn the_creator_of_a_workspace_owns_it_and_only_the_creator() {
                      "annotations": {"experimental.tenancy.kcp.io/owner": "{\"username\":\"bob\"}"}},
         "spec": {"type": {"name": "organization", "path": "root"}}}))
     .expect("workspace");
-    let created = Api::<DynamicObject>::all_with(alice("root:orgs"), &workspaces())
+    let created = Api::<DynamicObject>::all_with(alice.in_workspace("root:orgs"), &workspaces())
         .create(&PostParams::default(), &ws)
         .await
         .expect("alice creates a workspace");
@@ -1611,7 +1614,7 @@ async fn the_creator_of_a_workspace_owns_it_and_only_the_creator() {
     let configmaps = ar("", "v1", "ConfigMap", "configmaps");
     loop {
         match Api::<DynamicObject>::namespaced_with(
-            alice("root:orgs:wonderland"),
+            alice.in_workspace("root:orgs:wonderland"),
             "default",
             &configmaps,
         )
@@ -1627,16 +1630,21 @@ async fn the_creator_of_a_workspace_owns_it_and_only_the_creator() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (code, _) = api_error(
-        Api::<DynamicObject>::namespaced_with(bob("root:orgs:wonderland"), "default", &configmaps)
-            .list(&ListParams::default())
-            .await,
+        Api::<DynamicObject>::namespaced_with(
+            bob.in_workspace("root:orgs:wonderland"),
+            "default",
+            &configmaps,
+        )
+        .list(&ListParams::default())
+        .await,
     );
     assert_eq!(code, 403, "bob gains nothing in alice's workspace");
     // The owner stays alice's, whatever an update says.
-    let mut changed = Api::<DynamicObject>::all_with(alice("root:orgs"), &workspaces())
-        .get("wonderland")
-        .await
-        .expect("get");
+    let mut changed =
+        Api::<DynamicObject>::all_with(alice.in_workspace("root:orgs"), &workspaces())
+            .get("wonderland")
+            .await
+            .expect("get");
     changed
         .metadata
         .annotations
@@ -1645,7 +1653,7 @@ async fn the_creator_of_a_workspace_owns_it_and_only_the_creator() {
             "experimental.tenancy.kcp.io/owner".into(),
             "{\"username\":\"bob\"}".into(),
         );
-    let updated = Api::<DynamicObject>::all_with(alice("root:orgs"), &workspaces())
+    let updated = Api::<DynamicObject>::all_with(alice.in_workspace("root:orgs"), &workspaces())
         .replace("wonderland", &PostParams::default(), &changed)
         .await
         .expect("update");
@@ -1691,20 +1699,8 @@ async fn default_bindings_are_made_as_the_owner_and_wait_for_bind() {
         &["carol"],
     )
     .await;
-    let kubeconfig = env
-        .server
-        .write_user_kubeconfig("carol.kubeconfig", "carol", &[])
-        .expect("kubeconfig");
-    let mut carol = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig).expect("read"),
-        &Default::default(),
-    )
-    .await
-    .expect("config");
-    carol.cluster_url = format!("https://{}/clusters/root", env.server.address)
-        .parse()
-        .expect("url");
-    Api::<DynamicObject>::all_with(Client::try_from(carol).expect("client"), &workspaces())
+    let carol = User::new(&env, "carol").await;
+    Api::<DynamicObject>::all_with(carol.in_workspace("root"), &workspaces())
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",

@@ -75,4 +75,18 @@ impl Kcp {
         peer.wait_ready().await.unwrap_or_else(|e| panic!("{e:#}"));
         Kcp { peer, _dir: dir }
     }
+
+    /// The bearer token of `user` (`kcp-admin`, or the non-admin `user`) in kcp's
+    /// admin.kubeconfig.
+    #[allow(dead_code)]
+    pub fn token(&self, user: &str) -> String {
+        let text = std::fs::read_to_string(&self.admin_kubeconfig).expect("kcp admin.kubeconfig");
+        let kubeconfig: serde_json::Value = serde_saphyr::from_str(&text).expect("kubeconfig");
+        kubeconfig["users"]
+            .as_array()
+            .and_then(|users| users.iter().find(|u| u["name"] == user))
+            .and_then(|u| u["user"]["token"].as_str())
+            .unwrap_or_else(|| panic!("no token of {user} in kcp's admin.kubeconfig"))
+            .to_string()
+    }
 }

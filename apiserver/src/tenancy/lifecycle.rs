@@ -69,14 +69,7 @@ pub(super) async fn ensure_logical_cluster(
 
 /// kcp's `workspace-admin`: the workspace's owner (the user who created it, [`super::OWNER_ANNOTATION`])
 /// gets `cluster-admin` in it, and the workspace a `cluster-admin` ClusterRole to bind.
-async fn make_owner_admin(state: &Tenancy, child: &str, owner: &str) -> Result<(), StorageError> {
-    let Some(user) = serde_json::from_str::<Value>(owner)
-        .ok()
-        .and_then(|o| o["username"].as_str().map(str::to_string))
-        .filter(|u| !u.is_empty())
-    else {
-        return Ok(());
-    };
+async fn make_owner_admin(state: &Tenancy, child: &str, user: &str) -> Result<(), StorageError> {
     let view = state.catalog.builtin_view();
     let rbac = |plural: &str| {
         view.registry
@@ -160,16 +153,12 @@ pub(super) async fn initialize_workspace(
         .unwrap_or_else(|| super::TypeRef::new("universal", ""));
     let owner = ws["metadata"]["annotations"][super::OWNER_ANNOTATION]
         .as_str()
-        .map(str::to_string);
+        .and_then(owner_identity);
     let (inits, terms) = state.lifecycle_ids(&type_ref).await;
     ensure_logical_cluster(state, child, path, &type_ref, (&inits, &terms)).await?;
-    let owner = match owner {
-        Some(owner) => {
-            make_owner_admin(state, child, &owner).await?;
-            owner_identity(&owner)
-        }
-        None => None,
-    };
+    if let Some(owner) = &owner {
+        make_owner_admin(state, child, &owner.user).await?;
+    }
     finish_default_bindings(state, child, &type_ref, owner.as_ref()).await
 }
 

@@ -399,7 +399,8 @@ impl Tenancy {
         requester: Option<&Identity>,
     ) -> Result<(), ApiError> {
         let name = objects::name(obj).to_string();
-        let privileged = requester.is_none_or(|w| w.groups.iter().any(|g| g == "system:masters"));
+        let privileged =
+            requester.is_none_or(|w| w.groups.iter().any(|g| g == crate::auth::SYSTEM_MASTERS));
         if let Some(old) = old {
             // Spec fields the server set are immutable.
             for f in ["cluster", "URL", "type"] {
@@ -474,13 +475,9 @@ impl Tenancy {
             ));
         };
         // Using a type uses every type it extends (kcp asks `use` of each).
+        let child_chain = self.extended(&state, &child_ref, &child_type).await;
         if let Some(who) = requester {
-            for (extended, _) in self
-                .extended(&state, &child_ref, &child_type)
-                .await
-                .iter()
-                .skip(1)
-            {
+            for (extended, _) in child_chain.iter().skip(1) {
                 self.check_type_use(r, &name, extended, who).await?;
             }
         }
@@ -489,7 +486,7 @@ impl Tenancy {
             Some(p) => self.aliases(&state, &parent_ref, p).await,
             None => vec![parent_ref.name.clone()],
         };
-        let child_aliases = self.aliases(&state, &child_ref, &child_type).await;
+        let child_aliases: Vec<String> = child_chain.into_iter().map(|(t, _)| t.name).collect();
         let allowed_parents = type_names(&child_type["spec"]["limitAllowedParents"]);
         if !allowed_parents.is_empty()
             && !parent_aliases.iter().any(|a| allowed_parents.contains(a))
