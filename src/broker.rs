@@ -30,9 +30,9 @@ pub struct BrokerArgs {
     /// Kubeconfig of the cluster migration stage objects are created in (default: coordination).
     #[arg(long)]
     compute_kubeconfig: Option<String>,
-    /// Broker between the workspaces of this kcp instead (an admin kubeconfig, e.g. the
-    /// admin.kubeconfig of `platform-mesh serve`): consumers bind --brokered-export of
-    /// --platform-workspace, providers are the workspaces with AcceptAPIs.
+    /// Broker between the workspaces of this kcp instead: consumers bind --brokered-export of
+    /// --platform-workspace; providers bind --acceptapi-export (or, without it, are the
+    /// workspaces with AcceptAPIs, and this kubeconfig must be an administrator's).
     #[arg(long, conflicts_with_all = ["consumer_kubeconfig", "provider_kubeconfig", "coordination_kubeconfig"])]
     kcp_kubeconfig: Option<String>,
     /// The workspace holding the brokered APIExport, MigrationConfigurations and Migrations.
@@ -41,6 +41,17 @@ pub struct BrokerArgs {
     /// Name of the APIExport consumers bind to get the brokered APIs.
     #[arg(long, requires = "kcp_kubeconfig")]
     brokered_export: Option<String>,
+    /// Reach providers as upstream's kcp variant, without entering their workspaces: the
+    /// APIExport of --platform-workspace that provider workspaces bind so the broker sees their
+    /// AcceptAPIs. Copies then go into staging workspaces the broker creates under
+    /// --workspace-tree-root, bound to the APIExport each AcceptAPI names in annotation
+    /// broker.platform-mesh.io/kcp-apiexport-name. Without it, --kcp-kubeconfig must be allowed
+    /// into every workspace.
+    #[arg(long, requires = "kcp_kubeconfig")]
+    acceptapi_export: Option<String>,
+    /// Where staging workspaces are created (default: --platform-workspace).
+    #[arg(long, requires = "acceptapi_export")]
+    workspace_tree_root: Option<String>,
     /// Concurrent reconciles per brokered kind.
     #[arg(long, default_value_t = 8)]
     workers: usize,
@@ -79,13 +90,26 @@ async fn options(args: &BrokerArgs) -> anyhow::Result<BrokerOptions> {
         if let Some(i) = url.find("/clusters/") {
             root.cluster_url = url[..i].parse().context("the kcp address")?;
         }
-        let mut options = controllers::broker::kcp::options(
-            &root,
-            &args.platform_workspace,
-            export,
-            kinds,
-            args.workers,
-        )
+        let mut options = match &args.acceptapi_export {
+            Some(accept) => controllers::broker::kcp::staging_options(
+                &root,
+                &args.platform_workspace,
+                export,
+                accept,
+                args.workspace_tree_root
+                    .as_deref()
+                    .unwrap_or(&args.platform_workspace),
+                kinds,
+                args.workers,
+            ),
+            None => controllers::broker::kcp::options(
+                &root,
+                &args.platform_workspace,
+                export,
+                kinds,
+                args.workers,
+            ),
+        }
         .map_err(anyhow::Error::msg)?;
         options.compute = compute;
         return Ok(options);
@@ -113,6 +137,8 @@ async fn options(args: &BrokerArgs) -> anyhow::Result<BrokerOptions> {
     Ok(BrokerOptions {
         consumers: Arc::new(FixedClusters::new(consumers)),
         providers: Arc::new(FixedClusters::new(providers)),
+        accept_apis: None,
+        staging: None,
         coordination,
         compute,
         kinds,

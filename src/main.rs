@@ -454,12 +454,73 @@ fn etcd_store(
     )
 }
 
+/// `certs kubeconfig`: a kubeconfig for `user` of the server whose data directory is `data_dir`.
+fn user_kubeconfig(
+    data_dir: &std::path::Path,
+    user: &str,
+    groups: &[String],
+    days: u32,
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
+    if user.trim().is_empty() {
+        anyhow::bail!("--user: give the user's name");
+    }
+    let pki_dir = data_dir.join("pki");
+    if !pki_dir.join(certs::CA_CERT_FILE).exists() {
+        anyhow::bail!(
+            "{} has no CA: start the server once (`platform-mesh serve --data-dir {}`) or point --data-dir at its data directory",
+            data_dir.display(),
+            data_dir.display()
+        );
+    }
+    let admin = data_dir.join("admin.kubeconfig");
+    let kc = kube::config::Kubeconfig::read_from(&admin)
+        .with_context(|| format!("reading {} for the server's address", admin.display()))?;
+    let server = kc
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.clone())
+        .with_context(|| format!("{} names no server", admin.display()))?;
+    let pki = certs::load_or_create(&pki_dir, &[])
+        .with_context(|| format!("loading the certificates in {}", data_dir.display()))?;
+    let (cert, key) = pki
+        .issue_client_certificate(user, groups, days)
+        .context("issuing the client certificate")?;
+    let mut opts = pki.admin_kubeconfig_options(&server);
+    opts.user_name = user.to_string();
+    opts.client_cert_pem = Some(cert);
+    opts.client_key_pem = Some(key);
+    certs::write_kubeconfig(out, &opts)?;
+    println!("wrote {} for user {user}", out.display());
+    Ok(())
+}
+
 #[derive(Subcommand)]
 enum CertsCommand {
     /// Print the base64 CA bundle, for `caBundle` of webhook configurations and APIServices.
     CaBundle {
         #[arg(long, default_value = ".platform-mesh", env = "PLATFORM_MESH_DATA_DIR")]
         data_dir: PathBuf,
+    },
+    /// Write a kubeconfig for a user of the running server: a client certificate from the data
+    /// directory's CA (CN = the user, one O per group) and the server address and CA of the
+    /// data directory's admin.kubeconfig. The user has no rights until RBAC grants them.
+    Kubeconfig {
+        #[arg(long, default_value = ".platform-mesh", env = "PLATFORM_MESH_DATA_DIR")]
+        data_dir: PathBuf,
+        /// The user name (the certificate's common name).
+        #[arg(long)]
+        user: String,
+        /// Groups of the user (repeatable).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// Days the certificate is valid.
+        #[arg(long, default_value_t = 365)]
+        days: u32,
+        /// The file to write.
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Issue a serving certificate from the data directory's CA (for running in a cluster:
     /// `--host platform-mesh.platform-mesh-system.svc`), written as tls.crt and tls.key.
@@ -639,6 +700,16 @@ fn main() -> anyhow::Result<()> {
             println!("{}", pki.ca_bundle_base64());
             Ok(())
         }
+        Command::Certs {
+            what:
+                CertsCommand::Kubeconfig {
+                    data_dir,
+                    user,
+                    groups,
+                    days,
+                    out,
+                },
+        } => user_kubeconfig(&data_dir, &user, &groups, days, &out),
         Command::Certs {
             what:
                 CertsCommand::Serving {

@@ -48,7 +48,15 @@ fn commands(readme: &Path) -> Vec<Step> {
                 ));
                 continue;
             }
-            if t.starts_with("cargo run") || t.starts_with("export KUBECONFIG=") {
+            if t.starts_with("export KUBECONFIG=") {
+                continue;
+            }
+            if let Some(args) = t.strip_prefix("cargo run --release -- ") {
+                // Another command of the binary, run in the foreground.
+                out.push(Step::Shell(format!(
+                    "{} {args}",
+                    env!("CARGO_BIN_EXE_platform-mesh")
+                )));
                 continue;
             }
             out.push(Step::Shell(t.to_string()));
@@ -118,6 +126,7 @@ fn run_walkthrough(example: &str, version: &str) {
             .env("PATH", &path)
             .env("HOME", home.path())
             .env("KUBECONFIG", &server.kubeconfig)
+            .env("PLATFORM_MESH_DATA_DIR", &server.data_dir)
             .output()
             .expect("run command");
         assert!(

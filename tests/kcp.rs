@@ -843,3 +843,415 @@ async fn account_ready(admin: &controllers::platformmesh::kcp::Kcp, path: &str, 
     })
     .await;
 }
+
+/// A CRD as the APIResourceSchema kcp serves it from (the structural schema itself under each
+/// version, not under openAPIV3Schema), named `<prefix>.<plural>.<group>`.
+fn schema_of_crd(crd: &Value, prefix: &str) -> Value {
+    let mut versions = crd["spec"]["versions"].clone();
+    for v in versions.as_array_mut().into_iter().flatten() {
+        v["schema"] = v["schema"]["openAPIV3Schema"].take();
+    }
+    json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIResourceSchema",
+           "metadata": {"name": format!("{prefix}.{}", crd["metadata"]["name"].as_str().unwrap_or_default())},
+           "spec": {"group": crd["spec"]["group"], "names": crd["spec"]["names"],
+                    "scope": crd["spec"]["scope"], "versions": versions}})
+}
+
+/// kcp's non-admin `user` at the server root.
+async fn kcp_user_config(kcp: &Kcp) -> kube::Config {
+    let kc = kube::config::Kubeconfig::read_from(&kcp.admin_kubeconfig).expect("kubeconfig");
+    let options = kube::config::KubeConfigOptions {
+        context: Some("user".into()),
+        ..Default::default()
+    };
+    let mut c = kube::Config::from_custom_kubeconfig(kc, &options)
+        .await
+        .expect("user config");
+    let base = controllers::platformmesh::kcp::base_address(&c.cluster_url.to_string());
+    c.cluster_url = base.parse().expect("url");
+    c
+}
+
+/// Plays the certificate issuer of provider workspace `path` as a kcp service provider does,
+/// through the virtual workspace of its `certificates` export: every Certificate placed with it
+/// gets a Secret beside it (data `issuer`) and the status `Available` naming that Secret.
+fn kcp_issuer(
+    k: &Kcpctl,
+    path: &str,
+    issuer: &'static str,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let admin = k.at(path);
+    let base = k.base.clone();
+    let certs = ar(
+        "example.platform-mesh.io",
+        "v1alpha1",
+        "Certificate",
+        "certificates",
+    );
+    tokio::spawn(async move {
+        let slices: Api<DynamicObject> = Api::all_with(
+            admin,
+            &ar(
+                "apis.kcp.io",
+                "v1alpha1",
+                "APIExportEndpointSlice",
+                "apiexportendpointslices",
+            ),
+        );
+        let at = |suffix: &str| {
+            let mut c = base.clone();
+            c.cluster_url = suffix.parse().expect("url");
+            Client::try_from(c).expect("client")
+        };
+        while !stop.is_cancelled() {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let Some(url) = slices
+                .get_opt("certificates")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|s| {
+                    s.data["status"]["endpoints"][0]["url"]
+                        .as_str()
+                        .map(str::to_string)
+                })
+            else {
+                continue;
+            };
+            let all: Api<DynamicObject> = Api::all_with(at(&format!("{url}/clusters/*")), &certs);
+            let Ok(list) = all.list(&ListParams::default()).await else {
+                continue;
+            };
+            for c in list.items {
+                if c.data["status"]["status"] == "Available" {
+                    continue;
+                }
+                let cluster = c
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| {
+                        a.get("logicalcluster.kcp.io/cluster")
+                            .or(a.get("kcp.io/cluster"))
+                    })
+                    .cloned()
+                    .unwrap_or_default();
+                let (ns, name) = (
+                    c.metadata.namespace.clone().unwrap_or_default(),
+                    c.metadata.name.clone().unwrap_or_default(),
+                );
+                let client = at(&format!("{url}/clusters/{cluster}"));
+                let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "stringData": {"issuer": issuer, "fqdn": c.data["spec"]["fqdn"]}}))
+                .expect("secret");
+                let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+                    Api::namespaced(client.clone(), &ns);
+                let _ = secrets.create(&PostParams::default(), &secret).await;
+                let status = json!({"status": {"status": "Available", "relatedResources": {"secret": {
+                    "name": name, "namespace": ns, "gvk": {"group": "core", "version": "v1", "kind": "Secret"}}}}});
+                let _ = Api::<DynamicObject>::namespaced_with(client, &ns, &certs)
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await;
+            }
+        }
+    });
+}
+
+/// The resource broker as upstream's kcp variant runs, on real kcp: kcp's non-admin `user` sees
+/// consumers and providers only through the APIExports they bind, and places copies in staging
+/// workspaces it creates and binds to each provider's export; the providers' issuers work
+/// through their own exports' virtual workspaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_broker_works_on_kcp_through_staging_workspaces_without_admin() {
+    let kcp = Kcp::start().await;
+    let k = Kcpctl {
+        base: kcp.config("root").await.expect("kcp config"),
+    };
+    let schemas = ar(
+        "apis.kcp.io",
+        "v1alpha1",
+        "APIResourceSchema",
+        "apiresourceschemas",
+    );
+    let exports = ar("apis.kcp.io", "v1alpha1", "APIExport", "apiexports");
+    let crds = ar(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    );
+    let roles = ar(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+    );
+    let role_bindings = ar(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+    );
+    let certificate_crd = yaml(include_str!(
+        "../examples/broker-certs/certificate-crd.yaml"
+    ));
+    let grant = |name: &str, rules: Value| {
+        (
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": name}, "rules": rules}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": name},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "user"}]}),
+        )
+    };
+
+    // The platform: the brokered export, the AcceptAPI export (serving AcceptAPI: kcp has no
+    // built-in one), the Migration CRDs of the coordination cluster, and the broker's rights.
+    k.workspace("root", "platform").await;
+    let certificates_export = |claims: bool| {
+        json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport", "metadata": {"name": "certificates"},
+               "spec": {"latestResourceSchemas": ["v1alpha1.certificates.example.platform-mesh.io"],
+                        "permissionClaims": if claims { json!([{"group": "", "resource": "secrets", "all": true}]) } else { json!([]) }}})
+    };
+    k.create(
+        "root:platform",
+        &schemas,
+        schema_of_crd(&certificate_crd, "v1alpha1"),
+    )
+    .await;
+    k.create("root:platform", &exports, certificates_export(true))
+        .await;
+    let accept_crd = yaml(include_str!(
+        "../manifests/crds/broker.platform-mesh.io_acceptapis.yaml"
+    ));
+    k.create(
+        "root:platform",
+        &schemas,
+        schema_of_crd(&accept_crd, "v1alpha1"),
+    )
+    .await;
+    k.create(
+        "root:platform",
+        &exports,
+        json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport", "metadata": {"name": "acceptapis"},
+               "spec": {"latestResourceSchemas": ["v1alpha1.acceptapis.broker.platform-mesh.io"]}}),
+    )
+    .await;
+    for crd in [
+        include_str!("../manifests/crds/broker.platform-mesh.io_migrations.yaml"),
+        include_str!("../manifests/crds/broker.platform-mesh.io_migrationconfigurations.yaml"),
+    ] {
+        k.create("root:platform", &crds, yaml(crd)).await;
+    }
+    let (role, binding) = grant(
+        "broker",
+        json!([
+            {"apiGroups": ["apis.kcp.io"], "resources": ["apiexports/content"], "resourceNames": ["certificates", "acceptapis"], "verbs": ["*"]},
+            {"apiGroups": ["apis.kcp.io"], "resources": ["apiexportendpointslices"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspaces"], "verbs": ["get", "list", "watch", "create"]},
+            {"apiGroups": ["broker.platform-mesh.io"], "resources": ["migrations", "migrations/status", "migrationconfigurations", "migrationconfigurations/status"], "verbs": ["*"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]},
+            {"nonResourceURLs": ["/"], "verbs": ["access"]}]),
+    );
+    k.create("root:platform", &roles, role).await;
+    k.create("root:platform", &role_bindings, binding).await;
+
+    // The providers: their own Certificate export (claiming Secrets), `bind` for the broker,
+    // the AcceptAPI export bound, and an AcceptAPI naming their export.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let accept_apis = ar(
+        "broker.platform-mesh.io",
+        "v1alpha1",
+        "AcceptAPI",
+        "acceptapis",
+    );
+    for (name, suffix) in [("internalca", "internal.corp"), ("externalca", "corp.com")] {
+        let path = format!("root:{name}");
+        k.workspace("root", name).await;
+        k.create(&path, &schemas, schema_of_crd(&certificate_crd, "v1alpha1"))
+            .await;
+        k.create(&path, &exports, certificates_export(true)).await;
+        let (role, binding) = grant(
+            "broker-binds-certificates",
+            json!([{"apiGroups": ["apis.kcp.io"], "resources": ["apiexports"], "resourceNames": ["certificates"], "verbs": ["bind"]}]),
+        );
+        k.create(&path, &roles, role).await;
+        k.create(&path, &role_bindings, binding).await;
+        k.bind(&path, "acceptapis", "root:platform", "acceptapis")
+            .await;
+        let accept = json!({"apiVersion": "broker.platform-mesh.io/v1alpha1", "kind": "AcceptAPI",
+            "metadata": {"name": "certificates", "namespace": "default",
+                         "annotations": {"broker.platform-mesh.io/kcp-apiexport-name": "certificates"}},
+            "spec": {"gvr": {"group": "example.platform-mesh.io", "version": "v1alpha1", "resource": "certificates"},
+                     "filters": [{"key": "fqdn", "suffix": suffix}]}});
+        eventually(&format!("the AcceptAPI of {name}"), || async {
+            let o: DynamicObject = serde_json::from_value(accept.clone()).expect("accept");
+            Api::<DynamicObject>::namespaced_with(k.at(&path), "default", &accept_apis)
+                .create(&PostParams::default(), &o)
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await;
+        kcp_issuer(&k, &path, name, stop.clone());
+    }
+
+    // The consumer binds the platform's export and accepts its claim on Secrets.
+    k.workspace("root", "consumer").await;
+    k.create(
+        "root:consumer",
+        &ar("apis.kcp.io", "v1alpha1", "APIBinding", "apibindings"),
+        json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding", "metadata": {"name": "certificates"},
+               "spec": {"reference": {"export": {"path": "root:platform", "name": "certificates"}},
+                        "permissionClaims": [{"group": "", "resource": "secrets", "all": true, "state": "Accepted"}]}}),
+    )
+    .await;
+    let consumer_id = k.cluster_name("root:consumer").await;
+
+    // The broker, as kcp's non-admin user.
+    let user = kcp_user_config(&kcp).await;
+    let brokered = controllers::broker::generic::Brokered::new(
+        controllers::broker::parse_kind("Certificate.v1alpha1.example.platform-mesh.io")
+            .expect("kind"),
+        None,
+    );
+    let options = controllers::broker::kcp::staging_options(
+        &user,
+        "root:platform",
+        "certificates",
+        "acceptapis",
+        "root:platform",
+        vec![brokered],
+        2,
+    )
+    .expect("options");
+    let broker = controllers::broker::wiring::Broker::new(options).expect("broker");
+    let s = stop.clone();
+    tokio::spawn(async move { broker.run(s).await });
+
+    let certs = ar(
+        "example.platform-mesh.io",
+        "v1alpha1",
+        "Certificate",
+        "certificates",
+    );
+    let consumer: Api<DynamicObject> =
+        Api::namespaced_with(k.at("root:consumer"), "default", &certs);
+    eventually("the consumer's Certificate created", || async {
+        let o: DynamicObject = serde_json::from_value(json!({"apiVersion": "example.platform-mesh.io/v1alpha1",
+            "kind": "Certificate", "metadata": {"name": "cert"}, "spec": {"fqdn": "app.internal.corp"}}))
+        .expect("cert");
+        consumer.create(&PostParams::default(), &o).await.map_err(|e| e.to_string())
+    })
+    .await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(k.at("root:consumer"), "default");
+    let issued_by = |issuer: &'static str| {
+        let secrets = secrets.clone();
+        async move {
+            let s = secrets.get("cert").await.map_err(|e| e.to_string())?;
+            let got = s
+                .data
+                .as_ref()
+                .and_then(|d| d.get("issuer"))
+                .map(|b| String::from_utf8_lossy(&b.0).to_string());
+            (got.as_deref() == Some(issuer))
+                .then_some(())
+                .ok_or(format!("{got:?}"))
+        }
+    };
+    eventually("the consumer's Secret from internalca", || {
+        issued_by("internalca")
+    })
+    .await;
+
+    // The copy is in the broker's staging workspace for the consumer and internalca, which the
+    // broker created (and so owns) under root:platform.
+    let internal_id = k.cluster_name("root:internalca").await;
+    let staging =
+        controllers::broker::staging::staging_name(&consumer_id, &internal_id, "certificates");
+    let workspaces = ar("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces");
+    let ws = Api::<DynamicObject>::all_with(k.at("root:platform"), &workspaces)
+        .get(&staging)
+        .await
+        .expect("the staging workspace");
+    let owner = ws
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("experimental.tenancy.kcp.io/owner"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(owner.contains("\"username\":\"user\""), "owner {owner}");
+    let copies: Api<DynamicObject> =
+        Api::namespaced_with(k.at(&format!("root:platform:{staging}")), "default", &certs);
+    let remote = controllers::broker::provider_name(&format!("consumer#{consumer_id}"), "cert");
+    assert!(copies.get_opt(&remote).await.expect("copies").is_some());
+
+    // The broker's identity reaches neither the consumer nor a provider directly.
+    let user_at = |path: &str| {
+        let mut c = user.clone();
+        c.cluster_url = format!(
+            "{}/clusters/{path}",
+            user.cluster_url.to_string().trim_end_matches('/')
+        )
+        .parse()
+        .expect("url");
+        Client::try_from(c).expect("client")
+    };
+    for (path, what) in [
+        ("root:consumer", "secrets"),
+        ("root:internalca", "acceptapis"),
+    ] {
+        let r = match what {
+            "secrets" => ar("", "v1", "Secret", "secrets"),
+            _ => accept_apis.clone(),
+        };
+        let err = Api::<DynamicObject>::all_with(user_at(path), &r)
+            .list(&ListParams::default())
+            .await
+            .expect_err("the broker's identity is not let in");
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 403),
+            "{path}: {err}"
+        );
+    }
+
+    // A public name moves the certificate to externalca.
+    consumer
+        .patch(
+            "cert",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"fqdn": "app.corp.com"}})),
+        )
+        .await
+        .expect("patch");
+    eventually("the consumer's Secret from externalca", || {
+        issued_by("externalca")
+    })
+    .await;
+    eventually("the internalca copy gone", || async {
+        match copies.get_opt(&remote).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    consumer
+        .delete("cert", &Default::default())
+        .await
+        .expect("delete");
+    eventually("the consumer's Certificate released and gone", || async {
+        match consumer.get_opt("cert").await {
+            Ok(None) => Ok(()),
+            other => Err(format!(
+                "{:?}",
+                other.map(|o| o.map(|o| o.metadata.finalizers))
+            )),
+        }
+    })
+    .await;
+    stop.cancel();
+}

@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use super::staging::{valid_export_name, Staging, APIEXPORT_ANNOTATION};
 use super::{set_finalizer, BrokerError};
 use crate::lifecycle;
 use crate::runtime::{Action, ClusterContext, ClusterName, Reconciler, Request};
@@ -326,6 +327,17 @@ impl Registry {
         rank(providers, key)
     }
 
+    /// The providers with AcceptAPIs for `gvr`.
+    pub fn providers(&self, gvr: &GroupVersionResource) -> Vec<ClusterName> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_api
+            .get(gvr)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// How many providers registered AcceptAPIs for `gvr`.
     pub fn providers_of(&self, gvr: &GroupVersionResource) -> usize {
         self.inner
@@ -361,6 +373,9 @@ pub struct AcceptApiReconciler {
     pub registry: Registry,
     /// The APIs this broker brokers.
     pub brokered: Vec<GroupVersionResource>,
+    /// On kcp through staging workspaces: where the export each AcceptAPI names is recorded
+    /// (an AcceptAPI naming none is not registered).
+    pub staging: Option<Arc<Staging>>,
 }
 
 impl Reconciler for AcceptApiReconciler {
@@ -370,16 +385,45 @@ impl Reconciler for AcceptApiReconciler {
         let namespace = req.namespace.clone().unwrap_or_default();
         let api: Api<AcceptAPI> = ctx.namespaced(&namespace);
         let cluster = ctx.cluster_name().clone();
-        let Some(obj) = api.get_opt(&req.name).await.map_err(BrokerError::Read)? else {
+        let origin = (cluster.clone(), namespace.clone(), req.name.clone());
+        let forget = || {
             self.registry.remove(&cluster, &namespace, &req.name);
+            if let Some(staging) = &self.staging {
+                staging.remove_export(&origin);
+            }
+        };
+        let Some(obj) = api.get_opt(&req.name).await.map_err(BrokerError::Read)? else {
+            forget();
             return Ok(Action::await_change());
         };
         if obj.metadata.deletion_timestamp.is_some() {
-            self.registry.remove(&cluster, &namespace, &req.name);
+            forget();
             set_finalizer(&api, &obj, ACCEPTAPI_FINALIZER, false).await?;
             return Ok(Action::await_change());
         }
         set_finalizer(&api, &obj, ACCEPTAPI_FINALIZER, true).await?;
+        if let Some(staging) = &self.staging {
+            let export = obj.annotations().get(APIEXPORT_ANNOTATION).cloned();
+            let refused = match &export {
+                None => Some(("NoAPIExport", format!(
+                    "the broker places copies into staging workspaces bound to the provider's APIExport: \
+                     annotate this AcceptAPI with {APIEXPORT_ANNOTATION} naming the APIExport of this \
+                     workspace that serves {}", gvr_text(&obj.spec.gvr)))),
+                Some(e) if !valid_export_name(e) => Some(("InvalidAPIExport", format!(
+                    "{APIEXPORT_ANNOTATION}: {e:?} is not an APIExport name (a DNS-1123 subdomain)"))),
+                Some(_) => None,
+            };
+            if let Some((reason, message)) = refused {
+                forget();
+                set_condition(&api, &obj, "Registered", "False", reason, &message).await?;
+                return Ok(Action::await_change());
+            }
+            staging.set_export(
+                origin.clone(),
+                obj.spec.gvr.clone(),
+                export.unwrap_or_default(),
+            );
+        }
         let brokered = self.brokered.contains(&obj.spec.gvr);
         self.registry
             .set(&cluster, &namespace, &req.name, obj.spec.clone());

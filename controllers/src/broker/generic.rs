@@ -32,6 +32,7 @@ use tracing::{debug, info};
 use super::accept::{gvr_text, Registry};
 use super::copy::{self, Copied};
 use super::migration::{self, Configurations};
+use super::staging::Staging;
 use super::{
     cluster_hash, provider_name, BrokerError, RelatedError, CONSUMER_CLUSTER, CONSUMER_NAME,
     CONSUMER_PREFIX, GENERIC_FINALIZER, NEW_PROVIDER_CLUSTER, PROVIDER_CLUSTER, PROVIDER_PREFIX,
@@ -140,6 +141,9 @@ pub struct Shared {
     pub coordination: Option<kube::Client>,
     /// Resolves related-resource kinds.
     pub discovery: Discovery,
+    /// On kcp without entering provider workspaces: the staging workspaces copies go to (the
+    /// provider clusters are then those workspaces, one per consumer and provider).
+    pub staging: Option<Arc<Staging>>,
 }
 
 /// Brokers one kind: see the module documentation.
@@ -219,23 +223,38 @@ impl Reconciler for GenericReconciler {
                 item.namespace.as_deref().unwrap_or(""),
                 item.name
             );
-            let accepting: Vec<ClusterName> = self
+            let ranked = self
                 .shared
                 .registry
                 .accepting(&self.brokered.gvr, &item.obj, &key)
-                .into_iter()
-                .filter(|p| self.shared.providers.engaged(p).is_some())
-                .collect();
+                .into_iter();
+            let accepting: Vec<ClusterName> = match &self.shared.staging {
+                None => ranked
+                    .filter(|p| self.shared.providers.engaged(p).is_some())
+                    .collect(),
+                Some(staging) => ranked
+                    .filter_map(|p| staging.plan(ctx.cluster_name(), &p, &self.brokered.gvr))
+                    .collect(),
+            };
             let Some(current) = current else {
                 let Some(first) = accepting.first() else {
                     return Err(self.nobody_accepts(&item));
                 };
+                if let Some(wait) = self.prepare(first).await? {
+                    return Ok(wait);
+                }
                 info!(provider = %first, "placing {}", item.name);
                 self.write_meta(&item, Some(first.as_str()), None).await?;
                 return self.serve(&item, first.as_str()).await;
             };
             if self.provider(&current).is_none() {
-                return Err(BrokerError::NotConnected(current));
+                match self.prepare(&ClusterName::from(current.as_str())).await? {
+                    Some(wait) => return Ok(wait),
+                    None if self.provider(&current).is_none() => {
+                        return Err(BrokerError::NotConnected(current))
+                    }
+                    None => {}
+                }
             }
             let still = accepting.iter().any(|p| p.as_str() == current);
             let target = match &moving {
@@ -268,7 +287,13 @@ impl Reconciler for GenericReconciler {
         self.write_meta(&item, Some(&current), target.as_deref())
             .await?;
         match target {
-            Some(t) => self.move_to(&item, &current, &t).await,
+            Some(t) => {
+                if let Some(wait) = self.prepare(&ClusterName::from(t.as_str())).await? {
+                    self.serve(&item, &current).await?;
+                    return Ok(wait);
+                }
+                self.move_to(&item, &current, &t).await
+            }
             None => {
                 if !still {
                     debug!(provider = %current, "no provider accepts {} any more; it stays", item.name);
@@ -288,7 +313,16 @@ impl GenericReconciler {
         self.shared.providers.engaged(&ClusterName::from(name))
     }
 
-    /// The client related resources are written into the consumer cluster with.
+    /// Makes the staging workspace `provider` ready when the broker works through staging
+    /// workspaces; `Some` with when to look again while it is not.
+    async fn prepare(&self, provider: &ClusterName) -> Result<Option<Action>, BrokerError> {
+        let Some(staging) = &self.shared.staging else {
+            return Ok(None);
+        };
+        let ready = staging.ensure(provider).await? && self.provider(provider.as_str()).is_some();
+        Ok((!ready).then(|| Action::requeue_after(std::time::Duration::from_millis(500))))
+    }
+
     /// The consumer cluster's client, which related resources are written with: for kcp
     /// consumers the export's virtual workspace, where they need the export's permission claim
     /// that the consumer's binding accepted.
@@ -303,7 +337,10 @@ impl GenericReconciler {
     /// Why no provider takes the object, for the reconcile error.
     fn nobody_accepts(&self, item: &Item) -> BrokerError {
         let gvr = &self.brokered.gvr;
-        let providers = self.shared.providers.engaged_clusters();
+        let providers = match &self.shared.staging {
+            None => self.shared.providers.engaged_clusters(),
+            Some(_) => self.shared.registry.providers(gvr),
+        };
         let reasons: Vec<String> = providers
             .iter()
             .filter_map(|p| {

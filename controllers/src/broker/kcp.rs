@@ -3,9 +3,14 @@
 //! workspaces holding AcceptAPIs (found by a wildcard watch of AcceptAPIs), and coordination is
 //! the workspace of the export.
 //!
-//! Provider copies are written into the provider workspace itself, where the provider's
-//! controller (or its api-syncagent) picks them up; upstream's kcp variant writes them into
-//! per-consumer staging workspaces bound to the provider's export instead.
+//! Two ways to reach providers:
+//! - [`staging_options`], as upstream's kcp variant: AcceptAPIs are seen through an APIExport
+//!   the provider workspaces bind, and copies go into the broker's own staging workspaces bound
+//!   to each provider's export (see [`staging`](super::staging)). The broker needs no rights in
+//!   consumer or provider workspaces beyond what their bindings grant.
+//! - [`options`]: AcceptAPIs by a wildcard watch and copies written into the provider workspace
+//!   itself, where the provider's controller picks them up. This needs a kubeconfig allowed into
+//!   every workspace (an administrator's).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -185,9 +190,63 @@ pub fn options(
     Ok(super::wiring::BrokerOptions {
         consumers: Arc::new(consumers),
         providers: Arc::new(AcceptApiWorkspaces::new(client.clone())),
+        accept_apis: None,
+        staging: None,
         coordination: Some(Cluster::scoped(
             "coordination",
             client.clone(),
+            &cluster_prefix(platform),
+        )),
+        compute: None,
+        kinds,
+        workers,
+    })
+}
+
+/// The broker's clusters on a kcp without entering provider or consumer workspaces, for the
+/// identity of `root` (a config at the server root): consumers bound to APIExport `export` of
+/// workspace `platform` and providers bound to its APIExport `accept_export` (claiming or
+/// serving AcceptAPIs), both through the exports' virtual workspaces; copies in staging
+/// workspaces under `tree_root`; `platform` as the coordination cluster.
+///
+/// The identity needs, in `platform`: the content of both exports, their endpoint slices, and
+/// Migrations and MigrationConfigurations; in `tree_root`: to create workspaces; and from each
+/// provider, `bind` on the export its AcceptAPIs name.
+pub fn staging_options(
+    root: &kube::Config,
+    platform: &str,
+    export: &str,
+    accept_export: &str,
+    tree_root: &str,
+    kinds: Vec<super::generic::Brokered>,
+    workers: usize,
+) -> Result<super::wiring::BrokerOptions, String> {
+    let base = root
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
+    let mut home = root.clone();
+    home.cluster_url = format!("{base}{}", cluster_prefix(platform))
+        .parse()
+        .map_err(|e| format!("the address of workspace {platform}: {e}"))?;
+    let client =
+        kube::Client::try_from(root.clone()).map_err(|e| format!("a client for kcp: {e}"))?;
+    let provider = |name: &str| {
+        Arc::new(crate::providers::kcp::ApiExportProvider::new(
+            home.clone(),
+            crate::providers::kcp::ApiExportOptions::for_slice(name),
+        ))
+    };
+    let staging = Arc::new(super::staging::Staging::new(client.clone(), tree_root));
+    Ok(super::wiring::BrokerOptions {
+        consumers: provider(export),
+        providers: staging.clone(),
+        accept_apis: Some(provider(accept_export)),
+        staging: Some(staging),
+        coordination: Some(Cluster::scoped(
+            "coordination",
+            client,
             &cluster_prefix(platform),
         )),
         compute: None,

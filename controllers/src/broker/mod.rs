@@ -15,13 +15,16 @@
 //! - [`migration`]: MigrationConfigurations and the staged Migration state machine;
 //! - [`wiring`]: the managers and their controllers;
 //! - [`kcp`]: the roles over kcp workspaces (consumers bind the brokered APIExport, providers
-//!   hold AcceptAPIs).
+//!   hold AcceptAPIs);
+//! - [`staging`]: on kcp without entering provider workspaces, the staging workspaces provider
+//!   copies go to.
 
 pub mod accept;
 pub mod copy;
 pub mod generic;
 pub mod kcp;
 pub mod migration;
+pub mod staging;
 pub mod wiring;
 
 use api::common::GroupVersionKind;

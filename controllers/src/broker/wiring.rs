@@ -34,8 +34,13 @@ use crate::runtime::{
 pub struct BrokerOptions {
     /// The consumer clusters.
     pub consumers: Arc<dyn ClusterProvider>,
-    /// The provider clusters.
+    /// The provider clusters: where copies go, and (without `accept_apis`) where AcceptAPIs are.
     pub providers: Arc<dyn ClusterProvider>,
+    /// The clusters holding AcceptAPIs, when they are not the provider clusters (on kcp through
+    /// staging workspaces: the providers' workspaces, seen through an APIExport).
+    pub accept_apis: Option<Arc<dyn ClusterProvider>>,
+    /// The staging workspaces, when `providers` are those.
+    pub staging: Option<Arc<super::staging::Staging>>,
     /// The coordination cluster (MigrationConfigurations and Migrations); without one, objects
     /// move without migrations.
     pub coordination: Option<Cluster>,
@@ -66,6 +71,8 @@ pub struct Broker {
     pub providers: Manager,
     /// Manager of the coordination cluster.
     pub coordination: Manager,
+    /// Manager of the AcceptAPI clusters when they are not the provider clusters.
+    pub accept_apis: Manager,
     /// The AcceptAPI registry.
     pub registry: Registry,
     options: BrokerOptions,
@@ -77,6 +84,7 @@ impl Broker {
         let consumers = Manager::new(ManagerOptions::default());
         let providers = Manager::new(ManagerOptions::default());
         let coordination = Manager::new(ManagerOptions::default());
+        let accept_apis = Manager::new(ManagerOptions::default());
         let registry = Registry::default();
         let configurations = Configurations::default();
         let discovery = Discovery::default();
@@ -86,6 +94,7 @@ impl Broker {
             providers: providers.clone(),
             coordination: options.coordination.as_ref().map(|c| c.client()),
             discovery: discovery.clone(),
+            staging: options.staging.clone(),
         };
         let err = |e: crate::runtime::ManagerError| e.to_string();
         for b in &options.kinds {
@@ -117,13 +126,18 @@ impl Broker {
                 )
                 .map_err(err)?;
         }
-        providers
+        let registering = match options.accept_apis {
+            Some(_) => &accept_apis,
+            None => &providers,
+        };
+        registering
             .add(
                 Controller::new(
                     "broker-acceptapi",
                     AcceptApiReconciler {
                         registry: registry.clone(),
                         brokered: options.kinds.iter().map(|b| b.gvr.clone()).collect(),
+                        staging: options.staging.clone(),
                     },
                 )
                 .for_::<AcceptAPI>(),
@@ -195,6 +209,7 @@ impl Broker {
             consumers,
             providers,
             coordination,
+            accept_apis,
             registry,
             options,
         })
@@ -206,18 +221,28 @@ impl Broker {
             consumers,
             providers,
             coordination,
+            accept_apis,
             options,
             ..
         } = self;
         let coordination_clusters: Arc<dyn ClusterProvider> =
             Arc::new(FixedClusters::new(options.coordination));
+        let accept_api_clusters: Arc<dyn ClusterProvider> = options
+            .accept_apis
+            .unwrap_or_else(|| Arc::new(FixedClusters::new(None)));
         let wait = |s: CancellationToken| async move { s.cancelled().await };
-        let (a, b, c) = tokio::join!(
+        let (a, b, c, d) = tokio::join!(
             providers.run(options.providers, wait(stop.clone())),
             consumers.run(options.consumers, wait(stop.clone())),
             coordination.run(coordination_clusters, wait(stop.clone())),
+            accept_apis.run(accept_api_clusters, wait(stop.clone())),
         );
-        for (role, r) in [("providers", a), ("consumers", b), ("coordination", c)] {
+        for (role, r) in [
+            ("providers", a),
+            ("consumers", b),
+            ("coordination", c),
+            ("AcceptAPI", d),
+        ] {
             if let Err(e) = r {
                 warn!(role, error = %e, "broker manager stopped");
                 stop.cancel();

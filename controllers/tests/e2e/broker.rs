@@ -265,6 +265,8 @@ impl Env {
                     .iter()
                     .map(|(n, c)| Cluster::new(n.as_str(), c.clone())),
             )),
+            accept_apis: None,
+            staging: None,
             coordination: Some(Cluster::new("coord", coordination.clone())),
             compute: None,
             kinds: vec![brokered],

@@ -1,0 +1,415 @@
+//! Staging workspaces: how the broker reaches providers on kcp without entering their
+//! workspaces (as upstream's kcp variant since its staging-workspace rework).
+//!
+//! A provider publishes its API as an APIExport of its own workspace and names it on each
+//! AcceptAPI (annotation [`APIEXPORT_ANNOTATION`]); it lets the broker `bind` that export.
+//! For each consumer and provider the broker makes one workspace under its tree root (a
+//! workspace it may create workspaces in, by default the platform workspace), named
+//! `staging-<h(consumer)>-<h(provider)>-<h(export)>` with h the 12-hex [`cluster_hash`], binds the
+//! provider's export there (APIBinding [`BINDING`], every permission claim of the export
+//! accepted) and writes the provider copies into it. As creator the broker owns the workspace;
+//! the provider sees the copies, and writes their related resources, through its export's
+//! virtual workspace, as any kcp service provider does. The broker never enters a provider's
+//! or a consumer's workspace.
+//!
+//! The binding references the export by the provider's logical cluster, so an AcceptAPI can
+//! only make the broker bind an export of the provider's own workspace.
+//!
+//! Staging workspaces stay when their objects are gone (one per consumer, provider and export,
+//! so their number is bounded by those); upstream deletes a staging workspace once nothing in it
+//! is tracked.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use api::broker::GroupVersionResource;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+use super::{cluster_hash, BrokerError};
+use crate::runtime::client::cluster_prefix;
+use crate::runtime::{Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError};
+
+/// AcceptAPI annotation: the provider's APIExport (in its own workspace) serving the API.
+pub const APIEXPORT_ANNOTATION: &str = "broker.platform-mesh.io/kcp-apiexport-name";
+/// Label on the broker's staging workspaces.
+pub const STAGING_LABEL: &str = "broker.platform-mesh.io/staging";
+/// Staging workspace annotation: the consumer's logical cluster.
+pub const CONSUMER_ANNOTATION: &str = "broker.platform-mesh.io/consumer-cluster";
+/// Staging workspace annotation: the provider's logical cluster.
+pub const PROVIDER_ANNOTATION: &str = "broker.platform-mesh.io/provider-cluster";
+/// Staging workspace annotation: the provider's APIExport.
+pub const EXPORT_ANNOTATION: &str = "broker.platform-mesh.io/api-export";
+/// The APIBinding of the provider's export in a staging workspace.
+pub const BINDING: &str = "staging";
+
+/// The staging workspace of a consumer, a provider (logical cluster names) and the provider's
+/// export.
+///
+/// ```
+/// use controllers::broker::staging::staging_name;
+/// assert_eq!(staging_name("abc", "def", "certificates"), "staging-ba7816bf8f01-cb8379ac2098-f78c06aa55a0");
+/// ```
+pub fn staging_name(consumer: &str, provider: &str, export: &str) -> String {
+    format!(
+        "staging-{}-{}-{}",
+        cluster_hash(consumer),
+        cluster_hash(provider),
+        cluster_hash(export)
+    )
+}
+
+/// Whether `name` can name an APIExport (a DNS-1123 subdomain).
+pub fn valid_export_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+/// What a staging workspace is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Plan {
+    consumer: String,
+    provider: String,
+    export: String,
+}
+
+/// An AcceptAPI, by provider cluster, namespace and name.
+type Origin = (ClusterName, String, String);
+
+/// The broker's staging workspaces: plans them, makes and binds them, and engages the ready ones
+/// as the clusters provider copies are written to.
+pub struct Staging {
+    root: kube::Client,
+    tree_root: String,
+    exports: Mutex<BTreeMap<Origin, (GroupVersionResource, String)>>,
+    plans: Mutex<BTreeMap<String, Plan>>,
+    engaged: Mutex<BTreeMap<ClusterName, Arc<Cluster>>>,
+    sink: Mutex<Option<ClusterSink>>,
+}
+
+fn kcp_resource(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, "v1alpha1", kind),
+        plural,
+    )
+}
+
+fn workspaces() -> ApiResource {
+    kcp_resource("tenancy.kcp.io", "Workspace", "workspaces")
+}
+
+fn bindings() -> ApiResource {
+    kcp_resource("apis.kcp.io", "APIBinding", "apibindings")
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The claims a binding accepts: every claim its export makes, for all objects.
+fn accepted_claims(binding: &Value) -> Value {
+    let claims = binding["status"]["exportPermissionClaims"]
+        .as_array()
+        .map(|claims| {
+            claims
+                .iter()
+                .map(|c| {
+                    let mut accepted = json!({
+                        "group": c["group"].as_str().unwrap_or(""),
+                        "resource": c["resource"],
+                        "all": true,
+                        "state": "Accepted",
+                    });
+                    if let Some(id) = c["identityHash"].as_str().filter(|id| !id.is_empty()) {
+                        accepted["identityHash"] = json!(id);
+                    }
+                    accepted
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    Value::Array(claims)
+}
+
+/// Whether the binding's spec accepts exactly `wanted` (ignoring order and defaulted fields).
+fn accepts_all(binding: &Value, wanted: &Value) -> bool {
+    let key = |c: &Value| {
+        (
+            c["group"].as_str().unwrap_or("").to_string(),
+            c["resource"].as_str().unwrap_or("").to_string(),
+            c["identityHash"].as_str().unwrap_or("").to_string(),
+            c["state"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    let set = |v: &Value| -> std::collections::BTreeSet<_> {
+        v.as_array()
+            .map(|a| a.iter().map(key).collect())
+            .unwrap_or_default()
+    };
+    set(&binding["spec"]["permissionClaims"]) == set(wanted)
+}
+
+impl Staging {
+    /// Staging workspaces under `tree_root` (a workspace path) of the kcp `root` points at.
+    pub fn new(root: kube::Client, tree_root: &str) -> Self {
+        Staging {
+            root,
+            tree_root: tree_root.to_string(),
+            exports: Mutex::default(),
+            plans: Mutex::default(),
+            engaged: Mutex::default(),
+            sink: Mutex::default(),
+        }
+    }
+
+    fn client_at(&self, path: &str) -> kube::Client {
+        crate::runtime::client::scoped_client(&self.root, &cluster_prefix(path))
+    }
+
+    /// Records the export an AcceptAPI of `provider` names for `gvr`.
+    pub fn set_export(&self, origin: Origin, gvr: GroupVersionResource, export: String) {
+        lock(&self.exports).insert(origin, (gvr, export));
+    }
+
+    /// Forgets the export of an AcceptAPI.
+    pub fn remove_export(&self, origin: &Origin) {
+        lock(&self.exports).remove(origin);
+    }
+
+    /// The export `provider` serves `gvr` with (of its first AcceptAPI naming one).
+    fn export_of(&self, provider: &ClusterName, gvr: &GroupVersionResource) -> Option<String> {
+        lock(&self.exports)
+            .iter()
+            .find(|((p, _, _), (g, _))| p == provider && g == gvr)
+            .map(|(_, (_, export))| export.clone())
+    }
+
+    /// The staging workspace copies of `consumer`'s objects of `gvr` go to on `provider`, if the
+    /// provider named its export.
+    pub fn plan(
+        &self,
+        consumer: &ClusterName,
+        provider: &ClusterName,
+        gvr: &GroupVersionResource,
+    ) -> Option<ClusterName> {
+        let export = self.export_of(provider, gvr)?;
+        let name = staging_name(consumer.as_str(), provider.as_str(), &export);
+        lock(&self.plans).entry(name.clone()).or_insert(Plan {
+            consumer: consumer.to_string(),
+            provider: provider.to_string(),
+            export,
+        });
+        Some(ClusterName::from(name.as_str()))
+    }
+
+    /// The plan of staging workspace `name`: as planned, or as the workspace records it.
+    fn plan_of(&self, name: &str, stored: Option<&DynamicObject>) -> Option<Plan> {
+        if let Some(p) = lock(&self.plans).get(name) {
+            return Some(p.clone());
+        }
+        let annotations = stored?.metadata.annotations.as_ref()?;
+        let plan = Plan {
+            consumer: annotations.get(CONSUMER_ANNOTATION)?.clone(),
+            provider: annotations.get(PROVIDER_ANNOTATION)?.clone(),
+            export: annotations.get(EXPORT_ANNOTATION)?.clone(),
+        };
+        (staging_name(&plan.consumer, &plan.provider, &plan.export) == name).then(|| {
+            lock(&self.plans).insert(name.to_string(), plan.clone());
+            plan
+        })
+    }
+
+    /// Makes staging workspace `name` ready: creates it, binds the provider's export with its
+    /// claims accepted, and engages it once the binding is bound. Returns whether it is engaged
+    /// (when not, the caller comes back later).
+    pub async fn ensure(&self, name: &ClusterName) -> Result<bool, BrokerError> {
+        if lock(&self.engaged).contains_key(name) {
+            return Ok(true);
+        }
+        let ws_api: Api<DynamicObject> =
+            Api::all_with(self.client_at(&self.tree_root), &workspaces());
+        let stored = ws_api
+            .get_opt(name.as_str())
+            .await
+            .map_err(|e| BrokerError::kube(format!("reading staging workspace {name}"), e))?;
+        let Some(plan) = self.plan_of(name.as_str(), stored.as_ref()) else {
+            return Err(BrokerError::NotConnected(name.to_string()));
+        };
+        let Some(ws) = stored else {
+            let ws: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+                "metadata": {"name": name.as_str(), "labels": {STAGING_LABEL: "true"},
+                    "annotations": {CONSUMER_ANNOTATION: plan.consumer,
+                        PROVIDER_ANNOTATION: plan.provider, EXPORT_ANNOTATION: plan.export}},
+            }))
+            .map_err(BrokerError::Build)?;
+            match ws_api.create(&PostParams::default(), &ws).await {
+                Ok(_) => {
+                    info!(workspace = %name, provider = %plan.provider, "staging workspace created")
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    return Err(BrokerError::kube(
+                        format!("creating staging workspace {name} in {}", self.tree_root),
+                        e,
+                    ))
+                }
+            }
+            return Ok(false);
+        };
+        if ws.metadata.deletion_timestamp.is_some() || ws.data["status"]["phase"] != "Ready" {
+            return Ok(false);
+        }
+        let path = format!("{}:{name}", self.tree_root);
+        let bindings: Api<DynamicObject> = Api::all_with(self.client_at(&path), &bindings());
+        let what = || format!("the binding of {} in staging workspace {name}", plan.export);
+        let Some(binding) = bindings
+            .get_opt(BINDING)
+            .await
+            .map_err(|e| BrokerError::kube(format!("reading {}", what()), e))?
+        else {
+            let binding: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding",
+                "metadata": {"name": BINDING},
+                "spec": {"reference": {"export": {"path": plan.provider, "name": plan.export}}},
+            }))
+            .map_err(BrokerError::Build)?;
+            match bindings.create(&PostParams::default(), &binding).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(BrokerError::kube(format!("creating {}", what()), e)),
+            }
+            return Ok(false);
+        };
+        let binding = serde_json::to_value(&binding).map_err(BrokerError::Json)?;
+        let wanted = accepted_claims(&binding);
+        if !accepts_all(&binding, &wanted) {
+            let patch = json!({"spec": {"permissionClaims": wanted}});
+            bindings
+                .patch(BINDING, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| BrokerError::kube(format!("accepting the claims of {}", what()), e))?;
+            return Ok(false);
+        }
+        if binding["status"]["phase"] != "Bound" {
+            debug!(workspace = %name, "waiting for the staging binding");
+            return Ok(false);
+        }
+        self.engage(name.as_str(), &path).await
+    }
+
+    async fn engage(&self, name: &str, path: &str) -> Result<bool, BrokerError> {
+        let Some(sink) = lock(&self.sink).clone() else {
+            return Ok(false);
+        };
+        let cluster = Arc::new(Cluster::scoped(
+            name,
+            self.root.clone(),
+            &cluster_prefix(path),
+        ));
+        lock(&self.engaged).insert(ClusterName::from(name), cluster.clone());
+        sink.engage(cluster)
+            .await
+            .map_err(|e| BrokerError::NotConnected(format!("{name}: {e}")))?;
+        Ok(true)
+    }
+
+    /// The staging workspaces that exist, engaged when bound.
+    async fn resume(&self) -> Result<(), BrokerError> {
+        let ws_api: Api<DynamicObject> =
+            Api::all_with(self.client_at(&self.tree_root), &workspaces());
+        let list = ws_api
+            .list(&ListParams::default().labels(&format!("{STAGING_LABEL}=true")))
+            .await
+            .map_err(|e| {
+                BrokerError::kube(
+                    format!("listing staging workspaces in {}", self.tree_root),
+                    e,
+                )
+            })?;
+        for ws in list.items {
+            let name = ws.metadata.name.clone().unwrap_or_default();
+            if self.plan_of(&name, Some(&ws)).is_some() {
+                self.ensure(&ClusterName::from(name.as_str())).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl ClusterProvider for Staging {
+    async fn run(&self, sink: ClusterSink, stop: CancellationToken) -> Result<(), ProviderError> {
+        *lock(&self.sink) = Some(sink);
+        let mut delay = std::time::Duration::from_millis(200);
+        loop {
+            match self.resume().await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "resuming staging workspaces failed; retrying");
+                    tokio::select! {
+                        _ = stop.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(std::time::Duration::from_secs(30));
+                }
+            }
+        }
+        stop.cancelled().await;
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<Cluster>> {
+        lock(&self.engaged).get(&ClusterName::from(name)).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_upstream() {
+        assert_eq!(
+            staging_name("abc", "def", "certificates"),
+            "staging-ba7816bf8f01-cb8379ac2098-f78c06aa55a0"
+        );
+    }
+
+    #[test]
+    fn export_names_are_dns_subdomains() {
+        for ok in ["certificates", "certs.example.io", "a-b"] {
+            assert!(valid_export_name(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a..b", "a/b", &"a".repeat(254)] {
+            assert!(!valid_export_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_claim_of_the_export_is_accepted() {
+        let binding = json!({"spec": {}, "status": {"exportPermissionClaims": [
+            {"group": "", "resource": "secrets", "identityHash": "", "verbs": ["*"]},
+            {"group": "x.io", "resource": "things", "identityHash": "abc"}]}});
+        let wanted = accepted_claims(&binding);
+        assert_eq!(
+            wanted,
+            json!([{"group": "", "resource": "secrets", "all": true, "state": "Accepted"},
+                {"group": "x.io", "resource": "things", "identityHash": "abc", "all": true, "state": "Accepted"}])
+        );
+        assert!(!accepts_all(&binding, &wanted));
+        let mut done = binding.clone();
+        done["spec"]["permissionClaims"] = wanted.clone();
+        assert!(accepts_all(&done, &wanted));
+    }
+}
