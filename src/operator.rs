@@ -62,26 +62,30 @@ pub struct ControllerArgs {
     /// Extra post-logout redirect URIs of the portal's sign-in client.
     #[arg(long, value_delimiter = ',')]
     pub idp_welcome_additional_post_logout_redirect_uris: Vec<String>,
-    /// Run the Account and AccountInfo controllers and the security initializer under an
-    /// identity of their own (user `system:platform-mesh:workspace-controllers`, kubeconfig
-    /// `<data-dir>/workspace-controllers.kubeconfig`) instead of the server's admin: they reach
-    /// organisations and accounts only through the `core.platform-mesh.io` export's virtual
-    /// workspace and its permission claims, and through the security type's initializing
-    /// virtual workspace, as upstream's operators on a real kcp. Outside those, the identity
-    /// holds only what it needs in root, root:orgs and root:platform-mesh-system, and (as any
-    /// creator of a workspace on kcp) owns the workspaces it creates. The export comes from a
+    /// Run the Account, AccountInfo and Provider controllers and the security initializer
+    /// under an identity of their own (user `system:platform-mesh:workspace-controllers`,
+    /// kubeconfig `<data-dir>/workspace-controllers.kubeconfig`) instead of the server's admin:
+    /// they reach organisations and accounts only through the `core.platform-mesh.io` export's
+    /// virtual workspace and its permission claims, Providers only through the
+    /// `providers.platform-mesh.io` export's (so only in workspaces bound to it), and new
+    /// workspaces through the security type's initializing virtual workspace, as upstream's
+    /// operators on a real kcp. Outside those, the identity holds only what it needs in root,
+    /// root:orgs, root:providers and root:platform-mesh-system, and (as any creator of a
+    /// workspace on kcp) owns the workspaces it creates. The export comes from a
     /// PlatformMesh's KcpSetup. Only for this server's own workspaces.
     #[arg(long, conflicts_with = "kcp_kubeconfig")]
     pub forbid_tenant_admin: bool,
-    /// With --kcp-kubeconfig: the identity the Account and AccountInfo controllers and the
-    /// security initializer use on that kcp instead of its kubeconfig. Give one that is not an
-    /// administrator (they reach organisations and accounts through the `core.platform-mesh.io`
-    /// export's virtual workspace and claims) and grant it what --forbid-tenant-admin grants
-    /// its own identity here (`controllers::tenants::workspace_controller_rules`): in
-    /// root:platform-mesh-system `apiexports/content` and `bind` of the core export; in root
-    /// get, initialize and terminate of WorkspaceType `security` and use of `org`, `account`
-    /// and `security`; in root:orgs use of WorkspaceTypes, get of Accounts and writes of
-    /// IdentityProviderConfigurations; and `access` to each of those workspaces.
+    /// With --kcp-kubeconfig: the identity the Account, AccountInfo and Provider controllers
+    /// and the security initializer use on that kcp instead of its kubeconfig. Give one that is
+    /// not an administrator (they reach organisations, accounts and Providers through the
+    /// `core.platform-mesh.io` and `providers.platform-mesh.io` exports' virtual workspaces and
+    /// claims) and grant it what --forbid-tenant-admin grants its own identity here
+    /// (`controllers::tenants::workspace_controller_rules`): in root:platform-mesh-system
+    /// `apiexports/content` of both exports and `bind` of the core export; in root get,
+    /// initialize and terminate of WorkspaceType `security` and use of `org`, `account`,
+    /// `security` and `provider`; in root:orgs use of WorkspaceTypes, get of Accounts and writes
+    /// of IdentityProviderConfigurations; in root:providers the Workspaces; and `access` to
+    /// each of those workspaces.
     #[arg(long, requires = "kcp_kubeconfig")]
     pub workspace_controllers_kubeconfig: Option<PathBuf>,
     #[command(flatten)]
@@ -185,16 +189,14 @@ enum WorkspaceAccess {
     Native,
     /// Through the exports' virtual workspaces of a real kcp, with the kcp credentials.
     Exports,
-    /// The Account controllers and the security initializer through the
-    /// `core.platform-mesh.io` export and the initializing virtual workspace under their own
-    /// identity (`--forbid-tenant-admin` on this server, `--workspace-controllers-kubeconfig`
-    /// on a kcp); the Provider controller as [`WorkspaceAccess::Native`] on this server and as
-    /// [`WorkspaceAccess::Exports`] on a kcp.
+    /// The workspace controllers under their own identity (`--forbid-tenant-admin` on this
+    /// server, `--workspace-controllers-kubeconfig` on a kcp): the Account controllers through
+    /// the `core.platform-mesh.io` export, the Provider controller through the
+    /// `providers.platform-mesh.io` export, the security initializer through the initializing
+    /// virtual workspace; the provider workspaces as their creator.
     Restricted {
         /// The identity's access.
-        accounts: Arc<Kcp>,
-        /// This server's own workspaces (not a kcp).
-        own: bool,
+        identity: Arc<Kcp>,
     },
 }
 
@@ -261,8 +263,7 @@ async fn start_workspace_controllers(
             ));
         }
         WorkspaceAccess::Restricted {
-            accounts: restricted,
-            own,
+            identity: restricted,
         } => {
             let (own_home, own_base) = home_of(&restricted).await?;
             let accounts = Manager::new(ManagerOptions::default());
@@ -274,16 +275,13 @@ async fn start_workspace_controllers(
                 accounts,
             ));
             let providers = Manager::new(ManagerOptions::default());
-            controllers::tenants::add_providers(&providers, kcp.clone(), WORKSPACE_WORKERS)
+            controllers::tenants::add_providers(&providers, restricted.clone(), WORKSPACE_WORKERS)
                 .context("adding the Provider controller")?;
-            let engaged = match own {
-                true => (ApiExportOptions::every_workspace(vec![base]), home),
-                false => (
-                    ApiExportOptions::for_slice("providers.platform-mesh.io"),
-                    at_exports(&home, &base)?,
-                ),
-            };
-            groups.push((engaged.0, engaged.1, providers));
+            groups.push((
+                ApiExportOptions::for_slice(controllers::provider::EXPORT),
+                at_exports(&own_home, &own_base)?,
+                providers,
+            ));
             initializer_kcp = restricted;
         }
     }
@@ -483,19 +481,22 @@ async fn run(
     let restricted = match (restricted, &args.workspace_controllers_kubeconfig) {
         (Some(path), _) => {
             controllers::tenants::grant(&shared, WORKSPACE_CONTROLLERS_USER).await?;
-            Some((path, true))
+            Some(path)
         }
-        (None, Some(path)) => Some((path.as_path(), false)),
+        (None, Some(path)) => Some(path.as_path()),
         (None, None) => None,
     };
     let access = match (restricted, &args.kcp_kubeconfig) {
-        (Some((path, own)), _) => WorkspaceAccess::Restricted {
-            accounts: Arc::new(
-                Kcp::from_kubeconfig(read_kubeconfig(path, "workspace controllers")?, None)
-                    .await
-                    .context("the workspace controllers' kubeconfig")?,
+        (Some(path), _) => WorkspaceAccess::Restricted {
+            // The address provider kubeconfigs name is --kcp-url's, as for the admin access.
+            identity: Arc::new(
+                Kcp::from_kubeconfig(
+                    read_kubeconfig(path, "workspace controllers")?,
+                    args.kcp_url.clone(),
+                )
+                .await
+                .context("the workspace controllers' kubeconfig")?,
             ),
-            own,
         },
         (None, None) => WorkspaceAccess::Native,
         (None, Some(_)) => WorkspaceAccess::Exports,

@@ -284,8 +284,29 @@ impl Kcp {
         std::fs::create_dir_all(&root)?;
         let port = free_port()?;
         let address: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        // kcp serves with a certificate of a CA it is told about, as an installation's does
+        // (kcp-operator gives it its CA): ServiceAccount token Secrets then carry that CA in
+        // `ca.crt`, so kubeconfigs made from them (the Provider controller's) reach kcp. On its
+        // own, kcp puts its loopback client CA there.
+        let pki_dir = dir.join("pki");
+        certs::load_or_create(&pki_dir, &[]).context("kcp's certificates")?;
+        let chain = dir.join("serving-chain.crt");
+        std::fs::write(
+            &chain,
+            format!(
+                "{}{}",
+                std::fs::read_to_string(pki_dir.join(certs::SERVING_CERT_FILE))?,
+                std::fs::read_to_string(pki_dir.join(certs::CA_CERT_FILE))?
+            ),
+        )?;
         let child = Command::new(bin)
             .arg("start")
+            .arg("--tls-cert-file")
+            .arg(&chain)
+            .arg("--tls-private-key-file")
+            .arg(pki_dir.join(certs::SERVING_KEY_FILE))
+            .arg("--root-ca-file")
+            .arg(pki_dir.join(certs::CA_CERT_FILE))
             .arg("--root-directory")
             .arg(&root)
             .args(["--bind-address", "127.0.0.1"])

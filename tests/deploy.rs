@@ -191,3 +191,85 @@ fn the_readme_certificate_commands_run_as_written() {
     let text = String::from_utf8_lossy(der.as_ref()).into_owned();
     assert!(text.contains("platform-mesh.platform-mesh-system.svc"));
 }
+
+#[test]
+fn certs_kubeconfig_needs_the_servers_data_directory_and_writes_a_user_of_it() {
+    let bin = env!("CARGO_BIN_EXE_platform-mesh");
+    let work = tempfile::tempdir().expect("tempdir");
+    let run = |args: &[&str]| {
+        Command::new(bin)
+            .arg("certs")
+            .args(args)
+            .current_dir(work.path())
+            .output()
+            .expect("run")
+    };
+    // No CA yet: the message says how to get one, and nothing is written.
+    let out = run(&[
+        "kubeconfig",
+        "--data-dir",
+        "dd",
+        "--user",
+        "broker",
+        "--out",
+        "u.kubeconfig",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has no CA") && err.contains("platform-mesh serve"),
+        "{err}"
+    );
+    assert!(!work.path().join("u.kubeconfig").exists());
+    // A data directory as `serve` leaves it: the CA, and admin.kubeconfig naming the server.
+    assert!(run(&["ca-bundle", "--data-dir", "dd"]).status.success());
+    std::fs::write(
+        work.path().join("dd/admin.kubeconfig"),
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:7443'}\n",
+    )
+    .expect("admin.kubeconfig");
+    let out = run(&[
+        "kubeconfig",
+        "--data-dir",
+        "dd",
+        "--user",
+        "broker",
+        "--group",
+        "team-a",
+        "--out",
+        "u.kubeconfig",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(work.path().join("u.kubeconfig")).expect("kubeconfig");
+    let kc: serde_json::Value = serde_saphyr::from_str(&text).expect("yaml");
+    assert_eq!(
+        kc["clusters"][0]["cluster"]["server"],
+        "https://127.0.0.1:7443"
+    );
+    let cert = kc["users"][0]["user"]["client-certificate-data"]
+        .as_str()
+        .expect("cert");
+    use base64::Engine as _;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(cert)
+        .expect("base64");
+    use rustls::pki_types::pem::PemObject;
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(&pem).expect("pem");
+    let text = String::from_utf8_lossy(der.as_ref()).into_owned();
+    assert!(text.contains("broker") && text.contains("team-a"));
+    let out = run(&[
+        "kubeconfig",
+        "--data-dir",
+        "dd",
+        "--user",
+        " ",
+        "--out",
+        "v.kubeconfig",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--user"));
+}

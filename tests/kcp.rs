@@ -798,6 +798,155 @@ async fn the_account_controllers_work_on_kcp_through_the_core_export_without_adm
         );
     }
 
+    // The Provider controller, as the same identity through the providers export: a workspace
+    // binding the export (accepting its claims on namespaces and Secrets with the verbs it asks
+    // for) gets its Provider's workspace, owned by the identity, and kubeconfig.
+    workspaces("root")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"apiVersion": "tenancy.kcp.io/v1alpha1",
+                "kind": "Workspace", "metadata": {"name": "widgets-home"}}))
+            .expect("workspace"),
+        )
+        .await
+        .expect("create root:widgets-home");
+    eventually("root:widgets-home Ready", || async {
+        let ws = workspaces("root")
+            .get("widgets-home")
+            .await
+            .map_err(|e| e.to_string())?;
+        (ws.data["status"]["phase"] == "Ready")
+            .then_some(())
+            .ok_or(ws.data["status"].to_string())
+    })
+    .await;
+    let all = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    let claims: Vec<Value> = ["namespaces", "secrets"]
+        .iter()
+        .map(|r| {
+            json!({"group": "", "resource": r, "verbs": all,
+                   "selector": {"matchAll": true}, "state": "Accepted"})
+        })
+        .collect();
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIBinding",
+        "metadata": {"name": "providers.platform-mesh.io"},
+        "spec": {"reference": {"export": {"path": SYSTEM, "name": "providers.platform-mesh.io"}},
+                 "permissionClaims": claims}}))
+    .expect("binding");
+    Api::<DynamicObject>::all_with(
+        access.workspace("root:widgets-home"),
+        &ar("apis.kcp.io", "v1alpha2", "APIBinding", "apibindings"),
+    )
+    .create(&PostParams::default(), &binding)
+    .await
+    .expect("bind the providers export");
+    let providers = Api::<DynamicObject>::all_with(
+        access.workspace("root:widgets-home"),
+        &ar(
+            "providers.platform-mesh.io",
+            "v1alpha1",
+            "Provider",
+            "providers",
+        ),
+    );
+    let provider: DynamicObject =
+        serde_json::from_value(yaml(include_str!("../examples/providers/provider.yaml")))
+            .expect("Provider");
+    eventually("the Provider created in root:widgets-home", || async {
+        providers
+            .create(&PostParams::default(), &provider)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    eventually("the Provider Ready on kcp", || async {
+        let p = providers.get("widgets").await.map_err(|e| e.to_string())?;
+        (p.data["status"]["phase"] == "Ready")
+            .then_some(())
+            .ok_or(p.data["status"].to_string())
+    })
+    .await;
+    let home = Api::<DynamicObject>::all_with(
+        access.workspace("root:widgets-home"),
+        &ar(
+            "core.kcp.io",
+            "v1alpha1",
+            "LogicalCluster",
+            "logicalclusters",
+        ),
+    )
+    .get("cluster")
+    .await
+    .expect("logical cluster");
+    let home = home
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kcp.io/cluster"))
+        .cloned()
+        .expect("kcp.io/cluster");
+    let provider_ws = workspaces("root:providers")
+        .get(&format!("widgets-{home}"))
+        .await
+        .expect("the provider workspace");
+    let owner = provider_ws
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("experimental.tenancy.kcp.io/owner"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(owner.contains("\"username\":\"user\""), "owner {owner}");
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        access.workspace("root:widgets-home"),
+        "default",
+    );
+    assert!(secrets
+        .get_opt("widgets-kubeconfig")
+        .await
+        .expect("secret")
+        .is_some());
+    let e = Api::<DynamicObject>::all_with(
+        user_at("root:widgets-home"),
+        &ar("", "v1", "Secret", "secrets"),
+    )
+    .list(&ListParams::default())
+    .await
+    .expect_err("refused");
+    assert!(
+        matches!(&e, kube::Error::Api(s) if s.code == 403),
+        "root:widgets-home: {e}"
+    );
+    providers
+        .delete("widgets", &Default::default())
+        .await
+        .expect("delete the Provider");
+    eventually("the Provider and its workspace gone on kcp", || async {
+        match workspaces("root:providers")
+            .get_opt(&format!("widgets-{home}"))
+            .await
+        {
+            Ok(None) => {}
+            other => {
+                return Err(format!(
+                    "workspace: {:?}",
+                    other.map(|o| o.map(|o| o.data["status"].clone()))
+                ))
+            }
+        }
+        match providers.get_opt("widgets").await {
+            Ok(None) => Ok(()),
+            other => Err(format!(
+                "{:?}",
+                other.map(|o| o.map(|o| o.data["status"].clone()))
+            )),
+        }
+    })
+    .await;
+
     accounts("root:orgs")
         .delete("acme", &Default::default())
         .await
@@ -1011,18 +1160,27 @@ async fn the_broker_works_on_kcp_through_staging_workspaces_without_admin() {
     // The platform: the brokered export, the AcceptAPI export (serving AcceptAPI: kcp has no
     // built-in one), the Migration CRDs of the coordination cluster, and the broker's rights.
     k.workspace("root", "platform").await;
-    let certificates_export = |claims: bool| {
-        json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport", "metadata": {"name": "certificates"},
-               "spec": {"latestResourceSchemas": ["v1alpha1.certificates.example.platform-mesh.io"],
-                        "permissionClaims": if claims { json!([{"group": "", "resource": "secrets", "all": true}]) } else { json!([]) }}})
-    };
+    let certificates_export = json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
+        "metadata": {"name": "certificates"},
+        "spec": {"latestResourceSchemas": ["v1alpha1.certificates.example.platform-mesh.io"],
+                 "permissionClaims": [{"group": "", "resource": "secrets", "all": true}]}});
+    // A provider's export as v1alpha2, its claim naming verbs: the broker's staging binding
+    // must accept exactly those (kcp allows the intersection of both sides' verbs).
+    let provider_export = json!({"apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIExport",
+        "metadata": {"name": "certificates"},
+        "spec": {"resources": [{"group": "example.platform-mesh.io", "name": "certificates",
+                                "schema": "v1alpha1.certificates.example.platform-mesh.io",
+                                "storage": {"crd": {}}}],
+                 "permissionClaims": [{"group": "", "resource": "secrets",
+                                       "verbs": ["get", "list", "watch", "create", "update", "patch"]}]}});
+    let exports_v2 = ar("apis.kcp.io", "v1alpha2", "APIExport", "apiexports");
     k.create(
         "root:platform",
         &schemas,
         schema_of_crd(&certificate_crd, "v1alpha1"),
     )
     .await;
-    k.create("root:platform", &exports, certificates_export(true))
+    k.create("root:platform", &exports, certificates_export)
         .await;
     let accept_crd = yaml(include_str!(
         "../manifests/crds/broker.platform-mesh.io_acceptapis.yaml"
@@ -1073,7 +1231,7 @@ async fn the_broker_works_on_kcp_through_staging_workspaces_without_admin() {
         k.workspace("root", name).await;
         k.create(&path, &schemas, schema_of_crd(&certificate_crd, "v1alpha1"))
             .await;
-        k.create(&path, &exports, certificates_export(true)).await;
+        k.create(&path, &exports_v2, provider_export.clone()).await;
         let (role, binding) = grant(
             "broker-binds-certificates",
             json!([{"apiGroups": ["apis.kcp.io"], "resources": ["apiexports"], "resourceNames": ["certificates"], "verbs": ["bind"]}]),

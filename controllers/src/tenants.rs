@@ -45,8 +45,11 @@ const EXPORT_WORKSPACE: &str = "root:platform-mesh-system";
 /// `root:orgs`, where the organisations' Accounts and their WorkspaceTypes live, `use` those
 /// types (kcp asks it of whoever creates a workspace of a type, and the workspace of an account
 /// is not in `root:orgs`), read the Accounts and write the IdentityProviderConfigurations (the
-/// security initializer's steps). In each of them `access` to `/`, which kcp asks of anyone
-/// entering a workspace. Nothing inside an organisation or account workspace.
+/// security initializer's steps). For the Provider controller: the `providers.platform-mesh.io`
+/// export's content, `use` of the `provider` type in `root`, and the Workspaces of
+/// `root:providers`, where it makes the provider workspaces (which, as their creator, it owns).
+/// In each of them `access` to `/`, which kcp asks of anyone entering a workspace. Nothing
+/// inside an organisation, account or other tenant workspace.
 pub fn workspace_controller_rules() -> Vec<(&'static str, Value)> {
     let read = ["get", "list", "watch"];
     // kcp lets only those with `access` to `/` into a workspace at all.
@@ -56,7 +59,7 @@ pub fn workspace_controller_rules() -> Vec<(&'static str, Value)> {
             EXPORT_WORKSPACE,
             json!([
                 {"apiGroups": ["apis.kcp.io"], "resources": ["apiexports/content"],
-                 "resourceNames": ["core.platform-mesh.io"], "verbs": ["*"]},
+                 "resourceNames": ["core.platform-mesh.io", provider::EXPORT], "verbs": ["*"]},
                 {"apiGroups": ["apis.kcp.io"], "resources": ["apiexports"],
                  "resourceNames": ["core.platform-mesh.io"], "verbs": ["bind"]},
                 {"apiGroups": ["apis.kcp.io"], "resources": ["apiexports", "apiexportendpointslices"],
@@ -69,7 +72,14 @@ pub fn workspace_controller_rules() -> Vec<(&'static str, Value)> {
                 {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspacetypes"],
                  "resourceNames": ["security"], "verbs": ["get", "initialize", "terminate"]},
                 {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspacetypes"],
-                 "resourceNames": ["org", "account", "security"], "verbs": ["use"]},
+                 "resourceNames": ["org", "account", "security", "provider"], "verbs": ["use"]},
+            ]),
+        ),
+        (
+            provider::PROVIDERS_PATH,
+            json!([
+                {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspaces"],
+                 "verbs": ["get", "list", "watch", "create", "delete"]},
             ]),
         ),
         (

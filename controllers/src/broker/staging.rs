@@ -108,15 +108,21 @@ fn workspaces() -> ApiResource {
     kcp_resource("tenancy.kcp.io", "Workspace", "workspaces")
 }
 
+/// APIBindings as v1alpha2, whose claims carry verbs: an acceptance must name the verbs the
+/// export asks for (kcp allows the intersection of both sides).
 fn bindings() -> ApiResource {
-    kcp_resource("apis.kcp.io", "APIBinding", "apibindings")
+    ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("apis.kcp.io", "v1alpha2", "APIBinding"),
+        "apibindings",
+    )
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The claims a binding accepts: every claim its export makes, for all objects.
+/// The claims a binding accepts: every claim its export makes, with the verbs it asks for,
+/// for all objects.
 fn accepted_claims(binding: &Value) -> Value {
     let claims = binding["status"]["exportPermissionClaims"]
         .as_array()
@@ -124,10 +130,15 @@ fn accepted_claims(binding: &Value) -> Value {
             claims
                 .iter()
                 .map(|c| {
+                    let verbs = match c["verbs"].as_array() {
+                        Some(v) if !v.is_empty() => Value::Array(v.clone()),
+                        _ => json!(["*"]),
+                    };
                     let mut accepted = json!({
                         "group": c["group"].as_str().unwrap_or(""),
                         "resource": c["resource"],
-                        "all": true,
+                        "verbs": verbs,
+                        "selector": {"matchAll": true},
                         "state": "Accepted",
                     });
                     if let Some(id) = c["identityHash"].as_str().filter(|id| !id.is_empty()) {
@@ -144,11 +155,20 @@ fn accepted_claims(binding: &Value) -> Value {
 /// Whether the binding's spec accepts exactly `wanted` (ignoring order and defaulted fields).
 fn accepts_all(binding: &Value, wanted: &Value) -> bool {
     let key = |c: &Value| {
+        let mut verbs: Vec<String> = c["verbs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect();
+        verbs.sort();
         (
             c["group"].as_str().unwrap_or("").to_string(),
             c["resource"].as_str().unwrap_or("").to_string(),
             c["identityHash"].as_str().unwrap_or("").to_string(),
             c["state"].as_str().unwrap_or("").to_string(),
+            verbs,
         )
     };
     let set = |v: &Value| -> std::collections::BTreeSet<_> {
@@ -279,7 +299,7 @@ impl Staging {
             .map_err(|e| BrokerError::kube(format!("reading {}", what()), e))?
         else {
             let binding: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding",
+                "apiVersion": "apis.kcp.io/v1alpha2", "kind": "APIBinding",
                 "metadata": {"name": BINDING},
                 "spec": {"reference": {"export": {"path": plan.provider, "name": plan.export}}},
             }))
@@ -399,13 +419,23 @@ mod tests {
     #[test]
     fn every_claim_of_the_export_is_accepted() {
         let binding = json!({"spec": {}, "status": {"exportPermissionClaims": [
-            {"group": "", "resource": "secrets", "identityHash": "", "verbs": ["*"]},
+            {"group": "", "resource": "secrets", "identityHash": "", "verbs": ["get", "create"]},
             {"group": "x.io", "resource": "things", "identityHash": "abc"}]}});
         let wanted = accepted_claims(&binding);
         assert_eq!(
             wanted,
-            json!([{"group": "", "resource": "secrets", "all": true, "state": "Accepted"},
-                {"group": "x.io", "resource": "things", "identityHash": "abc", "all": true, "state": "Accepted"}])
+            json!([{"group": "", "resource": "secrets", "verbs": ["get", "create"],
+                    "selector": {"matchAll": true}, "state": "Accepted"},
+                {"group": "x.io", "resource": "things", "identityHash": "abc", "verbs": ["*"],
+                    "selector": {"matchAll": true}, "state": "Accepted"}])
+        );
+        let mut fewer = binding.clone();
+        fewer["spec"]["permissionClaims"] = json!([
+            {"group": "", "resource": "secrets", "verbs": ["get"], "state": "Accepted"},
+            {"group": "x.io", "resource": "things", "identityHash": "abc", "verbs": ["*"], "state": "Accepted"}]);
+        assert!(
+            !accepts_all(&fewer, &wanted),
+            "fewer verbs than asked are not enough"
         );
         assert!(!accepts_all(&binding, &wanted));
         let mut done = binding.clone();

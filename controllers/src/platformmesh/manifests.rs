@@ -72,6 +72,7 @@ pub static MANIFESTS: &[Manifest] = &[
     manifest!("kcp/03-orgs/10-apibinding-system.platform-mesh.io.yaml"),
     manifest!("kcp/03-orgs/20-store.yaml"),
     manifest!("kcp/03-platform-mesh-system/20-identityproviderconfiguration-welcome.yaml"),
+    manifest!("kcp/03-providers/04-system/10-apibinding-providers.platform-mesh.io.yaml"),
     manifest!("kcp/03-providers/10-workspace-system.yaml"),
     manifest!("kcp/10-workspacetype-providers.yaml"),
     manifest!("kcp/10-workspacetype-security.yaml"),
@@ -403,6 +404,7 @@ mod tests {
                 ("root:orgs", Some("orgs")),
                 ("root:platform-mesh-system", Some("platform-mesh-system")),
                 ("root:providers", Some("providers")),
+                ("root:providers:system", Some("system")),
             ]
         );
         // Files in lexical order: the providers type before the workspace that uses it.

@@ -36,6 +36,10 @@ pub use steps::{
 /// The controller's name.
 pub const CONTROLLER: &str = "ProviderReconciler";
 
+/// The APIExport of Providers, whose virtual workspace the controller reaches them through on
+/// a kcp (and on this server without admin access).
+pub const EXPORT: &str = "providers.platform-mesh.io";
+
 /// `providers.platform-mesh.io/v1alpha1` Provider (cluster-scoped).
 pub fn providers() -> ApiResource {
     api_resource(
