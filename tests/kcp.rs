@@ -1209,7 +1209,7 @@ async fn the_broker_works_on_kcp_through_staging_workspaces_without_admin() {
         json!([
             {"apiGroups": ["apis.kcp.io"], "resources": ["apiexports/content"], "resourceNames": ["certificates", "acceptapis"], "verbs": ["*"]},
             {"apiGroups": ["apis.kcp.io"], "resources": ["apiexportendpointslices"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspaces"], "verbs": ["get", "list", "watch", "create"]},
+            {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspaces"], "verbs": ["get", "list", "watch", "create", "delete"]},
             {"apiGroups": ["broker.platform-mesh.io"], "resources": ["migrations", "migrations/status", "migrationconfigurations", "migrationconfigurations/status"], "verbs": ["*"]},
             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]},
             {"nonResourceURLs": ["/"], "verbs": ["access"]}]),
@@ -1390,13 +1390,27 @@ async fn the_broker_works_on_kcp_through_staging_workspaces_without_admin() {
         issued_by("externalca")
     })
     .await;
-    eventually("the internalca copy gone", || async {
-        match copies.get_opt(&remote).await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
+    // The copy left internalca's staging workspace, which then held nothing and went.
+    let staging_workspaces = || async {
+        Api::<DynamicObject>::all_with(k.at("root:platform"), &workspaces)
+            .list(&ListParams::default().labels("broker.platform-mesh.io/staging=true"))
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .filter_map(|w| w.metadata.name)
+                    .collect::<Vec<_>>()
+            })
+            .map_err(|e| e.to_string())
+    };
+    eventually("internalca's staging workspace gone", || async {
+        let names = staging_workspaces().await?;
+        (names.len() == 1 && !names.contains(&staging))
+            .then_some(())
+            .ok_or(format!("{names:?}"))
     })
     .await;
+    drop(copies);
     consumer
         .delete("cert", &Default::default())
         .await
@@ -1409,6 +1423,11 @@ async fn the_broker_works_on_kcp_through_staging_workspaces_without_admin() {
                 other.map(|o| o.map(|o| o.metadata.finalizers))
             )),
         }
+    })
+    .await;
+    eventually("no staging workspace left", || async {
+        let names = staging_workspaces().await?;
+        names.is_empty().then_some(()).ok_or(format!("{names:?}"))
     })
     .await;
     stop.cancel();

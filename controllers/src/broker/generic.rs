@@ -394,6 +394,15 @@ impl GenericReconciler {
 
     /// Creates or updates the copy on `provider`; returns it as stored.
     async fn ensure_copy(&self, item: &Item, provider: &str) -> Result<Value, BrokerError> {
+        // A staging workspace is not deleted while a copy is written into it.
+        let _writing = match &self.shared.staging {
+            Some(staging) => Some(
+                staging
+                    .enter(provider)
+                    .ok_or_else(|| BrokerError::NotConnected(provider.to_string()))?,
+            ),
+            None => None,
+        };
         let cluster = self
             .provider(provider)
             .ok_or_else(|| BrokerError::NotConnected(provider.to_string()))?;
@@ -470,7 +479,22 @@ impl GenericReconciler {
         let Some(cluster) = self.provider(provider) else {
             return Ok(true);
         };
-        delete_released(&self.copy_api(&cluster, item), &item.remote).await
+        let gone = delete_released(&self.copy_api(&cluster, item), &item.remote).await?;
+        if gone {
+            self.staging_emptied(provider).await?;
+        }
+        Ok(gone)
+    }
+
+    /// A copy left staging workspace `provider`: it goes when nothing else is in it. Failing
+    /// that is no failure of the object's brokering; the staging sweep tries again.
+    async fn staging_emptied(&self, provider: &str) -> Result<(), BrokerError> {
+        if let Some(staging) = &self.shared.staging {
+            if let Err(e) = staging.close_if_empty(provider).await {
+                tracing::warn!(workspace = provider, error = %e, "deleting an empty staging workspace failed");
+            }
+        }
+        Ok(())
     }
 
     /// Serves the object from `provider`: copy, status back, related resources.
@@ -859,8 +883,10 @@ impl GenericReconciler {
             let Some(o) = api.get_opt(remote).await.map_err(BrokerError::Read)? else {
                 continue;
             };
-            if copy::annotation(&to_value(&o), CONSUMER_CLUSTER) == Some(consumer) {
-                delete_released(&api, remote).await?;
+            if copy::annotation(&to_value(&o), CONSUMER_CLUSTER) == Some(consumer)
+                && delete_released(&api, remote).await?
+            {
+                self.staging_emptied(name.as_str()).await?;
             }
         }
         Ok(())
@@ -896,7 +922,9 @@ async fn delete_released(api: &Api<DynamicObject>, name: &str) -> Result<bool, B
     }
     if v["metadata"]["deletionTimestamp"].is_null() {
         match api.delete(name, &DeleteParams::default()).await {
-            Ok(either) => return Ok(either.is_right()),
+            Ok(either) if either.is_right() => return Ok(true),
+            // The object as deleted: gone unless finalizers hold it.
+            Ok(_) => {}
             Err(e) if is_status(&e, 404) => return Ok(true),
             Err(e) => return Err(BrokerError::kube(format!("deleting {name}"), e)),
         }

@@ -238,7 +238,11 @@ pub fn staging_options(
             crate::providers::kcp::ApiExportOptions::for_slice(name),
         ))
     };
-    let staging = Arc::new(super::staging::Staging::new(client.clone(), tree_root));
+    let staging = Arc::new(super::staging::Staging::new(
+        client.clone(),
+        tree_root,
+        kinds.iter().map(|k| k.kind.api.clone()).collect(),
+    ));
     Ok(super::wiring::BrokerOptions {
         consumers: provider(export),
         providers: staging.clone(),

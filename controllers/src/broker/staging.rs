@@ -15,9 +15,10 @@
 //! The binding references the export by the provider's logical cluster, so an AcceptAPI can
 //! only make the broker bind an export of the provider's own workspace.
 //!
-//! Staging workspaces stay when their objects are gone (one per consumer, provider and export,
-//! so their number is bounded by those); upstream deletes a staging workspace once nothing in it
-//! is tracked.
+//! A staging workspace goes once the last copy in it is gone, as upstream's does once nothing in
+//! it is tracked: every write of a copy holds a [`StagingUse`] of its workspace, and a workspace
+//! is only closed (then listed, and deleted when empty) while nothing uses it; a reconcile that
+//! finds it closing waits and makes it again.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -86,6 +87,39 @@ struct Plan {
 /// An AcceptAPI, by provider cluster, namespace and name.
 type Origin = (ClusterName, String, String);
 
+/// How long a staging workspace stays after it was last written to or made ready before the
+/// sweep may delete it when empty (copies whose deletion the broker did not see to the end,
+/// such as those a provider's finalizer held).
+const SWEEP_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Who uses a staging workspace right now.
+#[derive(Default)]
+struct Usage {
+    /// Writes of copies in flight.
+    writers: usize,
+    /// Being checked for emptiness (and deleted when empty): no new writers.
+    closing: bool,
+}
+
+/// A write of a copy into a staging workspace, in flight: the workspace is not deleted while
+/// one exists.
+pub struct StagingUse {
+    staging: Arc<Staging>,
+    name: String,
+}
+
+impl Drop for StagingUse {
+    fn drop(&mut self) {
+        let mut usage = lock(&self.staging.usage);
+        if let Some(u) = usage.get_mut(&self.name) {
+            u.writers = u.writers.saturating_sub(1);
+            if u.writers == 0 && !u.closing {
+                usage.remove(&self.name);
+            }
+        }
+    }
+}
+
 /// The broker's staging workspaces: plans them, makes and binds them, and engages the ready ones
 /// as the clusters provider copies are written to.
 pub struct Staging {
@@ -95,6 +129,11 @@ pub struct Staging {
     plans: Mutex<BTreeMap<String, Plan>>,
     engaged: Mutex<BTreeMap<ClusterName, Arc<Cluster>>>,
     sink: Mutex<Option<ClusterSink>>,
+    usage: Mutex<BTreeMap<String, Usage>>,
+    /// When each engaged staging workspace was last made ready or written to.
+    touched: Mutex<BTreeMap<String, std::time::Instant>>,
+    /// The brokered kinds, whose copies a staging workspace holds.
+    kinds: Vec<ApiResource>,
 }
 
 fn kcp_resource(group: &str, kind: &str, plural: &str) -> ApiResource {
@@ -180,8 +219,9 @@ fn accepts_all(binding: &Value, wanted: &Value) -> bool {
 }
 
 impl Staging {
-    /// Staging workspaces under `tree_root` (a workspace path) of the kcp `root` points at.
-    pub fn new(root: kube::Client, tree_root: &str) -> Self {
+    /// Staging workspaces under `tree_root` (a workspace path) of the kcp `root` points at,
+    /// holding copies of `kinds` (namespaced).
+    pub fn new(root: kube::Client, tree_root: &str, kinds: Vec<ApiResource>) -> Self {
         Staging {
             root,
             tree_root: tree_root.to_string(),
@@ -189,7 +229,107 @@ impl Staging {
             plans: Mutex::default(),
             engaged: Mutex::default(),
             sink: Mutex::default(),
+            usage: Mutex::default(),
+            touched: Mutex::default(),
+            kinds,
         }
+    }
+
+    fn touch(&self, name: &str) {
+        lock(&self.touched).insert(name.to_string(), std::time::Instant::now());
+    }
+
+    /// Closes the engaged staging workspaces left untouched for [`SWEEP_AFTER`] that are empty.
+    async fn sweep(&self) {
+        let stale: Vec<String> = lock(&self.touched)
+            .iter()
+            .filter(|(_, at)| at.elapsed() >= SWEEP_AFTER)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in stale {
+            match self.close_if_empty(&name).await {
+                Ok(true) => {}
+                Ok(false) => self.touch(&name),
+                Err(e) => {
+                    tracing::warn!(workspace = name, error = %e, "sweeping a staging workspace failed")
+                }
+            }
+        }
+    }
+
+    /// A use of staging workspace `name` for writing a copy; `None` while it is being closed.
+    pub fn enter(self: &Arc<Self>, name: &str) -> Option<StagingUse> {
+        let mut usage = lock(&self.usage);
+        let u = usage.entry(name.to_string()).or_default();
+        if u.closing {
+            return None;
+        }
+        u.writers += 1;
+        drop(usage);
+        self.touch(name);
+        Some(StagingUse {
+            staging: self.clone(),
+            name: name.to_string(),
+        })
+    }
+
+    /// Deletes staging workspace `name` when no copy is in it and none is being written; a copy
+    /// was just deleted from it. Returns whether it went.
+    pub async fn close_if_empty(&self, name: &str) -> Result<bool, BrokerError> {
+        {
+            let mut usage = lock(&self.usage);
+            let u = usage.entry(name.to_string()).or_default();
+            if u.writers > 0 || u.closing {
+                return Ok(false);
+            }
+            u.closing = true;
+        }
+        let result = self.delete_when_empty(name).await;
+        lock(&self.usage).remove(name);
+        result
+    }
+
+    async fn delete_when_empty(&self, name: &str) -> Result<bool, BrokerError> {
+        let Some(cluster) = self.get(name) else {
+            return Ok(false);
+        };
+        for kind in &self.kinds {
+            let api: Api<DynamicObject> = Api::all_with(cluster.client(), kind);
+            match api.list(&ListParams::default().limit(1)).await {
+                Ok(list) if !list.items.is_empty() => return Ok(false),
+                Ok(_) => {}
+                // The export does not serve this kind: none of it can be there.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(BrokerError::kube(
+                        format!("listing {} in staging workspace {name}", kind.plural),
+                        e,
+                    ))
+                }
+            }
+        }
+        let ws_api: Api<DynamicObject> =
+            Api::all_with(self.client_at(&self.tree_root), &workspaces());
+        match ws_api.delete(name, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(BrokerError::kube(
+                    format!("deleting staging workspace {name}"),
+                    e,
+                ))
+            }
+        }
+        lock(&self.engaged).remove(&ClusterName::from(name));
+        lock(&self.touched).remove(name);
+        let sink = lock(&self.sink).clone();
+        if let Some(sink) = sink {
+            sink.disengage(&ClusterName::from(name))
+                .await
+                .map_err(|e| BrokerError::NotConnected(format!("{name}: {e}")))?;
+        }
+        info!(workspace = name, "staging workspace empty; deleted");
+        Ok(true)
     }
 
     fn client_at(&self, path: &str) -> kube::Client {
@@ -338,6 +478,7 @@ impl Staging {
             &cluster_prefix(path),
         ));
         lock(&self.engaged).insert(ClusterName::from(name), cluster.clone());
+        self.touch(name);
         sink.engage(cluster)
             .await
             .map_err(|e| BrokerError::NotConnected(format!("{name}: {e}")))?;
@@ -385,8 +526,12 @@ impl ClusterProvider for Staging {
                 }
             }
         }
-        stop.cancelled().await;
-        Ok(())
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(SWEEP_AFTER / 2) => self.sweep().await,
+            }
+        }
     }
 
     fn get(&self, name: &str) -> Option<Arc<Cluster>> {
@@ -397,6 +542,38 @@ impl ClusterProvider for Staging {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn staging() -> Arc<Staging> {
+        let config = kube::Config::new("https://127.0.0.1:1".parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        Arc::new(Staging::new(client, "root:platform", Vec::new()))
+    }
+
+    #[tokio::test]
+    async fn a_staging_workspace_is_not_closed_while_a_copy_is_written_into_it() {
+        let staging = staging();
+        let writing = staging.enter("staging-a").expect("not closing");
+        // Closing gives up at once while the write is in flight (no request is made).
+        assert!(!staging.close_if_empty("staging-a").await.expect("close"));
+        assert!(
+            staging.enter("staging-a").is_some(),
+            "more writers may come"
+        );
+        drop(writing);
+        assert!(
+            lock(&staging.usage).get("staging-a").is_none(),
+            "no use left"
+        );
+        // While it is being closed, no writer gets in.
+        lock(&staging.usage)
+            .entry("staging-b".into())
+            .or_default()
+            .closing = true;
+        assert!(staging.enter("staging-b").is_none());
+        // Not engaged: nothing to close, and nothing is left marked.
+        assert!(!staging.close_if_empty("staging-c").await.expect("close"));
+        assert!(lock(&staging.usage).get("staging-c").is_none());
+    }
 
     #[test]
     fn names_follow_upstream() {
