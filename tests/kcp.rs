@@ -788,14 +788,7 @@ async fn the_account_controllers_work_on_kcp_through_the_core_export_without_adm
         ),
         ("root:orgs:demo", ar("", "v1", "Secret", "secrets")),
     ] {
-        let e = Api::<DynamicObject>::all_with(user_at(path), &r)
-            .list(&ListParams::default())
-            .await
-            .expect_err("refused");
-        assert!(
-            matches!(&e, kube::Error::Api(s) if s.code == 403),
-            "{path}: {e}"
-        );
+        assert_list_forbidden(user_at(path), &r, path).await;
     }
 
     // The Provider controller, as the same identity through the providers export: a workspace
@@ -892,14 +885,7 @@ async fn the_account_controllers_work_on_kcp_through_the_core_export_without_adm
         .get(&format!("widgets-{home}"))
         .await
         .expect("the provider workspace");
-    let owner = provider_ws
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("experimental.tenancy.kcp.io/owner"))
-        .cloned()
-        .unwrap_or_default();
-    assert!(owner.contains("\"username\":\"user\""), "owner {owner}");
+    assert_owned_by_user(&provider_ws);
     let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
         access.workspace("root:widgets-home"),
         "default",
@@ -909,17 +895,12 @@ async fn the_account_controllers_work_on_kcp_through_the_core_export_without_adm
         .await
         .expect("secret")
         .is_some());
-    let e = Api::<DynamicObject>::all_with(
+    assert_list_forbidden(
         user_at("root:widgets-home"),
         &ar("", "v1", "Secret", "secrets"),
+        "root:widgets-home",
     )
-    .list(&ListParams::default())
-    .await
-    .expect_err("refused");
-    assert!(
-        matches!(&e, kube::Error::Api(s) if s.code == 403),
-        "root:widgets-home: {e}"
-    );
+    .await;
     providers
         .delete("widgets", &Default::default())
         .await
@@ -991,6 +972,30 @@ async fn account_ready(admin: &controllers::platformmesh::kcp::Kcp, path: &str, 
         }
     })
     .await;
+}
+
+/// Listing `r` through `client` is refused with 403 (`what` names the place).
+async fn assert_list_forbidden(client: Client, r: &ApiResource, what: &str) {
+    let e = Api::<DynamicObject>::all_with(client, r)
+        .list(&ListParams::default())
+        .await
+        .expect_err(what);
+    assert!(
+        matches!(&e, kube::Error::Api(s) if s.code == 403),
+        "{what}: {e}"
+    );
+}
+
+/// kcp made its non-admin `user` the owner of workspace `ws` (it created it).
+fn assert_owned_by_user(ws: &DynamicObject) {
+    let owner = ws
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("experimental.tenancy.kcp.io/owner"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(owner.contains("\"username\":\"user\""), "owner {owner}");
 }
 
 /// A CRD as the APIResourceSchema kcp serves it from (the structural schema itself under each
@@ -1335,14 +1340,7 @@ async fn the_broker_works_on_kcp_through_staging_workspaces_without_admin() {
         .get(&staging)
         .await
         .expect("the staging workspace");
-    let owner = ws
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("experimental.tenancy.kcp.io/owner"))
-        .cloned()
-        .unwrap_or_default();
-    assert!(owner.contains("\"username\":\"user\""), "owner {owner}");
+    assert_owned_by_user(&ws);
     let copies: Api<DynamicObject> =
         Api::namespaced_with(k.at(&format!("root:platform:{staging}")), "default", &certs);
     let remote = controllers::broker::provider_name(&format!("consumer#{consumer_id}"), "cert");
@@ -1367,14 +1365,7 @@ async fn the_broker_works_on_kcp_through_staging_workspaces_without_admin() {
             "secrets" => ar("", "v1", "Secret", "secrets"),
             _ => accept_apis.clone(),
         };
-        let err = Api::<DynamicObject>::all_with(user_at(path), &r)
-            .list(&ListParams::default())
-            .await
-            .expect_err("the broker's identity is not let in");
-        assert!(
-            matches!(&err, kube::Error::Api(s) if s.code == 403),
-            "{path}: {err}"
-        );
+        assert_list_forbidden(user_at(path), &r, path).await;
     }
 
     // A public name moves the certificate to externalca.

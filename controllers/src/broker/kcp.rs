@@ -162,16 +162,11 @@ impl ClusterProvider for AcceptApiWorkspaces {
     }
 }
 
-/// The broker's clusters on the kcp that `root` (a config at the server root, allowed to read
-/// and write every workspace) points at: consumers bound to the APIExport `export` of workspace
-/// `platform`, providers holding AcceptAPIs, and `platform` as the coordination cluster.
-pub fn options(
+/// `root` pointed at workspace `platform`, and a client at the server root.
+fn platform_home(
     root: &kube::Config,
     platform: &str,
-    export: &str,
-    kinds: Vec<super::generic::Brokered>,
-    workers: usize,
-) -> Result<super::wiring::BrokerOptions, String> {
+) -> Result<(kube::Config, kube::Client), String> {
     let base = root
         .cluster_url
         .to_string()
@@ -183,6 +178,20 @@ pub fn options(
         .map_err(|e| format!("the address of workspace {platform}: {e}"))?;
     let client =
         kube::Client::try_from(root.clone()).map_err(|e| format!("a client for kcp: {e}"))?;
+    Ok((home, client))
+}
+
+/// The broker's clusters on the kcp that `root` (a config at the server root, allowed to read
+/// and write every workspace) points at: consumers bound to the APIExport `export` of workspace
+/// `platform`, providers holding AcceptAPIs, and `platform` as the coordination cluster.
+pub fn options(
+    root: &kube::Config,
+    platform: &str,
+    export: &str,
+    kinds: Vec<super::generic::Brokered>,
+    workers: usize,
+) -> Result<super::wiring::BrokerOptions, String> {
+    let (home, client) = platform_home(root, platform)?;
     let consumers = crate::providers::kcp::ApiExportProvider::new(
         home,
         crate::providers::kcp::ApiExportOptions::for_slice(export),
@@ -221,17 +230,7 @@ pub fn staging_options(
     kinds: Vec<super::generic::Brokered>,
     workers: usize,
 ) -> Result<super::wiring::BrokerOptions, String> {
-    let base = root
-        .cluster_url
-        .to_string()
-        .trim_end_matches('/')
-        .to_string();
-    let mut home = root.clone();
-    home.cluster_url = format!("{base}{}", cluster_prefix(platform))
-        .parse()
-        .map_err(|e| format!("the address of workspace {platform}: {e}"))?;
-    let client =
-        kube::Client::try_from(root.clone()).map_err(|e| format!("a client for kcp: {e}"))?;
+    let (home, client) = platform_home(root, platform)?;
     let provider = |name: &str| {
         Arc::new(crate::providers::kcp::ApiExportProvider::new(
             home.clone(),
