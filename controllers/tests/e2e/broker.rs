@@ -325,7 +325,7 @@ fn issued_by(
 
 /// Whether the consumer object `name` records `provider` as its provider.
 async fn provider_is(api: &Api<DynamicObject>, name: &str, provider: &str) -> bool {
-    api.get_opt(name).await.ok().flatten().is_some_and(|o| {
+    read(api, name).await.is_some_and(|o| {
         o.metadata
             .annotations
             .unwrap_or_default()
@@ -335,8 +335,16 @@ async fn provider_is(api: &Api<DynamicObject>, name: &str, provider: &str) -> bo
     })
 }
 
+/// `name` as stored, `None` when the server says NotFound; any other answer fails the test (a
+/// 403 or a 500 is not "gone").
+async fn read(api: &Api<DynamicObject>, name: &str) -> Option<DynamicObject> {
+    api.get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading {name}: {e}"))
+}
+
 async fn exists(api: &Api<DynamicObject>, name: &str) -> bool {
-    api.get_opt(name).await.ok().flatten().is_some()
+    read(api, name).await.is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -700,7 +708,12 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
     eventually(WAIT, "switch object", || {
         let cms = cms.clone();
         let switch = switch.clone();
-        async move { cms.get_opt(&switch).await.ok().flatten().is_some() }
+        async move {
+            cms.get_opt(&switch)
+                .await
+                .unwrap_or_else(|e| panic!("reading {switch}: {e}"))
+                .is_some()
+        }
     })
     .await;
     cms.patch(

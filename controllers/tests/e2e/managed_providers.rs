@@ -114,7 +114,11 @@ fn deployed() -> Vec<(ApiResource, &'static str)> {
 async fn all_deployed(runtime: &kube::Client, present: bool) -> bool {
     for (ar, name) in deployed() {
         let api: Api<DynamicObject> = Api::namespaced_with(runtime.clone(), NS, &ar);
-        if api.get_opt(name).await.ok().flatten().is_some() != present {
+        let found = api
+            .get_opt(name)
+            .await
+            .unwrap_or_else(|e| panic!("reading {name}: {e}"));
+        if found.is_some() != present {
             return false;
         }
     }
