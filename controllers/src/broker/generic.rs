@@ -214,6 +214,8 @@ impl Reconciler for GenericReconciler {
         let (current, moving, target, still) = loop {
             let current = copy::annotation(&item.obj, PROVIDER_CLUSTER).map(strip_provider);
             let moving = copy::annotation(&item.obj, NEW_PROVIDER_CLUSTER).map(strip_provider);
+            let current = self.own_staging(current, ctx.cluster_name()).await?;
+            let moving = self.own_staging(moving, ctx.cluster_name()).await?;
             if item.obj["metadata"]["deletionTimestamp"].is_string() {
                 return self.finalize(&item, [current, moving]).await;
             }
@@ -311,6 +313,22 @@ fn strip_provider(s: &str) -> String {
 impl GenericReconciler {
     fn provider(&self, name: &str) -> Option<Arc<Cluster>> {
         self.shared.providers.engaged(&ClusterName::from(name))
+    }
+
+    /// `named` (a provider cluster a consumer object's annotation names) unless, through staging
+    /// workspaces, it is no staging workspace of `consumer`'s: then the object counts as not
+    /// placed there (the annotation is the consumer's to write).
+    async fn own_staging(
+        &self,
+        named: Option<String>,
+        consumer: &ClusterName,
+    ) -> Result<Option<String>, BrokerError> {
+        match (&self.shared.staging, named) {
+            (Some(staging), Some(name)) => {
+                Ok(staging.planned_for(&name, consumer).await?.then_some(name))
+            }
+            (_, named) => Ok(named),
+        }
     }
 
     /// Makes the staging workspace `provider` ready when the broker works through staging

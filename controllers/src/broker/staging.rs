@@ -389,6 +389,32 @@ impl Staging {
         })
     }
 
+    /// Whether staging workspace `name` is one of `consumer`'s. The consumer object names its
+    /// staging workspace in an annotation its owner can write, so a name is only followed when
+    /// the broker planned it for that consumer (or the workspace, which only the broker writes,
+    /// says so).
+    pub async fn planned_for(
+        &self,
+        name: &str,
+        consumer: &ClusterName,
+    ) -> Result<bool, BrokerError> {
+        if let Some(p) = lock(&self.plans).get(name) {
+            return Ok(p.consumer == consumer.as_str());
+        }
+        if !name.starts_with("staging-") {
+            return Ok(false);
+        }
+        let ws_api: Api<DynamicObject> =
+            Api::all_with(self.client_at(&self.tree_root), &workspaces());
+        let stored = ws_api
+            .get_opt(name)
+            .await
+            .map_err(|e| BrokerError::kube(format!("reading staging workspace {name}"), e))?;
+        Ok(self
+            .plan_of(name, stored.as_ref())
+            .is_some_and(|p| p.consumer == consumer.as_str()))
+    }
+
     /// Makes staging workspace `name` ready: creates it, binds the provider's export with its
     /// claims accepted, and engages it once the binding is bound. Returns whether it is engaged
     /// (when not, the caller comes back later).
@@ -573,6 +599,38 @@ mod tests {
         // Not engaged: nothing to close, and nothing is left marked.
         assert!(!staging.close_if_empty("staging-c").await.expect("close"));
         assert!(lock(&staging.usage).get("staging-c").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_consumer_follows_only_its_own_staging_workspaces() {
+        let staging = staging();
+        let gvr = GroupVersionResource {
+            group: "example.io".into(),
+            version: "v1".into(),
+            resource: "things".into(),
+        };
+        let provider = ClusterName::from("p");
+        staging.set_export(
+            (provider.clone(), "default".into(), "things".into()),
+            gvr.clone(),
+            "things".into(),
+        );
+        let (mine, theirs) = (ClusterName::from("a"), ClusterName::from("b"));
+        let name = staging.plan(&mine, &provider, &gvr).expect("planned");
+        assert_eq!(name.as_str(), staging_name("a", "p", "things"));
+        assert!(staging
+            .planned_for(name.as_str(), &mine)
+            .await
+            .expect("mine"));
+        assert!(!staging
+            .planned_for(name.as_str(), &theirs)
+            .await
+            .expect("theirs"));
+        // A name that is no staging workspace at all is not followed (and not looked up).
+        assert!(!staging
+            .planned_for("elsewhere", &mine)
+            .await
+            .expect("other"));
     }
 
     #[test]
