@@ -11,11 +11,13 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
+use kube::ResourceExt;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{eventually, TestServer};
 use controllers::broker::generic::Brokered;
+use controllers::broker::staging::{staging_name, APIEXPORT_ANNOTATION};
 use controllers::broker::wiring::{Broker, BrokerOptions};
 use controllers::broker::{parse_kind, GENERIC_FINALIZER, PROVIDER_CLUSTER};
 use controllers::providers::FixedClusters;
@@ -906,6 +908,144 @@ async fn certs_are_brokered_between_kcp_workspaces_of_one_server() {
         }
     })
     .await;
+    stop.cancel();
+    ts.stop().await;
+}
+
+/// Through staging workspaces, a consumer's annotation naming another consumer's staging
+/// workspace is not followed: the broker does not make (or touch) that workspace again, and the
+/// object goes to the consumer's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consumer_cannot_make_the_broker_use_another_consumers_staging_workspace() {
+    let ts = TestServer::start().await;
+    ts.workspace("platform").await;
+    let platform = ts.client("root:platform").await;
+    export_certificates(&platform).await;
+    let acceptapis_export: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport", "metadata": {"name": "acceptapis"},
+        "spec": {"permissionClaims": [{"group": "broker.platform-mesh.io", "resource": "acceptapis", "all": true}]}}))
+    .expect("export");
+    Api::<DynamicObject>::all_with(platform.clone(), &kcp_kind("APIExport", "apiexports"))
+        .create(&PostParams::default(), &acceptapis_export)
+        .await
+        .expect("acceptapis export");
+    // The provider: its own Certificate export, the AcceptAPI export bound, an AcceptAPI naming
+    // its export.
+    let provider_id = ts.workspace("issuer").await;
+    let provider = ts.client("root:issuer").await;
+    export_certificates(&provider).await;
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding", "metadata": {"name": "acceptapis"},
+        "spec": {"reference": {"export": {"path": "root:platform", "name": "acceptapis"}},
+                 "permissionClaims": [{"group": "broker.platform-mesh.io", "resource": "acceptapis",
+                                       "all": true, "state": "Accepted"}]}}))
+    .expect("binding");
+    Api::<DynamicObject>::all_with(provider.clone(), &kcp_kind("APIBinding", "apibindings"))
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("bind acceptapis");
+    let mut accept = accept_api(
+        "certificates",
+        "certificates",
+        json!({"key": "fqdn", "suffix": "corp"}),
+    );
+    accept
+        .annotations_mut()
+        .insert(APIEXPORT_ANNOTATION.into(), "certificates".into());
+    Api::<DynamicObject>::namespaced_with(provider.clone(), "default", &acceptapis())
+        .create(&PostParams::default(), &accept)
+        .await
+        .expect("acceptapi");
+    let mut consumers = Vec::new();
+    for name in ["tenant-a", "tenant-b"] {
+        let id = ts.workspace(name).await;
+        let client = ts.client(&format!("root:{name}")).await;
+        bind_certificates(&client, "root:platform").await;
+        consumers.push((
+            id,
+            Api::<DynamicObject>::namespaced_with(client, "default", &certificates()),
+        ));
+    }
+    let brokered = Brokered::new(
+        parse_kind("Certificate.v1alpha1.example.platform-mesh.io").expect("kind"),
+        None,
+    );
+    let options = controllers::broker::kcp::staging_options(
+        &ts.root_config().await,
+        "root:platform",
+        "certificates",
+        "acceptapis",
+        "root:platform",
+        vec![brokered],
+        2,
+    )
+    .expect("options");
+    let broker = Broker::new(options).expect("broker");
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move { broker.run(s).await });
+
+    let (a_id, a) = &consumers[0];
+    let (b_id, b) = &consumers[1];
+    let a_staging = staging_name(a_id, &provider_id, "certificates");
+    let b_staging = staging_name(b_id, &provider_id, "certificates");
+    let (a_named, b_named) = (
+        format!("provider#{a_staging}"),
+        format!("provider#{b_staging}"),
+    );
+    a.create(&PostParams::default(), &certificate("mine", "a.corp"))
+        .await
+        .expect("a's certificate");
+    eventually(
+        WAIT,
+        "tenant-a's object placed in its staging workspace",
+        || provider_is(a, "mine", &a_named),
+    )
+    .await;
+    // tenant-a's object goes, and with it its staging workspace.
+    let workspaces = Api::<DynamicObject>::all_with(
+        platform.clone(),
+        &ApiResource {
+            group: "tenancy.kcp.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "tenancy.kcp.io/v1alpha1".into(),
+            kind: "Workspace".into(),
+            plural: "workspaces".into(),
+        },
+    );
+    a.delete("mine", &DeleteParams::default())
+        .await
+        .expect("delete a's certificate");
+    eventually(WAIT, "tenant-a's staging workspace gone", || {
+        let (workspaces, a_staging) = (workspaces.clone(), a_staging.clone());
+        async move { !exists(&workspaces, &a_staging).await }
+    })
+    .await;
+    // tenant-b names tenant-a's staging workspace on its own object.
+    let mut steered = certificate("steered", "b.corp");
+    steered
+        .annotations_mut()
+        .insert(PROVIDER_CLUSTER.into(), a_named.clone());
+    b.create(&PostParams::default(), &steered)
+        .await
+        .expect("b's certificate");
+    eventually(
+        WAIT,
+        "tenant-b's object placed in its own staging workspace",
+        || provider_is(b, "steered", &b_named),
+    )
+    .await;
+    assert!(
+        !exists(&workspaces, &a_staging).await,
+        "tenant-a's staging workspace was made again for tenant-b"
+    );
+    let in_b: Api<DynamicObject> = Api::namespaced_with(
+        ts.client(&format!("root:platform:{b_staging}")).await,
+        "default",
+        &certificates(),
+    );
+    let b_copy = controllers::broker::provider_name(&format!("consumer#{b_id}"), "steered");
+    assert!(exists(&in_b, &b_copy).await);
     stop.cancel();
     ts.stop().await;
 }
