@@ -998,29 +998,18 @@ fn assert_owned_by_user(ws: &DynamicObject) {
     assert!(owner.contains("\"username\":\"user\""), "owner {owner}");
 }
 
-/// A CRD as the APIResourceSchema kcp serves it from (the structural schema itself under each
-/// version, not under openAPIV3Schema), named `<prefix>.<plural>.<group>`.
+/// A CRD as the APIResourceSchema kcp serves it from (`platform-mesh crds`' own conversion),
+/// named `<prefix>.<plural>.<group>`.
 fn schema_of_crd(crd: &Value, prefix: &str) -> Value {
-    let mut versions = crd["spec"]["versions"].clone();
-    for v in versions.as_array_mut().into_iter().flatten() {
-        v["schema"] = v["schema"]["openAPIV3Schema"].take();
-    }
+    let parsed = serde_json::from_value(crd.clone()).expect("a CRD");
     json!({"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIResourceSchema",
            "metadata": {"name": format!("{prefix}.{}", crd["metadata"]["name"].as_str().unwrap_or_default())},
-           "spec": {"group": crd["spec"]["group"], "names": crd["spec"]["names"],
-                    "scope": crd["spec"]["scope"], "versions": versions}})
+           "spec": api::schemas::schema_spec(&parsed)})
 }
 
 /// kcp's non-admin `user` at the server root.
 async fn kcp_user_config(kcp: &Kcp) -> kube::Config {
-    let kc = kube::config::Kubeconfig::read_from(&kcp.admin_kubeconfig).expect("kubeconfig");
-    let options = kube::config::KubeConfigOptions {
-        context: Some("user".into()),
-        ..Default::default()
-    };
-    let mut c = kube::Config::from_custom_kubeconfig(kc, &options)
-        .await
-        .expect("user config");
+    let mut c = kcp.config("user").await.expect("user config");
     let base = controllers::platformmesh::kcp::base_address(&c.cluster_url.to_string());
     c.cluster_url = base.parse().expect("url");
     c
@@ -1060,22 +1049,29 @@ fn kcp_issuer(
         };
         while !stop.is_cancelled() {
             tokio::time::sleep(Duration::from_millis(250)).await;
-            let Some(url) = slices
-                .get_opt("certificates")
-                .await
-                .ok()
-                .flatten()
-                .and_then(|s| {
-                    s.data["status"]["endpoints"][0]["url"]
-                        .as_str()
-                        .map(str::to_string)
-                })
-            else {
+            // Errors are reported and the round tried again; the test's own checks (the
+            // consumer's Secret) fail when the issuer never gets through.
+            let slice = match slices.get_opt("certificates").await {
+                Ok(slice) => slice,
+                Err(e) => {
+                    eprintln!("issuer {issuer}: reading the endpoint slice: {e}");
+                    continue;
+                }
+            };
+            let Some(url) = slice.and_then(|s| {
+                s.data["status"]["endpoints"][0]["url"]
+                    .as_str()
+                    .map(str::to_string)
+            }) else {
                 continue;
             };
             let all: Api<DynamicObject> = Api::all_with(at(&format!("{url}/clusters/*")), &certs);
-            let Ok(list) = all.list(&ListParams::default()).await else {
-                continue;
+            let list = match all.list(&ListParams::default()).await {
+                Ok(list) => list,
+                Err(e) => {
+                    eprintln!("issuer {issuer}: listing Certificates: {e}");
+                    continue;
+                }
             };
             for c in list.items {
                 if c.data["status"]["status"] == "Available" {
@@ -1102,12 +1098,22 @@ fn kcp_issuer(
                 .expect("secret");
                 let secrets: Api<k8s_openapi::api::core::v1::Secret> =
                     Api::namespaced(client.clone(), &ns);
-                let _ = secrets.create(&PostParams::default(), &secret).await;
+                match secrets.create(&PostParams::default(), &secret).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => {
+                        eprintln!("issuer {issuer}: creating Secret {name}: {e}");
+                        continue;
+                    }
+                }
                 let status = json!({"status": {"status": "Available", "relatedResources": {"secret": {
                     "name": name, "namespace": ns, "gvk": {"group": "core", "version": "v1", "kind": "Secret"}}}}});
-                let _ = Api::<DynamicObject>::namespaced_with(client, &ns, &certs)
+                if let Err(e) = Api::<DynamicObject>::namespaced_with(client, &ns, &certs)
                     .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await;
+                    .await
+                {
+                    eprintln!("issuer {issuer}: status of {name}: {e}");
+                }
             }
         }
     });

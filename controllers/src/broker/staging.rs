@@ -348,9 +348,12 @@ impl Staging {
 
     /// The export `provider` serves `gvr` with (of its first AcceptAPI naming one).
     fn export_of(&self, provider: &ClusterName, gvr: &GroupVersionResource) -> Option<String> {
+        // Keys sort by provider first: only this provider's AcceptAPIs are looked at.
+        let from = (provider.clone(), String::new(), String::new());
         lock(&self.exports)
-            .iter()
-            .find(|((p, _, _), (g, _))| p == provider && g == gvr)
+            .range(from..)
+            .take_while(|((p, _, _), _)| p == provider)
+            .find(|(_, (g, _))| g == gvr)
             .map(|(_, (_, export))| export.clone())
     }
 

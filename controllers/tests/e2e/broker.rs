@@ -1045,7 +1045,11 @@ async fn a_consumer_cannot_make_the_broker_use_another_consumers_staging_workspa
         &certificates(),
     );
     let b_copy = controllers::broker::provider_name(&format!("consumer#{b_id}"), "steered");
-    assert!(exists(&in_b, &b_copy).await);
+    // The annotation is written before the copy.
+    eventually(WAIT, "tenant-b's copy in its own staging workspace", || {
+        exists(&in_b, &b_copy)
+    })
+    .await;
     stop.cancel();
     ts.stop().await;
 }
