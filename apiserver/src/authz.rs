@@ -18,7 +18,21 @@ use crate::storage::{list_all, Store};
 /// logical cluster is `system:kcp:serviceaccount:<cluster>:<ns>:<name>` there, with no
 /// service-account groups (kcp's rule), so another workspace's bindings for
 /// `system:serviceaccounts` or for a same-named account do not reach it.
+///
+/// A scoped user (kcp's `authentication.kcp.io/scopes`: a user admitted by a workspace's own
+/// authentication, or impersonated by someone who is not `system:masters`) is, outside the
+/// clusters of its scope, `system:anonymous` in `system:authenticated` only, as kcp's
+/// `EffectiveUsers` makes it.
 pub fn user_info(identity: &Identity, cluster: Option<&str>) -> UserInfo {
+    if let Some(c) = cluster {
+        if !identity.in_scope(c) {
+            return UserInfo {
+                name: "system:anonymous".into(),
+                groups: vec![AUTHENTICATED_GROUP.into()],
+                extra: Default::default(),
+            };
+        }
+    }
     let foreign = identity
         .home_cluster
         .as_deref()
@@ -412,6 +426,15 @@ pub async fn impersonate(
     }
     if user != "system:anonymous" && !out_groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
         out_groups.push(AUTHENTICATED_GROUP.into());
+    }
+    // As kcp: only system:masters impersonates without a scope; anyone else's impersonated user
+    // is confined to the cluster the impersonation was allowed in.
+    let mut extra = extra;
+    if let (Some(c), false) = (cluster, me.is_master()) {
+        extra
+            .entry(crate::identity::SCOPES_EXTRA.to_string())
+            .or_default()
+            .push(format!("cluster:{c}"));
     }
     Ok(Some(Identity {
         user,

@@ -82,7 +82,10 @@ impl Budgets {
 
     fn user(&self, who: &Identity) -> UserBudget {
         // A service account's name repeats across workspaces: its home makes it one user.
-        let key = format!("{}/{}", who.home_cluster.as_deref().unwrap_or(""), who.user);
+        // A scoped user (admitted by one workspace's own issuer) is not the global user of
+        // the same name: its budget is its own.
+        let home = who.home_cluster.as_deref().or(who.scope()).unwrap_or("");
+        let key = format!("{home}/{}", who.user);
         let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
         if users.len() >= KEEP_IDLE_USERS && !users.contains_key(&key) {
             let (list, watches) = (

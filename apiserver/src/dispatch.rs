@@ -73,6 +73,8 @@ pub struct AppState {
     /// Extension mode: the kcp this server fronts, which resolves workspaces and authorizes the
     /// view requests (the server then serves nothing but the views).
     pub extension: Option<Arc<crate::views::Extension>>,
+    /// kcp's per-workspace authentication (WorkspaceAuthenticationConfigurations), when on.
+    pub workspace_authn: Option<Arc<crate::workspace_authn::WorkspaceAuthn>>,
 }
 
 /// What `AppState::new` needs beyond the store and the registry.
@@ -96,6 +98,9 @@ pub struct StateOptions {
     pub views: crate::views::ViewOptions,
     /// Extension mode: serve only the views, for the workspaces of this upstream kcp.
     pub extension: Option<Arc<crate::views::Extension>>,
+    /// Whether workspaces may admit users with their own JWT issuers (kcp's
+    /// `WorkspaceAuthentication` feature); on unless turned off.
+    pub workspace_authentication: bool,
 }
 
 impl StateOptions {
@@ -111,6 +116,7 @@ impl StateOptions {
             budgets: crate::budget::BudgetLimits::default(),
             views: crate::views::ViewOptions::default(),
             extension: None,
+            workspace_authentication: true,
         }
     }
 }
@@ -203,9 +209,12 @@ impl AppState {
             (kind, scope)
         })
         .collect();
+        let workspace_authn = (options.workspace_authentication && options.extension.is_none())
+            .then(|| crate::workspace_authn::WorkspaceAuthn::new(store.clone(), tenancy.clone()));
         Arc::new(AppState {
             views,
             view_scopes,
+            workspace_authn,
             extension: options.extension,
             policies,
             rbac,
@@ -391,14 +400,26 @@ async fn route(
         Ok(i) => i,
         Err(e) => return error_response(&e),
     };
-    let identity =
+    let bearer = crate::authn::bearer(
+        parts
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    )
+    .map(str::to_string);
+    // A bearer token nobody accepts may still be one of the addressed workspace's own issuers
+    // (kcp's per-workspace authentication); that is decided once the workspace is known, and
+    // until then the refusal is kept: whatever else fails, the answer stays 401, so a client
+    // without valid credentials learns nothing about which workspaces exist.
+    let (identity, refused) =
         match crate::authn::authenticate(&state.authn, state.objects(), &peer, &mut parts.headers)
             .await
         {
-            Ok(id) => id,
+            Ok(id) => (id, None),
+            Err(e) if bearer.is_some() && state.workspace_authn.is_some() => (None, Some(e)),
             Err(e) => return error_response(&e),
         };
-    if identity.is_none() && !is_public(&info.target) {
+    if identity.is_none() && refused.is_none() && !is_public(&info.target) {
         return error_response(&ApiError::unauthorized());
     }
     let mut info = info;
@@ -421,14 +442,44 @@ async fn route(
         info.cluster = match (&state.extension, target) {
             (Some(x), ClusterTarget::Name(c)) => match x.resolve(&c).await {
                 Ok(name) => ClusterTarget::Name(name),
-                Err(e) => return error_response(&e),
+                Err(e) => return error_response(refused.as_ref().unwrap_or(&e)),
             },
             (_, target) => match state.tenancy.resolve(target) {
                 Ok(c) => c,
-                Err(e) => return error_response(&e),
+                Err(e) => return error_response(refused.as_ref().unwrap_or(&e)),
             },
         };
     }
+    let identity = match refused {
+        None => identity,
+        Some(refusal) => {
+            let admitted = match (
+                &state.workspace_authn,
+                &info.cluster,
+                &info.virtual_workspace,
+                &info.lifecycle,
+                &info.view,
+                bearer.as_deref(),
+            ) {
+                (Some(w), ClusterTarget::Name(c), None, None, None, Some(token))
+                    if cluster_scoped && state.extension.is_none() =>
+                {
+                    match w.authenticate(c, token).await {
+                        Ok(id) => Some(Arc::new(id)),
+                        Err(why) => {
+                            tracing::debug!(cluster = %c, reason = %why, "workspace authentication refused a token");
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            match admitted {
+                Some(id) => Some(id),
+                None => return error_response(&refusal),
+            }
+        }
+    };
     // Impersonation is checked in the addressed workspace (the export's, for a virtual workspace).
     let scope = match (&info.virtual_workspace, &info.cluster) {
         (Some((c, e)), _) => crate::authz::Scope::VirtualWorkspace(c, e),

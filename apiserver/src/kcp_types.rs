@@ -50,6 +50,86 @@ fn cluster_scoped(
     }
 }
 
+/// The schema of `tenancy.kcp.io/v1alpha1` WorkspaceAuthenticationConfiguration, with the
+/// validation kcp's CRD carries (required fields, non-empty strings, and the rules that a claim
+/// and an expression exclude each other). What only building the authenticator finds (https
+/// issuers, audiences, prefixes) is left to [`crate::workspace_authn::config`], as kcp leaves it
+/// to kube's authenticator: such an object is stored, and authenticates nobody.
+fn workspace_authentication_schema() -> Value {
+    let string = json!({"type": "string"});
+    let non_empty = json!({"type": "string", "minLength": 1});
+    let exclusive = json!({"rule": "!(has(self.claim) && has(self.expression))",
+        "message": "claim and expression cannot both be specified"});
+    let either = json!({"rule": "has(self.claim) || has(self.expression)",
+        "message": "either claim or expression must be specified"});
+    let prefixed = json!({
+        "type": "object",
+        "properties": {"claim": non_empty, "prefix": string, "expression": non_empty},
+        "x-kubernetes-validations": [either, exclusive,
+            {"rule": "!(has(self.prefix)) || has(self.claim)",
+             "message": "prefix can only be specified when claim is specified"}],
+    });
+    let jwt = json!({
+        "type": "object",
+        "required": ["issuer", "claimMappings"],
+        "properties": {
+            "issuer": {
+                "type": "object",
+                "required": ["url"],
+                "properties": {
+                    "url": string,
+                    "discoveryURL": string,
+                    "certificateAuthority": string,
+                    "audiences": {"type": "array", "items": string},
+                    "audienceMatchPolicy": string,
+                },
+            },
+            "claimValidationRules": {"type": "array", "items": {
+                "type": "object",
+                "properties": {"claim": non_empty, "requiredValue": non_empty,
+                               "expression": non_empty, "message": non_empty},
+                "x-kubernetes-validations": [either, exclusive,
+                    {"rule": "(has(self.expression) && !has(self.requiredValue)) || (has(self.claim) && has(self.requiredValue))",
+                     "message": "requiredValue can only be specified when claim is specified"},
+                    {"rule": "(has(self.expression) && has(self.message)) || (has(self.claim) && !has(self.message))",
+                     "message": "message can only be specified when expression is specified"}],
+            }},
+            "claimMappings": {
+                "type": "object",
+                "properties": {
+                    "username": prefixed,
+                    "groups": prefixed,
+                    "uid": {"type": "object",
+                            "properties": {"claim": non_empty, "expression": non_empty},
+                            "x-kubernetes-validations": [exclusive]},
+                    "extra": {"type": "array", "items": {
+                        "type": "object", "required": ["key", "valueExpression"],
+                        "properties": {"key": string, "valueExpression": string}}},
+                },
+            },
+            "userValidationRules": {"type": "array", "items": {
+                "type": "object", "required": ["expression", "message"],
+                "properties": {"expression": string, "message": string}}},
+        },
+    });
+    json!({
+        "type": "object",
+        "description": "JWT issuers whose tokens admit users into the workspaces of the \
+            WorkspaceTypes that reference this configuration.",
+        "required": ["metadata", "spec"],
+        "properties": {
+            "apiVersion": string,
+            "kind": string,
+            "metadata": {"type": "object"},
+            "spec": {
+                "type": "object",
+                "required": ["jwt"],
+                "properties": {"jwt": {"type": "array", "items": jwt}},
+            },
+        },
+    })
+}
+
 /// The kcp-style types every logical cluster serves.
 pub fn kcp_types() -> Vec<TypeInfo> {
     let col = |name: &str, ty: &str, path: &str| PrinterColumn::json_path(name, ty, path, "");
@@ -79,6 +159,19 @@ pub fn kcp_types() -> Vec<TypeInfo> {
             vec![PrinterColumn::age()],
             "A kind of workspace: which parents and children it allows and which APIs it binds.",
         ),
+        TypeInfo {
+            schema: workspace_authentication_schema(),
+            ..cluster_scoped(
+                "tenancy.kcp.io",
+                "v1alpha1",
+                "WorkspaceAuthenticationConfiguration",
+                "workspaceauthenticationconfigurations",
+                &[],
+                false,
+                vec![PrinterColumn::age()],
+                "",
+            )
+        },
         cluster_scoped(
             "core.kcp.io",
             "v1alpha1",

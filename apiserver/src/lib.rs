@@ -84,3 +84,4 @@ pub mod table;
 pub mod tenancy;
 pub mod views;
 pub mod webhook;
+pub mod workspace_authn;

@@ -538,6 +538,7 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
             budgets: opts.budgets,
             views: opts.views.clone(),
             extension: opts.extension.clone(),
+            workspace_authentication: true,
         },
     );
     state

@@ -59,6 +59,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "auth",
             "authz",
             "budget",
+            "workspace_authn",
         ],
     ),
     (

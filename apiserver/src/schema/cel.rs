@@ -356,3 +356,32 @@ fn append_field_path(base: &Path, schema: &Value, fp: &str) -> Path {
     }
     path
 }
+
+/// Why an expression outside a schema (an authentication configuration's claim mappings and
+/// rules) could not be evaluated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CelError {
+    /// The expression does not compile.
+    #[error("compilation failed: {0}")]
+    Compile(String),
+    /// Evaluating it failed.
+    #[error("{0}")]
+    Eval(String),
+}
+
+/// Checks that `src` compiles (the program stays in this thread's cache).
+pub fn check_expression(src: &str) -> Result<(), CelError> {
+    compile(src).map(|_| ()).map_err(CelError::Compile)
+}
+
+/// Evaluates `src` with the given variables (JSON values, converted without a schema).
+pub fn evaluate(src: &str, vars: &[(&str, &Value)]) -> Result<cel::Value, CelError> {
+    let program = compile(src).map_err(CelError::Compile)?;
+    BASE.with(|base| {
+        let mut ctx = base.new_inner_scope();
+        for (name, value) in vars {
+            ctx.add_variable_from_value(*name, to_cel(value, None, false));
+        }
+        execute(&program, &ctx).map_err(CelError::Eval)
+    })
+}

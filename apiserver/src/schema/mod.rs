@@ -33,7 +33,7 @@ mod tests_prune_default;
 #[cfg(test)]
 mod tests_validate;
 
-pub use self::cel::validate_cel;
+pub use self::cel::{check_expression, evaluate, validate_cel, CelError};
 pub use defaults::default;
 pub use prune::prune;
 pub use validate::validate;

@@ -574,6 +574,31 @@ impl Tenancy {
         }
     }
 
+    /// The WorkspaceType of the workspace that is logical cluster `cluster`, for its own
+    /// authentication: the logical cluster the type lives in, the type, and the revision it was
+    /// read at. `None` for `root` and for a workspace whose type cannot be read.
+    pub async fn type_of_workspace(&self, cluster: &str) -> Option<(String, Value, u64)> {
+        if cluster == ROOT_CLUSTER {
+            return None;
+        }
+        let t = self.workspace_type_of(self, cluster).await;
+        let ClusterTarget::Name(type_cluster) =
+            self.resolve(ClusterTarget::Name(t.path.clone())).ok()?
+        else {
+            return None;
+        };
+        let kv = self
+            .store
+            .get_cached(&format!(
+                "/tenancy.kcp.io/workspacetypes/{type_cluster}/{}",
+                t.name
+            ))
+            .await
+            .ok()??;
+        let wt = objects::decode_stored(&kv.value).ok()?;
+        Some((type_cluster, wt, kv.mod_revision))
+    }
+
     /// The WorkspaceType a reference names, in the workspace of its path.
     pub(crate) async fn workspace_type_at(&self, state: &Tenancy, t: &TypeRef) -> Option<Value> {
         let ClusterTarget::Name(cluster) =
