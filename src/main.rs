@@ -21,6 +21,7 @@ mod bench_views;
 mod broker;
 mod delegation;
 mod extension;
+mod oidc_issuer;
 mod operator;
 mod peers;
 
@@ -138,6 +139,12 @@ enum Command {
         listen: SocketAddr,
         #[arg(long)]
         data_dir: PathBuf,
+    },
+    /// A local OpenID issuer, for trying per-workspace authentication
+    /// (WorkspaceAuthenticationConfigurations) without an identity provider.
+    OidcIssuer {
+        #[command(subcommand)]
+        what: oidc_issuer::IssuerCommand,
     },
     /// Certificates of a data directory (created if missing).
     Certs {
@@ -691,6 +698,10 @@ fn main() -> anyhow::Result<()> {
         Command::BenchBareServer { listen, data_dir } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(bench::bare_server(listen, &data_dir))
+        }
+        Command::OidcIssuer { what } => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(oidc_issuer::run(what))
         }
         Command::Certs {
             what: CertsCommand::CaBundle { data_dir },

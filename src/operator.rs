@@ -88,6 +88,21 @@ pub struct ControllerArgs {
     /// each of those workspaces.
     #[arg(long, requires = "kcp_kubeconfig")]
     pub workspace_controllers_kubeconfig: Option<PathBuf>,
+    /// `host[:port]` of the organisations' identity provider: organisation `<org>`'s realm is
+    /// `https://<it>/keycloak/realms/<org>`, the issuer the security initializer writes into
+    /// its AccountInfo and its WorkspaceAuthenticationConfiguration.
+    #[arg(long, default_value = "portal.dev.local:8443")]
+    pub security_base_domain: String,
+    /// PEM file of the CA of the identity provider's TLS, for the organisations'
+    /// WorkspaceAuthenticationConfigurations (default: the system's roots).
+    #[arg(long)]
+    pub security_domain_ca_file: Option<PathBuf>,
+    /// Audiences the organisations' configurations accept beside their clients' ids.
+    #[arg(long, value_delimiter = ',')]
+    pub security_additional_audiences: Vec<String>,
+    /// Admit users whose email the identity provider has not verified.
+    #[arg(long)]
+    pub security_allow_unverified_emails: bool,
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
 }
@@ -231,6 +246,7 @@ fn at_exports(home: &kube::Config, base: &str) -> anyhow::Result<kube::Config> {
 async fn start_workspace_controllers(
     kcp: Arc<Kcp>,
     access: WorkspaceAccess,
+    security: controllers::security::SecurityOptions,
     stop: &CancellationToken,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let (home, base) = home_of(&kcp).await?;
@@ -291,7 +307,7 @@ async fn start_workspace_controllers(
     let initializer = controllers::security::SecurityInitializer::new(
         initializer_kcp,
         Arc::new(controllers::security::NoStore),
-        controllers::security::SecurityOptions::default(),
+        security,
     );
     running.push(tokio::spawn(initializer.run(stop.clone())));
     for (options, home, manager) in groups {
@@ -501,7 +517,18 @@ async fn run(
         (None, None) => WorkspaceAccess::Native,
         (None, Some(_)) => WorkspaceAccess::Exports,
     };
-    let mut running = start_workspace_controllers(shared.clone(), access, stop).await?;
+    let security = controllers::security::SecurityOptions {
+        base_domain: args.security_base_domain.clone(),
+        domain_ca: match &args.security_domain_ca_file {
+            Some(f) => std::fs::read_to_string(f)
+                .with_context(|| format!("reading --security-domain-ca-file {}", f.display()))?,
+            None => String::new(),
+        },
+        additional_audiences: args.security_additional_audiences.clone(),
+        allow_unverified_emails: args.security_allow_unverified_emails,
+        ..Default::default()
+    };
+    let mut running = start_workspace_controllers(shared.clone(), access, security, stop).await?;
     kcp.secret_namespace = args.kcp_namespace.clone();
     kcp.idp = IdpSettings {
         registration_allowed: args.idp_registration_allowed,
@@ -509,6 +536,7 @@ async fn run(
         post_logout_redirect_uris: args
             .idp_welcome_additional_post_logout_redirect_uris
             .clone(),
+        welcome_audiences: Vec::new(),
     };
     let remote = args
         .remote_runtime_infra_secret_name

@@ -74,6 +74,11 @@ impl KubeApiserver {
     /// Starts etcd and kube-apiserver with their files in `dir` and waits until kube-apiserver
     /// is ready.
     pub fn start(dir: &Path) -> anyhow::Result<KubeApiserver> {
+        Self::start_with(dir, &[])
+    }
+
+    /// [`KubeApiserver::start`] with more flags for kube-apiserver (`--authentication-config`).
+    pub fn start_with(dir: &Path, extra: &[String]) -> anyhow::Result<KubeApiserver> {
         let pki = certs::Pki::load_or_create(&dir.join("pki"), &[])?;
         let front_proxy = certs::Pki::load_or_create(&dir.join("front-proxy"), &[])?;
         let (proxy_cert, proxy_key) =
@@ -133,6 +138,7 @@ impl KubeApiserver {
             .args(["--proxy-client-cert-file", &path(&fp, "proxy-client.crt")])
             .args(["--proxy-client-key-file", &path(&fp, "proxy-client.key")])
             .args(["--enable-priority-and-fairness=false", "--v=1"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -164,6 +164,8 @@ macro_rules! walkthrough {
 
 walkthrough! {
     accounts_kubectl_1_27 => "accounts", "1.27";
+    workspace_authentication_kubectl_1_27 => "workspace-authentication", "1.27";
+    workspace_authentication_kubectl_1_33 => "workspace-authentication", "1.33";
     broker_certs_kubectl_1_27 => "broker-certs", "1.27";
     broker_certs_kubectl_1_33 => "broker-certs", "1.33";
     accounts_kubectl_1_33 => "accounts", "1.33";

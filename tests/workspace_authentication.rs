@@ -1,7 +1,9 @@
 //! kcp's per-workspace authentication end to end: a WorkspaceType that lists
 //! WorkspaceAuthenticationConfigurations admits the users of their issuers into its workspaces
 //! and nowhere else, through kcp's filters, with the issuers' keys fetched over HTTPS from the
-//! issuer's discovery document (a [`DevIssuer`] here).
+//! issuer's discovery document (a [`DevIssuer`] here); and the JWT authenticator itself
+//! against the real kube-apiserver (kcp builds workspace authenticators with kube's code), given
+//! the same authenticator in its `--authentication-config`.
 
 mod common;
 
@@ -374,4 +376,308 @@ async fn configurations_are_validated_as_kcp_validates_them() {
             (got, want) => panic!("{name}: got {got:?}, wanted {want:?}"),
         }
     }
+}
+
+/// One token of the conformance table: its name and claims (`iss`, `iat`, `exp` added by the
+/// issuer unless given; `key: other` signs with a key the issuer does not publish).
+fn conformance_tokens(now: u64) -> Vec<(&'static str, Value)> {
+    let ok = json!({"aud": "portal", "email": "ann@acme.io", "email_verified": true, "sub": "u1",
+                    "tenant": "acme", "level": 3, "groups": ["a", "b"], "team": "blue", "jti": "j1"});
+    let with = |f: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        let mut c = ok.clone();
+        f(c.as_object_mut().expect("object"));
+        c
+    };
+    vec![
+        ("accepted", ok.clone()),
+        (
+            "groups-as-a-string",
+            with(&|c| {
+                c.insert("groups".into(), json!("a"));
+            }),
+        ),
+        (
+            "no-groups",
+            with(&|c| {
+                c.remove("groups");
+            }),
+        ),
+        (
+            "audience-among-others",
+            with(&|c| {
+                c.insert("aud".into(), json!(["x", "kubectl"]));
+            }),
+        ),
+        (
+            "no-accepted-audience",
+            with(&|c| {
+                c.insert("aud".into(), json!(["x"]));
+            }),
+        ),
+        (
+            "expired",
+            with(&|c| {
+                c.insert("exp".into(), json!(now - 60));
+            }),
+        ),
+        (
+            "not-before-in-an-hour",
+            with(&|c| {
+                c.insert("nbf".into(), json!(now + 3600));
+            }),
+        ),
+        (
+            "not-before-within-leeway",
+            with(&|c| {
+                c.insert("nbf".into(), json!(now + 60));
+            }),
+        ),
+        (
+            "email-not-verified",
+            with(&|c| {
+                c.insert("email_verified".into(), json!(false));
+            }),
+        ),
+        (
+            "email-verified-as-a-string",
+            with(&|c| {
+                c.insert("email_verified".into(), json!("true"));
+            }),
+        ),
+        (
+            "no-email-verified",
+            with(&|c| {
+                c.remove("email_verified");
+            }),
+        ),
+        (
+            "no-email",
+            with(&|c| {
+                c.remove("email");
+            }),
+        ),
+        (
+            "email-not-a-string",
+            with(&|c| {
+                c.insert("email".into(), json!(["ann@acme.io"]));
+            }),
+        ),
+        (
+            "tenant-differs",
+            with(&|c| {
+                c.insert("tenant".into(), json!("other"));
+            }),
+        ),
+        (
+            "no-tenant",
+            with(&|c| {
+                c.remove("tenant");
+            }),
+        ),
+        (
+            "level-too-low",
+            with(&|c| {
+                c.insert("level".into(), json!(1));
+            }),
+        ),
+        (
+            "banned-user",
+            with(&|c| {
+                c.insert("email".into(), json!("banned@acme.io"));
+            }),
+        ),
+        (
+            "no-sub-for-uid",
+            with(&|c| {
+                c.remove("sub");
+            }),
+        ),
+        (
+            "groups-of-numbers",
+            with(&|c| {
+                c.insert("groups".into(), json!([1, 2]));
+            }),
+        ),
+        (
+            "team-as-a-list",
+            with(&|c| {
+                c.insert("team".into(), json!(["x", "y"]));
+            }),
+        ),
+        (
+            "no-team",
+            with(&|c| {
+                c.remove("team");
+            }),
+        ),
+        (
+            "another-issuer",
+            with(&|c| {
+                c.insert("iss".into(), json!("https://127.0.0.1:1/other"));
+            }),
+        ),
+        (
+            "another-key",
+            with(&|c| {
+                c.insert("key".into(), json!("other"));
+            }),
+        ),
+    ]
+}
+
+/// The JWT authenticator both servers are given.
+fn conformance_authenticator(issuer: &DevIssuer) -> Value {
+    json!({
+        "issuer": {"url": issuer.url(), "certificateAuthority": issuer.ca_pem,
+                   "audiences": ["portal", "kubectl"], "audienceMatchPolicy": "MatchAny"},
+        "claimValidationRules": [
+            {"claim": "tenant", "requiredValue": "acme"},
+            {"expression": "claims.level >= 2", "message": "level too low"}],
+        "claimMappings": {
+            "username": {"claim": "email", "prefix": "oidc:"},
+            "groups": {"claim": "groups", "prefix": "g:"},
+            "uid": {"claim": "sub"},
+            "extra": [{"key": "acme.io/team", "valueExpression": "has(claims.team) ? claims.team : []"}]},
+        "userValidationRules": [
+            {"expression": "!user.username.startsWith('oidc:banned')", "message": "banned"}],
+    })
+}
+
+/// What a server made of a token: refused, or the user without what only one side adds
+/// (`system:authenticated`, kcp's scope extras).
+fn comparable(answer: Result<Value, u16>) -> Value {
+    match answer {
+        Err(code) => json!({"refused": code}),
+        Ok(user) => {
+            let groups: Vec<&Value> = user["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|g| *g != "system:authenticated")
+                .collect();
+            let mut extra = user["extra"].as_object().cloned().unwrap_or_default();
+            extra.retain(|k, _| !k.starts_with("authentication.kcp.io/"));
+            json!({"username": user["username"], "uid": user["uid"], "groups": groups, "extra": extra})
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_authenticators_map_tokens_as_kube_apiserver_maps_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let issuer = DevIssuer::start(
+        &dir.path().join("issuer"),
+        "127.0.0.1:0".parse().expect("addr"),
+        "/realms/acme",
+        KEY,
+    )
+    .await
+    .expect("issuer");
+    let other =
+        apiserver::workspace_authn::issuer::Signer::new(issuer.url(), OTHER_KEY).expect("signer");
+    let config = dir.path().join("authentication-config.yaml");
+    std::fs::write(
+        &config,
+        serde_json::to_string(&json!({
+            "apiVersion": "apiserver.config.k8s.io/v1beta1", "kind": "AuthenticationConfiguration",
+            "jwt": [conformance_authenticator(&issuer)],
+        }))
+        .expect("json"),
+    )
+    .expect("write config");
+    let kube = common::kube_apiserver::KubeApiserver::start_with(&[
+        "--authentication-config".to_string(),
+        config.display().to_string(),
+    ]);
+
+    let env = common::KubeEnv::start().await;
+    env.workspace("root", "corp", "universal").await;
+    create(
+        env.client("root:corp"),
+        &auth_configs(),
+        json!({
+            "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceAuthenticationConfiguration",
+            "metadata": {"name": "acme"}, "spec": {"jwt": [conformance_authenticator(&issuer)]},
+        }),
+    )
+    .await;
+    create(
+        env.client("root:corp"),
+        &workspace_types(),
+        json!({
+            "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+            "metadata": {"name": "acme"},
+            "spec": {"extend": {"with": [{"name": "universal", "path": "root"}]},
+                     "authenticationConfigurations": [{"name": "acme"}]},
+        }),
+    )
+    .await;
+    env.workspace("root:corp", "team", "root:corp:acme").await;
+
+    let kube_whoami = |token: String| {
+        let client =
+            apiserver::client::ClientConfig::new(kube.address, kube.pki.ca_cert_pem(), None)
+                .expect("client");
+        async move {
+            let mut conn = client.connect().await.expect("connect");
+            let reply = conn
+                .send_with_headers(
+                    Method::POST,
+                    "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                    &[("authorization", &format!("Bearer {token}")),
+                      ("content-type", "application/json"), ("accept", "application/json")],
+                    Bytes::from(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).to_string()),
+                )
+                .await
+                .expect("request");
+            match reply.status.as_u16() {
+                200 | 201 => Ok(reply.json()["status"]["userInfo"].clone()),
+                c => Err(c),
+            }
+        }
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let tokens: Vec<(&str, String)> = conformance_tokens(now)
+        .into_iter()
+        .map(|(name, mut claims)| {
+            let signer = match claims.as_object_mut().and_then(|c| c.remove("key")) {
+                Some(_) => &other,
+                None => &issuer.signer,
+            };
+            (name, signer.token(&claims).expect("token"))
+        })
+        .collect();
+    // kube-apiserver starts its authenticator asynchronously: wait for the accepted token.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while kube_whoami(tokens[0].1.clone()).await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kube-apiserver never accepted a token of the issuer"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let mut differences = Vec::new();
+    let mut accepted = 0;
+    for (name, token) in &tokens {
+        let theirs = comparable(kube_whoami(token.clone()).await);
+        let ours = comparable(whoami(&env, token, "root:corp:team").await);
+        accepted += usize::from(theirs.get("refused").is_none());
+        if theirs != ours {
+            differences.push(format!("{name}: kube-apiserver {theirs}, serve {ours}"));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "workspace authentication differs from kube-apiserver's:\n  {}",
+        differences.join("\n  ")
+    );
+    // The table is worth something only if both answers occur.
+    assert!(
+        (5..tokens.len() - 5).contains(&accepted),
+        "{accepted} of {} tokens accepted",
+        tokens.len()
+    );
 }

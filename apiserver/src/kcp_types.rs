@@ -53,8 +53,8 @@ fn cluster_scoped(
 /// The schema of `tenancy.kcp.io/v1alpha1` WorkspaceAuthenticationConfiguration, with the
 /// validation kcp's CRD carries (required fields, non-empty strings, and the rules that a claim
 /// and an expression exclude each other). What only building the authenticator finds (https
-/// issuers, audiences, prefixes) is left to [`crate::workspace_authn::config`], as kcp leaves it
-/// to kube's authenticator: such an object is stored, and authenticates nobody.
+/// issuers, audiences, prefixes) is left to the workspace authenticator (`workspace_authn`), as
+/// kcp leaves it to kube's authenticator: such an object is stored, and authenticates nobody.
 fn workspace_authentication_schema() -> Value {
     let string = json!({"type": "string"});
     let non_empty = json!({"type": "string", "minLength": 1});

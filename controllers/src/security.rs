@@ -13,10 +13,16 @@
 //! 3. the IdentityProviderConfiguration `<org>` in `root:orgs` (a confidential client `<org>`
 //!    for the portal, a public `kubectl` client);
 //! 4. AccountInfo `spec.oidc`: the realm's issuer and the clients;
-//! 5. remove `root:security` from the LogicalCluster's `status.initializers`.
+//! 5. the WorkspaceAuthenticationConfiguration `<org>` in `root:orgs`, admitting the users of
+//!    the organisation's realm (audiences: its clients), and every WorkspaceType of the
+//!    organisation in `root:orgs` (label `core.platform-mesh.io/org=<org>`) referencing it, so
+//!    that the realm's tokens authenticate in the organisation's workspaces; only where the kcp
+//!    serves the kind (kcp v0.28 does not: there the step is skipped, as a kcp without
+//!    per-workspace authentication could not use it);
+//! 6. remove `root:security` from the LogicalCluster's `status.initializers`.
 //!
 //! For an account below an organisation only the store step applies (upstream writes the
-//! account's tuples into the organisation's store), then step 5.
+//! account's tuples into the organisation's store), then step 6.
 //!
 //! It is also the type's terminator: a deleted organisation or account workspace waits for it
 //! in the terminating virtual workspace; the store forgets the workspace and the terminator
@@ -111,13 +117,72 @@ impl StoreProvisioner for NoStore {
 pub struct SecurityOptions {
     /// `host[:port]` of the portal; realms are at `https://<it>/keycloak/realms/<org>`.
     pub base_domain: String,
+    /// PEM CA of the realms' TLS (`certificateAuthority` of the organisations'
+    /// WorkspaceAuthenticationConfigurations); the system's roots when empty.
+    pub domain_ca: String,
+    /// Audiences accepted beside the organisation's clients.
+    pub additional_audiences: Vec<String>,
+    /// The claim naming a user (`email`).
+    pub user_claim: String,
+    /// The claim listing a user's groups (`groups`).
+    pub group_claim: String,
+    /// Admit users whose email is not verified (the username is then `claims.email` by
+    /// expression, beside a rule that reads `email_verified`, as kube requires).
+    pub allow_unverified_emails: bool,
 }
 
 impl Default for SecurityOptions {
     fn default() -> Self {
         SecurityOptions {
             base_domain: "portal.dev.local:8443".into(),
+            domain_ca: String::new(),
+            additional_audiences: Vec::new(),
+            user_claim: "email".into(),
+            group_claim: "groups".into(),
+            allow_unverified_emails: false,
         }
+    }
+}
+
+/// The label naming the organisation of a per-organisation WorkspaceType.
+const ORG_LABEL: &str = "core.platform-mesh.io/org";
+
+impl SecurityOptions {
+    /// The issuer of organisation `org`'s realm.
+    pub fn issuer(&self, org: &str) -> String {
+        format!("https://{}/keycloak/realms/{org}", self.base_domain)
+    }
+
+    /// The `spec` of organisation `org`'s WorkspaceAuthenticationConfiguration, accepting
+    /// tokens for `client_ids` and the additional audiences.
+    pub fn authentication_spec(&self, org: &str, client_ids: &[String]) -> Value {
+        let mut audiences: Vec<String> = client_ids.to_vec();
+        for a in &self.additional_audiences {
+            if !audiences.contains(a) {
+                audiences.push(a.clone());
+            }
+        }
+        let mut issuer = json!({"url": self.issuer(org), "audiences": audiences,
+                                "audienceMatchPolicy": "MatchAny"});
+        if !self.domain_ca.is_empty() {
+            issuer["certificateAuthority"] = json!(self.domain_ca);
+        }
+        let groups = json!({"claim": self.group_claim, "prefix": ""});
+        let mut jwt = if self.allow_unverified_emails {
+            json!({"issuer": issuer, "claimMappings": {
+                       "username": {"expression": format!("claims.{}", self.user_claim)},
+                       "groups": groups},
+                   "claimValidationRules": [{
+                       "expression": "!has(claims.email_verified) || claims.email_verified == true || claims.email_verified == false",
+                       "message": "email_verified must be a boolean"}]})
+        } else {
+            json!({"issuer": issuer, "claimMappings": {
+                "username": {"claim": self.user_claim, "prefix": ""}, "groups": groups}})
+        };
+        if let Some(m) = jwt.as_object_mut() {
+            m.entry("claimValidationRules").or_insert_with(|| json!([]));
+        }
+        json!({"jwt": [jwt]})
     }
 }
 
@@ -401,7 +466,116 @@ impl SecurityInitializer {
                 .await
                 .map_err(kube_error("wiring AccountInfo account"))?;
         }
+        if self.serves_workspace_authentication().await? {
+            let client_ids: Vec<String> = spec["oidc"]["clients"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(_, c)| c["clientId"].as_str().map(str::to_string))
+                .collect();
+            self.workspace_authentication(org, &client_ids).await?;
+        }
         Ok(Outcome::Done)
+    }
+
+    /// Whether the kcp serves WorkspaceAuthenticationConfigurations in `root:orgs`.
+    async fn serves_workspace_authentication(&self) -> Result<bool, SecurityError> {
+        let resources = self
+            .kcp
+            .workspace(ORGS)
+            .list_api_group_resources("tenancy.kcp.io/v1alpha1")
+            .await
+            .map_err(kube_error(
+                "discovering tenancy.kcp.io/v1alpha1 in root:orgs",
+            ))?;
+        Ok(resources
+            .resources
+            .iter()
+            .any(|r| r.name == "workspaceauthenticationconfigurations"))
+    }
+
+    /// Organisation `org`'s WorkspaceAuthenticationConfiguration in `root:orgs`, and its
+    /// WorkspaceTypes referencing it.
+    async fn workspace_authentication(
+        &self,
+        org: &str,
+        client_ids: &[String],
+    ) -> Result<(), SecurityError> {
+        let configs: Api<DynamicObject> = Api::all_with(
+            self.kcp.workspace(ORGS),
+            &ar(
+                "tenancy.kcp.io",
+                "v1alpha1",
+                "WorkspaceAuthenticationConfiguration",
+                "workspaceauthenticationconfigurations",
+            ),
+        );
+        let spec = self.options.authentication_spec(org, client_ids);
+        match configs.get_opt(org).await.map_err(kube_error(
+            "reading the organisation's WorkspaceAuthenticationConfiguration",
+        ))? {
+            Some(have) if have.data["spec"] == spec => {}
+            Some(_) => {
+                configs
+                    .patch(
+                        org,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": spec})),
+                    )
+                    .await
+                    .map_err(kube_error(
+                        "updating the WorkspaceAuthenticationConfiguration",
+                    ))?;
+            }
+            None => {
+                let obj: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "tenancy.kcp.io/v1alpha1",
+                    "kind": "WorkspaceAuthenticationConfiguration",
+                    "metadata": {"name": org}, "spec": spec,
+                }))
+                .map_err(|e| SecurityError::BadUrl(org.to_string(), e.to_string()))?;
+                match configs.create(&PostParams::default(), &obj).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => {
+                        return Err(kube_error(
+                            "creating the WorkspaceAuthenticationConfiguration",
+                        )(e))
+                    }
+                }
+            }
+        }
+        let types: Api<DynamicObject> = Api::all_with(
+            self.kcp.workspace(ORGS),
+            &ar(
+                "tenancy.kcp.io",
+                "v1alpha1",
+                "WorkspaceType",
+                "workspacetypes",
+            ),
+        );
+        let wanted = json!([{"name": org}]);
+        let labelled = types
+            .list(&ListParams::default().labels(&format!("{ORG_LABEL}={org}")))
+            .await
+            .map_err(kube_error("listing the organisation's WorkspaceTypes"))?;
+        for t in labelled.items {
+            if t.data["spec"]["authenticationConfigurations"] == wanted {
+                continue;
+            }
+            let name = t.metadata.name.clone().unwrap_or_default();
+            types
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"authenticationConfigurations": wanted}})),
+                )
+                .await
+                .map_err(kube_error(
+                    "referencing the configuration from a WorkspaceType",
+                ))?;
+        }
+        Ok(())
     }
 
     /// The organisation's IdentityProviderConfiguration in `root:orgs`.

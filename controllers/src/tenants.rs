@@ -44,8 +44,9 @@ const EXPORT_WORKSPACE: &str = "root:platform-mesh-system";
 /// the organisations' types extend (kcp asks `use` of every type in the chain) in `root`; and in
 /// `root:orgs`, where the organisations' Accounts and their WorkspaceTypes live, `use` those
 /// types (kcp asks it of whoever creates a workspace of a type, and the workspace of an account
-/// is not in `root:orgs`), read the Accounts and write the IdentityProviderConfigurations (the
-/// security initializer's steps). For the Provider controller: the `providers.platform-mesh.io`
+/// is not in `root:orgs`), read the Accounts and write the IdentityProviderConfigurations, the
+/// WorkspaceAuthenticationConfigurations and the organisations' WorkspaceTypes' references to
+/// them (the security initializer's steps). For the Provider controller: the `providers.platform-mesh.io`
 /// export's content, `use` of the `provider` type in `root`, and the Workspaces of
 /// `root:providers`, where it makes the provider workspaces (which, as their creator, it owns).
 /// In each of them `access` to `/`, which kcp asks of anyone entering a workspace. Nothing
@@ -89,6 +90,10 @@ pub fn workspace_controller_rules() -> Vec<(&'static str, Value)> {
                 {"apiGroups": ["core.platform-mesh.io"], "resources": ["accounts"], "verbs": ["get"]},
                 {"apiGroups": ["core.platform-mesh.io"], "resources": ["identityproviderconfigurations"],
                  "verbs": ["get", "create", "update", "patch", "delete"]},
+                {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspaceauthenticationconfigurations"],
+                 "verbs": ["get", "create", "update", "patch"]},
+                {"apiGroups": ["tenancy.kcp.io"], "resources": ["workspacetypes"],
+                 "verbs": ["list", "patch"]},
             ]),
         ),
     ];

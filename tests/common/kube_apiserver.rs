@@ -32,8 +32,15 @@ impl std::ops::Deref for KubeApiserver {
 impl KubeApiserver {
     /// Starts etcd and kube-apiserver and waits until kube-apiserver is ready.
     pub fn start() -> KubeApiserver {
+        Self::start_with(&[])
+    }
+
+    /// [`KubeApiserver::start`] with more kube-apiserver flags.
+    #[allow(dead_code)]
+    pub fn start_with(extra: &[String]) -> KubeApiserver {
         let dir = tempfile::tempdir().expect("tempdir");
-        let peer = peers::KubeApiserver::start(dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+        let peer =
+            peers::KubeApiserver::start_with(dir.path(), extra).unwrap_or_else(|e| panic!("{e:#}"));
         KubeApiserver { peer, _dir: dir }
     }
 

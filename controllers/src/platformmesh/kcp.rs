@@ -24,7 +24,7 @@ use super::deploy::{sync, Policy, Target};
 use super::deployment::Context;
 use super::manifests::{
     kcp_data, plan, IdpSettings, Stage, NATIVE_ACCOUNTS, ROOT_EXPORT_HASHES,
-    WORKSPACE_TYPE_TERMINATORS,
+    WORKSPACE_AUTHENTICATION, WORKSPACE_TYPE_TERMINATORS,
 };
 use super::vars::Render;
 use crate::lifecycle::{Step, Subroutine};
@@ -281,6 +281,52 @@ pub async fn stores_workspace_type_terminators(kcp: &Kcp) -> Result<bool, String
     }
 }
 
+/// Whether the kcp serves WorkspaceAuthenticationConfigurations in `root`.
+pub async fn serves_workspace_authentication(kcp: &Kcp) -> Result<bool, String> {
+    match kcp
+        .workspace("root")
+        .list_api_group_resources("tenancy.kcp.io/v1alpha1")
+        .await
+    {
+        Ok(list) => Ok(list
+            .resources
+            .iter()
+            .any(|r| r.name == "workspaceauthenticationconfigurations")),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(false),
+        Err(e) => Err(format!("discovering tenancy.kcp.io/v1alpha1 in root: {e}")),
+    }
+}
+
+/// The client ids of the `welcome` realm, from `status.managedClients` of the welcome
+/// IdentityProviderConfiguration in `root:platform-mesh-system` (none before the identity
+/// provider has made them, or before the workspace exists).
+pub async fn welcome_audiences(kcp: &Kcp) -> Result<Vec<String>, String> {
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        kcp.workspace("root:platform-mesh-system"),
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                "core.platform-mesh.io",
+                "v1alpha1",
+                "IdentityProviderConfiguration",
+            ),
+            "identityproviderconfigurations",
+        ),
+    );
+    match api.get_opt("welcome").await {
+        Ok(Some(ipc)) => Ok(ipc.data["status"]["managedClients"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, c)| c["clientId"].as_str().map(str::to_string))
+            .collect()),
+        Ok(None) => Ok(Vec::new()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(Vec::new()),
+        Err(e) => Err(format!(
+            "reading IdentityProviderConfiguration welcome in root:platform-mesh-system: {e}"
+        )),
+    }
+}
+
 /// Whether the WorkspaceType schema of an OpenAPI v3 document declares `spec.<field>` or keeps
 /// unknown spec fields.
 fn workspace_type_spec_keeps(doc: &Value, field: &str) -> bool {
@@ -337,7 +383,13 @@ impl Subroutine<Context, PlatformMeshError> for KcpSetup {
             WORKSPACE_TYPE_TERMINATORS,
             stores_workspace_type_terminators(kcp).await?.to_string(),
         ));
-        let data = kcp_data(ctx.namespace(), &ctx.spec, &kcp.idp, &facts);
+        facts.push((
+            WORKSPACE_AUTHENTICATION,
+            serves_workspace_authentication(kcp).await?.to_string(),
+        ));
+        let mut idp = kcp.idp.clone();
+        idp.welcome_audiences = welcome_audiences(kcp).await?;
+        let data = kcp_data(ctx.namespace(), &ctx.spec, &idp, &facts);
         let stages =
             plan(self.engine.as_ref(), "kcp", &data, &ctx.spec).map_err(|e| e.to_string())?;
         let owner = kcp_owner(ctx.uid());

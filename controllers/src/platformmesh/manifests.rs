@@ -74,6 +74,7 @@ pub static MANIFESTS: &[Manifest] = &[
     manifest!("kcp/03-platform-mesh-system/20-identityproviderconfiguration-welcome.yaml"),
     manifest!("kcp/03-providers/04-system/10-apibinding-providers.platform-mesh.io.yaml"),
     manifest!("kcp/03-providers/10-workspace-system.yaml"),
+    manifest!("kcp/05-workspaceauthenticationconfiguration-orgs-authentication.yaml"),
     manifest!("kcp/10-workspacetype-providers.yaml"),
     manifest!("kcp/10-workspacetype-security.yaml"),
     manifest!("kcp/20-workspace-platform-mesh-system.yaml"),
@@ -104,6 +105,9 @@ pub struct IdpSettings {
     pub redirect_uris: Vec<String>,
     /// Extra post-logout redirect URIs of the portal client.
     pub post_logout_redirect_uris: Vec<String>,
+    /// The client ids of the `welcome` realm (the audiences of `orgs-authentication`), as the
+    /// identity provider reports them in the welcome IdentityProviderConfiguration's status.
+    pub welcome_audiences: Vec<String>,
 }
 
 /// The data every kcp manifest is rendered with: addresses (`baseDomain`, `protocol`, `port`,
@@ -111,7 +115,7 @@ pub struct IdpSettings {
 /// read from the kcp (`kcp_facts`): the identity hashes of root's kcp APIExports
 /// (`apiExportRoot<Name>IdentityHash`, empty when the kcp does not export that API from root, as
 /// `platform-mesh serve` does not), [`NATIVE_ACCOUNTS`] (`"false"` unless given) and
-/// [`WORKSPACE_TYPE_TERMINATORS`] (`"true"` unless given).
+/// [`WORKSPACE_TYPE_TERMINATORS`] and [`WORKSPACE_AUTHENTICATION`] (`"true"` unless given).
 pub fn kcp_data(
     namespace: &str,
     spec: &PlatformMeshSpec,
@@ -145,11 +149,13 @@ pub fn kcp_data(
             "welcomeAdditionalPostLogoutRedirectUris".into(),
             json!(idp.post_logout_redirect_uris),
         );
+        m.insert("welcomeAudiences".into(), json!(idp.welcome_audiences));
         for (_, key) in ROOT_EXPORT_HASHES {
             m.insert((*key).to_string(), json!(""));
         }
         m.insert(NATIVE_ACCOUNTS.into(), json!("false"));
         m.insert(WORKSPACE_TYPE_TERMINATORS.into(), json!("true"));
+        m.insert(WORKSPACE_AUTHENTICATION.into(), json!("true"));
         for (key, value) in kcp_facts {
             m.insert((*key).to_string(), json!(value));
         }
@@ -167,6 +173,11 @@ pub const NATIVE_ACCOUNTS: &str = "nativeAccounts";
 /// v0.28 refuses an apply that sets it; later kcp releases and `platform-mesh serve` keep it).
 /// The security WorkspaceType sets it only then.
 pub const WORKSPACE_TYPE_TERMINATORS: &str = "workspaceTypeTerminators";
+
+/// The data key that is `"true"` when the kcp serves WorkspaceAuthenticationConfigurations
+/// (kcp's per-workspace authentication; kcp v0.28 does not): `orgs-authentication` and the
+/// orgs type's reference to it are applied only then.
+pub const WORKSPACE_AUTHENTICATION: &str = "workspaceAuthentication";
 
 /// The root APIExports whose identity hashes the manifests may use, and their data keys.
 pub const ROOT_EXPORT_HASHES: &[(&str, &str)] = &[
@@ -412,6 +423,7 @@ mod tests {
         assert_eq!(
             first,
             vec![
+                "kcp/05-workspaceauthenticationconfiguration-orgs-authentication.yaml",
                 "kcp/10-workspacetype-providers.yaml",
                 "kcp/10-workspacetype-security.yaml",
                 "kcp/20-workspace-platform-mesh-system.yaml",
@@ -483,6 +495,7 @@ mod tests {
                 registration_allowed: true,
                 redirect_uris: vec!["https://extra.example.com/cb".into()],
                 post_logout_redirect_uris: vec![],
+                welcome_audiences: vec!["welcome".into(), "welcome-kubectl".into()],
             },
             &[
                 ("apiExportRootTenancyKcpIoIdentityHash", "abc".into()),
