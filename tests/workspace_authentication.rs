@@ -227,8 +227,22 @@ async fn a_workspace_admits_the_users_of_its_types_issuers_and_no_other_workspac
     ] {
         assert_eq!(whoami(&env, &ann, path).await, Err(401), "{path}");
     }
-    // As an admin of team, the user creates a child workspace; its types are not
-    // team's, and in any other workspace the user is anonymous: the creation is refused.
+    // As an admin of team, the user creates a child workspace of a type in root:corp, where a
+    // user of the same name may use every type (as a global user `oidc:ann@acme.io` could be
+    // granted): the issuer's user is not that user there, but anonymous, and is refused.
+    create(corp(), &ar("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles"), json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "type-users"},
+        "rules": [{"apiGroups": ["tenancy.kcp.io"], "resources": ["workspacetypes"], "verbs": ["use"]}],
+    }))
+    .await;
+    create(corp(), &ar("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings"), json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "type-users"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "type-users"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:ann@acme.io"}],
+    }))
+    .await;
     let (code, body) = with_token(
         &env,
         &ann,

@@ -480,18 +480,22 @@ impl SecurityInitializer {
 
     /// Whether the kcp serves WorkspaceAuthenticationConfigurations in `root:orgs`.
     async fn serves_workspace_authentication(&self) -> Result<bool, SecurityError> {
-        let resources = self
+        match self
             .kcp
             .workspace(ORGS)
             .list_api_group_resources("tenancy.kcp.io/v1alpha1")
             .await
-            .map_err(kube_error(
+        {
+            Ok(list) => Ok(list
+                .resources
+                .iter()
+                .any(|r| r.name == "workspaceauthenticationconfigurations")),
+            // The group is not served there at all: neither is the kind.
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+            Err(e) => Err(kube_error(
                 "discovering tenancy.kcp.io/v1alpha1 in root:orgs",
-            ))?;
-        Ok(resources
-            .resources
-            .iter()
-            .any(|r| r.name == "workspaceauthenticationconfigurations"))
+            )(e)),
+        }
     }
 
     /// Organisation `org`'s WorkspaceAuthenticationConfiguration in `root:orgs`, and its
