@@ -462,6 +462,18 @@ fn etcd_store(
 }
 
 /// `certs kubeconfig`: a kubeconfig for `user` of the server whose data directory is `data_dir`.
+/// The server URL of a data directory's `admin.kubeconfig`.
+fn admin_server(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    let admin = data_dir.join("admin.kubeconfig");
+    let kc = kube::config::Kubeconfig::read_from(&admin)
+        .with_context(|| format!("reading {} for the server's address", admin.display()))?;
+    kc.clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.clone())
+        .with_context(|| format!("{} names no server", admin.display()))
+}
+
 fn user_kubeconfig(
     data_dir: &std::path::Path,
     user: &str,
@@ -480,15 +492,7 @@ fn user_kubeconfig(
             data_dir.display()
         );
     }
-    let admin = data_dir.join("admin.kubeconfig");
-    let kc = kube::config::Kubeconfig::read_from(&admin)
-        .with_context(|| format!("reading {} for the server's address", admin.display()))?;
-    let server = kc
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.server.clone())
-        .with_context(|| format!("{} names no server", admin.display()))?;
+    let server = admin_server(data_dir)?;
     let pki = certs::load_or_create(&pki_dir, &[])
         .with_context(|| format!("loading the certificates in {}", data_dir.display()))?;
     let (cert, key) = pki

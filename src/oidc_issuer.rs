@@ -172,15 +172,7 @@ pub async fn run(command: IssuerCommand) -> anyhow::Result<()> {
                 println!("{token}");
                 return Ok(());
             };
-            let admin = data_dir.join("admin.kubeconfig");
-            let kc = kube::config::Kubeconfig::read_from(&admin)
-                .with_context(|| format!("reading {} for the server's address", admin.display()))?;
-            let server = kc
-                .clusters
-                .first()
-                .and_then(|c| c.cluster.as_ref())
-                .and_then(|c| c.server.clone())
-                .with_context(|| format!("{} names no server", admin.display()))?;
+            let server = crate::admin_server(&data_dir)?;
             let base = match server.find("/clusters/") {
                 Some(i) => server[..i].to_string(),
                 None => server.trim_end_matches('/').to_string(),

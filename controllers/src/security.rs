@@ -64,6 +64,9 @@ pub enum SecurityError {
     /// The virtual workspace URL does not parse.
     #[error("initializing virtual workspace URL {0:?}: {1}")]
     BadUrl(String, String),
+    /// What the kcp serves could not be read.
+    #[error("{0}")]
+    Discovery(String),
     /// The store extension point failed.
     #[error("authorization store for {0}: {1}")]
     Store(String, String),
@@ -466,7 +469,10 @@ impl SecurityInitializer {
                 .await
                 .map_err(kube_error("wiring AccountInfo account"))?;
         }
-        if self.serves_workspace_authentication().await? {
+        if crate::platformmesh::kcp::serves_workspace_authentication(&self.kcp, ORGS)
+            .await
+            .map_err(SecurityError::Discovery)?
+        {
             let client_ids: Vec<String> = spec["oidc"]["clients"]
                 .as_object()
                 .into_iter()
@@ -476,26 +482,6 @@ impl SecurityInitializer {
             self.workspace_authentication(org, &client_ids).await?;
         }
         Ok(Outcome::Done)
-    }
-
-    /// Whether the kcp serves WorkspaceAuthenticationConfigurations in `root:orgs`.
-    async fn serves_workspace_authentication(&self) -> Result<bool, SecurityError> {
-        match self
-            .kcp
-            .workspace(ORGS)
-            .list_api_group_resources("tenancy.kcp.io/v1alpha1")
-            .await
-        {
-            Ok(list) => Ok(list
-                .resources
-                .iter()
-                .any(|r| r.name == "workspaceauthenticationconfigurations")),
-            // The group is not served there at all: neither is the kind.
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-            Err(e) => Err(kube_error(
-                "discovering tenancy.kcp.io/v1alpha1 in root:orgs",
-            )(e)),
-        }
     }
 
     /// Organisation `org`'s WorkspaceAuthenticationConfiguration in `root:orgs`, and its

@@ -281,10 +281,12 @@ pub async fn stores_workspace_type_terminators(kcp: &Kcp) -> Result<bool, String
     }
 }
 
-/// Whether the kcp serves WorkspaceAuthenticationConfigurations in `root`.
-pub async fn serves_workspace_authentication(kcp: &Kcp) -> Result<bool, String> {
+/// Whether the kcp serves WorkspaceAuthenticationConfigurations in `workspace` (kcp's
+/// per-workspace authentication; kcp v0.28 has none). A workspace where the tenancy group is not
+/// served (404) or not visible (403) serves none.
+pub async fn serves_workspace_authentication(kcp: &Kcp, workspace: &str) -> Result<bool, String> {
     match kcp
-        .workspace("root")
+        .workspace(workspace)
         .list_api_group_resources("tenancy.kcp.io/v1alpha1")
         .await
     {
@@ -293,7 +295,9 @@ pub async fn serves_workspace_authentication(kcp: &Kcp) -> Result<bool, String> 
             .iter()
             .any(|r| r.name == "workspaceauthenticationconfigurations")),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(false),
-        Err(e) => Err(format!("discovering tenancy.kcp.io/v1alpha1 in root: {e}")),
+        Err(e) => Err(format!(
+            "discovering tenancy.kcp.io/v1alpha1 in {workspace}: {e}"
+        )),
     }
 }
 
@@ -385,7 +389,9 @@ impl Subroutine<Context, PlatformMeshError> for KcpSetup {
         ));
         facts.push((
             WORKSPACE_AUTHENTICATION,
-            serves_workspace_authentication(kcp).await?.to_string(),
+            serves_workspace_authentication(kcp, "root")
+                .await?
+                .to_string(),
         ));
         let mut idp = kcp.idp.clone();
         idp.welcome_audiences = welcome_audiences(kcp).await?;
