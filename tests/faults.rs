@@ -121,13 +121,32 @@ async fn writer(
                     let other = (at + 1) % replicas.len();
                     let api: Api<ConfigMap> = Api::namespaced(replicas[other].clone(), "default");
                     let read = if seq.is_multiple_of(2) {
-                        api.get(key).await.ok()
+                        api.get(key).await.map(Some)
                     } else {
                         let one = ListParams::default().fields(&format!("metadata.name={key}"));
-                        api.list(&one)
-                            .await
-                            .ok()
-                            .and_then(|l| l.items.into_iter().next())
+                        api.list(&one).await.map(|l| l.items.into_iter().next())
+                    };
+                    // The other replica, or etcd, may be down (being killed is the point): a
+                    // read that reaches no server, or that a server answers with its storage
+                    // unavailable (5xx), checks nothing. One that a server answers otherwise
+                    // must show the write: a 4xx (a 404 above all), or a list without the
+                    // object, is a violation.
+                    let read = match read {
+                        Ok(Some(o)) => Some(o),
+                        Ok(None) => {
+                            history.lock().unwrap().violations.push(format!(
+                                "a list through replica {other} after the write of {key} seq {seq} did not have it"
+                            ));
+                            None
+                        }
+                        Err(kube::Error::Api(e)) if e.code < 500 => {
+                            history.lock().unwrap().violations.push(format!(
+                                "a read of {key} through replica {other} after its write was answered {}: {}",
+                                e.code, e.message
+                            ));
+                            None
+                        }
+                        Err(_) => None,
                     };
                     if let Some(read) = read {
                         let mut h = history.lock().unwrap();

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use apiserver::storage::etcd::testing::EtcdProcess;
@@ -223,13 +224,24 @@ const LEASE: &str = "platform-mesh-controllers";
 
 /// The Lease's holder (empty once released) and transitions, once it exists.
 async fn lease_holder(client: &kube::Client) -> Option<(String, i32)> {
-    use k8s_openapi::api::coordination::v1::Lease;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
-    let spec = leases.get_opt(LEASE).await.ok()??.spec?;
+    let spec = lease_spec(client).await?;
     Some((
         spec.holder_identity.unwrap_or_default(),
         spec.lease_transitions.unwrap_or(0),
     ))
+}
+
+/// The controllers' Lease, `None` while there is none; any answer but NotFound fails the test.
+async fn lease_spec(
+    client: &kube::Client,
+) -> Option<k8s_openapi::api::coordination::v1::LeaseSpec> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    leases
+        .get_opt(LEASE)
+        .await
+        .unwrap_or_else(|e| panic!("reading Lease {LEASE}: {e}"))?
+        .spec
 }
 
 /// `leader_election_master_status` of a replica, from its `/metrics`.
@@ -301,8 +313,22 @@ async fn one_replica_runs_the_controllers_and_another_takes_over_when_it_dies() 
 
     let b = Server::start_replica(&a, &flags);
     let kb = b.kube().await;
-    // Longer than the lease: B keeps campaigning but A keeps renewing.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // B keeps campaigning but A keeps renewing: watch A renew across two lease durations (12
+    // renewals, one per 500 ms retry period; the evidence that B had time to take over), then
+    // look.
+    let mut renewals = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while renewals.len() < 12 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A renewed only {} times",
+            renewals.len()
+        );
+        if let Some(t) = lease_spec(&kb).await.and_then(|s| s.renew_time) {
+            renewals.insert(t.0);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(lease_holder(&kb).await, Some((first.clone(), 0)));
     assert_eq!(
         leading(&kb).await,

@@ -92,8 +92,7 @@ async fn ready(env: &Env, path: &str, name: &str) -> DynamicObject {
         async move {
             api.get_opt(name)
                 .await
-                .ok()
-                .flatten()
+                .unwrap_or_else(|e| panic!("reading Account {name}: {e}"))
                 .is_some_and(|a| condition_true(&a.data, "Ready"))
         }
     })

@@ -312,15 +312,10 @@ fn issued_by(
     move || {
         let secrets = secrets.clone();
         Box::pin(async move {
-            secrets
-                .get_opt("cert-from-consumer")
-                .await
-                .ok()
-                .flatten()
-                .is_some_and(|s| {
-                    subject_cn(&s).as_deref() == Some(cn)
-                        && data_text(&s, "issuer").as_deref() == Some(issuer)
-                })
+            read(&secrets, "cert-from-consumer").await.is_some_and(|s| {
+                subject_cn(&s).as_deref() == Some(cn)
+                    && data_text(&s, "issuer").as_deref() == Some(issuer)
+            })
         })
     }
 }
@@ -339,7 +334,10 @@ async fn provider_is(api: &Api<DynamicObject>, name: &str, provider: &str) -> bo
 
 /// `name` as stored, `None` when the server says NotFound; any other answer fails the test (a
 /// 403 or a 500 is not "gone").
-async fn read(api: &Api<DynamicObject>, name: &str) -> Option<DynamicObject> {
+async fn read<K>(api: &Api<K>, name: &str) -> Option<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     api.get_opt(name)
         .await
         .unwrap_or_else(|e| panic!("reading {name}: {e}"))
@@ -451,14 +449,7 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
         "the unlisted Secret deleted from the consumer",
         || {
             let secrets = secrets.clone();
-            async move {
-                secrets
-                    .get_opt("cert-from-consumer")
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_none()
-            }
+            async move { read(&secrets, "cert-from-consumer").await.is_none() }
         },
     )
     .await;
@@ -495,11 +486,25 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
         .create(&PostParams::default(), &org)
         .await
         .expect("create");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let org_remote = format!(
-        "{}-org",
-        controllers::broker::cluster_hash(&format!("consumer#{CONSUMER}"))
-    );
+    // A certificate externalca accepts, created after it: once the broker has placed this one,
+    // it has had its look at the first.
+    let after = certificate("after-org", "after.corp.com");
+    consumer
+        .create(&PostParams::default(), &after)
+        .await
+        .expect("create");
+    let remote_of = |name: &str| {
+        format!(
+            "{}-{name}",
+            controllers::broker::cluster_hash(&format!("consumer#{CONSUMER}"))
+        )
+    };
+    let after_remote = remote_of("after-org");
+    eventually(WAIT, "the certificate created after it placed", || {
+        exists(&external, &after_remote)
+    })
+    .await;
+    let org_remote = remote_of("org");
     assert!(!exists(&internal, &org_remote).await && !exists(&external, &org_remote).await);
     create_accept_api(
         &env.provider("externalca"),
@@ -523,12 +528,7 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
         async move {
             !exists(&consumer, "cert-from-consumer").await
                 && !exists(&external, remote).await
-                && secrets
-                    .get_opt("cert-from-consumer")
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_none()
+                && read(&secrets, "cert-from-consumer").await.is_none()
         }
     })
     .await;
@@ -632,7 +632,7 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
             migrations
                 .list(&ListParams::default())
                 .await
-                .ok()?
+                .unwrap_or_else(|e| panic!("listing Migrations: {e}"))
                 .items
                 .into_iter()
                 .next()

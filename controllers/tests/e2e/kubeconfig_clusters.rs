@@ -78,8 +78,7 @@ async fn stamp_of(client: &kube::Client, name: &str) -> Option<String> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     api.get_opt(name)
         .await
-        .ok()
-        .flatten()?
+        .unwrap_or_else(|e| panic!("reading ConfigMap {name}: {e}"))?
         .metadata
         .annotations?
         .get(STAMP)
@@ -167,7 +166,15 @@ async fn config_maps_are_reconciled_in_two_logical_clusters_from_kubeconfig_file
     .await;
     assert_eq!(manager.metrics().engaged_clusters(), 1);
     create_config_map(&b, "cm-b-late", &[]).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A ConfigMap of the engaged cluster, written after it: once it is stamped, the controller
+    // has had its chance at the first.
+    create_config_map(&a, "cm-a-late", &[]).await;
+    eventually(
+        Duration::from_secs(10),
+        "a's later ConfigMap stamped",
+        || async { stamp_of(&a, "cm-a-late").await.is_some() },
+    )
+    .await;
     assert!(
         stamp_of(&b, "cm-b-late").await.is_none(),
         "a disengaged cluster is not reconciled"

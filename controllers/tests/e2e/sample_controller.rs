@@ -134,8 +134,7 @@ pub(crate) async fn copy_of(client: &kube::Client, name: &str) -> Option<String>
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &widgets());
     api.get_opt(name)
         .await
-        .ok()
-        .flatten()?
+        .unwrap_or_else(|e| panic!("reading Widget {name}: {e}"))?
         .metadata
         .annotations?
         .get(COPY_ANNOTATION)

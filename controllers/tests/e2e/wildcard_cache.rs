@@ -138,18 +138,20 @@ async fn bound_clusters_share_one_wildcard_cache_and_resolve_by_path() {
     create_config_map(&ts.client("root:c1").await, "x", &[]).await;
     create_config_map(&ts.client("root:c2").await, "y", &[]).await;
     create_config_map(&ts.client("root:c3").await, "z", &[]).await;
+    // Written after z: once it is reconciled, the controller has had its chance at z.
+    create_config_map(&ts.client("root:c1").await, "after-z", &[]).await;
     let (want1, want2) = (format!("{c1}|default/x"), format!("{c2}|default/y"));
+    let after = format!("{c1}|default/after-z");
     eventually(
         Duration::from_secs(10),
         "objects of bound clusters reconciled",
         || {
             let s = seen.lock().unwrap().clone();
-            let ok = s.contains(&want1) && s.contains(&want2);
+            let ok = s.contains(&want1) && s.contains(&want2) && s.contains(&after);
             async move { ok }
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
         !seen
             .lock()
