@@ -38,6 +38,84 @@ fn render_of_the_reference_e2e_profile_matches_the_golden_file() {
     );
 }
 
+#[test]
+fn render_with_a_remote_runtime_secret_matches_its_golden_file() {
+    let samples = repo().join("../shared/reference/platform-mesh-operator/e2e-samples");
+    let out = bin()
+        .args(["render", "-f"])
+        .arg(samples.join("platform-mesh.yaml"))
+        .arg("--profile")
+        .arg(samples.join("default-profile.yaml"))
+        .args(["--remote-runtime-secret", "runtime-kubeconfig"])
+        .args(["--remote-runtime-secret-key", "kubeconfig"])
+        .output()
+        .expect("render");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let golden = std::fs::read_to_string(
+        repo().join("controllers/src/platformmesh/testdata/e2e-fluxcd-remote.yaml"),
+    )
+    .expect("golden");
+    assert!(
+        String::from_utf8_lossy(&out.stdout) == golden,
+        "platform-mesh render --remote-runtime-secret differs from e2e-fluxcd-remote.yaml"
+    );
+}
+
+#[test]
+fn crds_writes_the_committed_crds_and_schemas_where_it_is_told() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (crds, schemas) = (dir.path().join("crds"), dir.path().join("schemas"));
+    let out = bin()
+        .arg("crds")
+        .arg("--dir")
+        .arg(&crds)
+        .arg("--schemas-dir")
+        .arg(&schemas)
+        .output()
+        .expect("crds");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let committed = repo().join("manifests/crds");
+    let mut names: Vec<_> = std::fs::read_dir(&committed)
+        .expect("manifests/crds")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    names.sort();
+    assert!(!names.is_empty());
+    for name in &names {
+        let want = std::fs::read(committed.join(name)).expect("committed");
+        let got = std::fs::read(crds.join(name))
+            .unwrap_or_else(|e| panic!("{} not written: {e}", name.to_string_lossy()));
+        assert!(want == got, "{} differs", name.to_string_lossy());
+    }
+    assert!(
+        std::fs::read_dir(&schemas).expect("schemas dir").count() > 0,
+        "no APIResourceSchemas written to --schemas-dir"
+    );
+    // And `--check` agrees that what it wrote is fresh.
+    let check = bin()
+        .arg("crds")
+        .arg("--dir")
+        .arg(&crds)
+        .arg("--schemas-dir")
+        .arg(&schemas)
+        .arg("--check")
+        .output()
+        .expect("crds --check");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
+
 /// `platform-mesh template FILE --values VALUES`.
 fn template(file: &std::path::Path, values: &std::path::Path) -> std::process::Output {
     bin()
