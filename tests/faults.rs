@@ -99,14 +99,21 @@ async fn writer(
             next_seq.insert(key.clone(), seq + 1);
             let at = round % replicas.len();
             let api: Api<ConfigMap> = Api::namespaced(replicas[at].clone(), "default");
-            let result = if created[key] {
-                let patch = json!({"data": {"seq": seq.to_string()}});
-                api.patch(key, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-            } else {
-                api.create(&PostParams::default(), &configmap(key, seq))
-                    .await
+            let write = async {
+                if created[key] {
+                    let patch = json!({"data": {"seq": seq.to_string()}});
+                    api.patch(key, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                } else {
+                    api.create(&PostParams::default(), &configmap(key, seq))
+                        .await
+                }
             };
+            // A write that neither succeeds nor fails within a minute is a hang: the test fails
+            // saying so instead of waiting for ever.
+            let result = tokio::time::timeout(Duration::from_secs(60), write)
+                .await
+                .unwrap_or_else(|_| panic!("the write of {key} seq {seq} hung for 60 s"));
             match result {
                 Ok(cm) => {
                     created.insert(key.clone(), true);
@@ -574,8 +581,13 @@ async fn slow_watcher_is_cut_off(server: &Server) {
         }));
     }
     let mut rss_peak = rss_before;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     for t in tasks {
         while !t.is_finished() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the writers did not finish within 300 s"
+            );
             rss_peak = rss_peak.max(apiserver::metrics::resident_memory_bytes(server.child.id()));
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -33,7 +33,9 @@ fn matrix(version: &str) {
     let bin = kubectl_binary(version).unwrap_or_else(|| {
         panic!("kubectl.{version} is not installed beside the machine's kubectl")
     });
-    let server = Server::start();
+    // The matrix writes PlatformMesh status itself (`kubectl wait` on a condition): the server's
+    // own PlatformMesh controller would race it, so it runs without controllers.
+    let server = Server::start_with(&["--no-controllers"]);
     let k = Kubectl::new(bin, &server.kubeconfig);
 
     // Discovery.

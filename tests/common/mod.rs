@@ -122,7 +122,21 @@ impl Server {
             .status()
             .expect("run kill");
         assert!(sent.success(), "kill -TERM failed");
-        let _ = self.child.wait();
+        // A server that does not stop on SIGTERM fails the test (and is killed) instead of
+        // hanging it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => return,
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                other => {
+                    self.kill();
+                    panic!("the server did not exit within 60 s of SIGTERM ({other:?})");
+                }
+            }
+        }
     }
 
     /// A client with the admin certificate.
