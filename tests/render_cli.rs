@@ -13,14 +13,16 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-#[test]
-fn render_of_the_reference_e2e_profile_matches_the_golden_file() {
+/// `platform-mesh render` of the reference e2e PlatformMesh and profile with `extra` flags
+/// prints exactly the golden file `golden` of the controller's tests.
+fn renders_as(extra: &[&str], golden: &str) {
     let samples = repo().join("../shared/reference/platform-mesh-operator/e2e-samples");
     let out = bin()
         .args(["render", "-f"])
         .arg(samples.join("platform-mesh.yaml"))
         .arg("--profile")
         .arg(samples.join("default-profile.yaml"))
+        .args(extra)
         .output()
         .expect("render");
     assert!(
@@ -28,40 +30,33 @@ fn render_of_the_reference_e2e_profile_matches_the_golden_file() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let golden = std::fs::read_to_string(
-        repo().join("controllers/src/platformmesh/testdata/e2e-fluxcd.yaml"),
+    let want = std::fs::read_to_string(
+        repo()
+            .join("controllers/src/platformmesh/testdata")
+            .join(golden),
     )
     .expect("golden");
     assert!(
-        String::from_utf8_lossy(&out.stdout) == golden,
-        "platform-mesh render differs from controllers/src/platformmesh/testdata/e2e-fluxcd.yaml"
+        String::from_utf8_lossy(&out.stdout) == want,
+        "platform-mesh render {extra:?} differs from controllers/src/platformmesh/testdata/{golden}"
     );
 }
 
 #[test]
+fn render_of_the_reference_e2e_profile_matches_the_golden_file() {
+    renders_as(&[], "e2e-fluxcd.yaml");
+}
+
+#[test]
 fn render_with_a_remote_runtime_secret_matches_its_golden_file() {
-    let samples = repo().join("../shared/reference/platform-mesh-operator/e2e-samples");
-    let out = bin()
-        .args(["render", "-f"])
-        .arg(samples.join("platform-mesh.yaml"))
-        .arg("--profile")
-        .arg(samples.join("default-profile.yaml"))
-        .args(["--remote-runtime-secret", "runtime-kubeconfig"])
-        .args(["--remote-runtime-secret-key", "kubeconfig"])
-        .output()
-        .expect("render");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let golden = std::fs::read_to_string(
-        repo().join("controllers/src/platformmesh/testdata/e2e-fluxcd-remote.yaml"),
-    )
-    .expect("golden");
-    assert!(
-        String::from_utf8_lossy(&out.stdout) == golden,
-        "platform-mesh render --remote-runtime-secret differs from e2e-fluxcd-remote.yaml"
+    renders_as(
+        &[
+            "--remote-runtime-secret",
+            "runtime-kubeconfig",
+            "--remote-runtime-secret-key",
+            "kubeconfig",
+        ],
+        "e2e-fluxcd-remote.yaml",
     );
 }
 

@@ -176,6 +176,129 @@ async fn replicas_on_one_etcd_serve_the_same_objects() {
     assert_eq!(seen, acknowledged);
 }
 
+/// A client of `server` (admin) at workspace `path`.
+async fn at(server: &Server, path: &str) -> kube::Client {
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("kubeconfig"),
+        &Default::default(),
+    )
+    .await
+    .expect("config");
+    config.cluster_url = format!("{}/clusters/{path}", server.url())
+        .parse()
+        .expect("url");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Waits until `client`'s workspace serves requests (it was just created).
+async fn served(what: &str, client: &kube::Client) {
+    eventually(&format!("{what} is served"), || {
+        let client = client.clone();
+        async move {
+            Api::<ConfigMap>::namespaced(client, "default")
+                .list(&Default::default())
+                .await
+                .is_ok()
+        }
+    })
+    .await;
+}
+
+fn manifest(yaml: &str) -> DynamicObject {
+    serde_saphyr::from_str(yaml).expect("manifest")
+}
+
+fn kcp(kind: &str, plural: &str) -> ApiResource {
+    let group = if kind == "Workspace" {
+        "tenancy.kcp.io"
+    } else {
+        "apis.kcp.io"
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1alpha1", kind), plural)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_made_through_one_replica_is_served_by_the_other_and_so_is_its_removal() {
+    let etcd = EtcdProcess::start().await.expect("etcd");
+    let endpoint = etcd.endpoint();
+    let flags = ["--etcd-servers", endpoint.as_str(), "--no-controllers"];
+    let a = Server::start_with(&flags);
+    let b = Server::start_replica(&a, &flags);
+    // Through A: the provider's export (root:providers:widgets) and a consumer that binds it.
+    let create = |client: kube::Client, r: ApiResource, obj: DynamicObject| async move {
+        Api::<DynamicObject>::all_with(client, &r)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("creating a {}: {e}", r.kind));
+    };
+    let workspace = |name: &str, ty: &str| {
+        manifest(&format!(
+            "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {{name: {name}}}\nspec: {{type: {{name: {ty}, path: root}}}}\n"
+        ))
+    };
+    create(
+        at(&a, "root:providers").await,
+        kcp("Workspace", "workspaces"),
+        workspace("widgets", "provider"),
+    )
+    .await;
+    create(
+        at(&a, "root").await,
+        kcp("Workspace", "workspaces"),
+        workspace("shop", "universal"),
+    )
+    .await;
+    let provider = at(&a, "root:providers:widgets").await;
+    served("the provider workspace", &provider).await;
+    create(
+        provider.clone(),
+        kcp("APIResourceSchema", "apiresourceschemas"),
+        manifest(include_str!("../examples/workspaces/widget-schema.yaml")),
+    )
+    .await;
+    create(
+        provider,
+        kcp("APIExport", "apiexports"),
+        manifest(include_str!("../examples/workspaces/widget-export.yaml")),
+    )
+    .await;
+    let shop_a = at(&a, "root:shop").await;
+    served("the consumer workspace", &shop_a).await;
+    create(
+        shop_a.clone(),
+        kcp("APIBinding", "apibindings"),
+        manifest(include_str!("../examples/workspaces/widget-binding.yaml")),
+    )
+    .await;
+
+    // Through B, the bound kind is served in the consumer workspace.
+    let widget = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.platform-mesh.io", "v1", "Widget"),
+        "widgets",
+    );
+    let widgets_b: Api<DynamicObject> =
+        Api::namespaced_with(at(&b, "root:shop").await, "default", &widget);
+    let first = manifest(include_str!("../examples/workspaces/widget.yaml"));
+    eventually("B serves the kind bound through A", || {
+        let (api, w) = (widgets_b.clone(), first.clone());
+        async move { api.create(&PostParams::default(), &w).await.is_ok() }
+    })
+    .await;
+
+    // The binding deleted through A: B stops serving the kind (404, as for any unserved kind).
+    Api::<DynamicObject>::all_with(shop_a, &kcp("APIBinding", "apibindings"))
+        .delete("widgets", &Default::default())
+        .await
+        .expect("delete the binding on A");
+    eventually("B stops serving the unbound kind", || {
+        let api = widgets_b.clone();
+        async move {
+            matches!(api.list(&Default::default()).await, Err(kube::Error::Api(e)) if e.code == 404)
+        }
+    })
+    .await;
+}
+
 /// An etcd that serves only HTTPS and verifies its clients: the server reaches it with
 /// `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile`; without the CA it refuses to start
 /// and names the flag.

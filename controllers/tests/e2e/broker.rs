@@ -535,8 +535,19 @@ async fn certs_move_between_issuers_when_the_fqdn_changes() {
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
+/// A VM on x86 whose consumer object has just been moved to arm64, with a
+/// MigrationConfiguration of `stages` for VMs: the environment, the consumer's, x86's and
+/// arm64's VM APIs, the copies' name and the coordination cluster's Migrations.
+struct VmMove {
+    env: Env,
+    consumer: Api<DynamicObject>,
+    x86: Api<DynamicObject>,
+    arm: Api<DynamicObject>,
+    remote: String,
+    migrations: Api<DynamicObject>,
+}
+
+async fn vm_moved_to_arm64(stages: Value) -> VmMove {
     let env = Env::start("VM.v1alpha1.example.platform-mesh.io", &["x86", "arm64"]).await;
     let vm_api = vms();
     for c in [
@@ -561,14 +572,7 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
         "spec": {
             "from": {"group": "example.platform-mesh.io", "version": "v1alpha1", "kind": "VM"},
             "to": {"group": "example.platform-mesh.io", "version": "v1alpha1", "kind": "VM"},
-            "stages": [
-                {"name": "copy-disk", "progress": true,
-                 "templates": {"disk": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"phase": "copying"}}},
-                 "successConditions": ["disk.data.phase == 'copied'"]},
-                {"name": "switch-over",
-                 "templates": {"switch": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"ready": "no"}}},
-                 "successConditions": ["to.status.status == 'Available'", "switch.data.ready == 'yes'"]}
-            ]
+            "stages": stages
         }
     }))
     .expect("config");
@@ -626,18 +630,46 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
             ..acceptapis()
         },
     );
-    let migration = || {
-        let migrations = migrations.clone();
-        async move {
-            migrations
-                .list(&ListParams::default())
-                .await
-                .unwrap_or_else(|e| panic!("listing Migrations: {e}"))
-                .items
-                .into_iter()
-                .next()
-        }
-    };
+    VmMove {
+        env,
+        consumer,
+        x86,
+        arm,
+        remote,
+        migrations,
+    }
+}
+
+/// The one Migration, if any (an error reading them fails the test).
+async fn the_migration(migrations: &Api<DynamicObject>) -> Option<DynamicObject> {
+    migrations
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("listing Migrations: {e}"))
+        .items
+        .into_iter()
+        .next()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
+    let VmMove {
+        env,
+        consumer,
+        x86,
+        arm,
+        remote,
+        migrations,
+    } = vm_moved_to_arm64(json!([
+        {"name": "copy-disk", "progress": true,
+         "templates": {"disk": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"phase": "copying"}}},
+         "successConditions": ["disk.data.phase == 'copied'"]},
+        {"name": "switch-over",
+         "templates": {"switch": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"ready": "no"}}},
+         "successConditions": ["to.status.status == 'Available'", "switch.data.ready == 'yes'"]}
+    ]))
+    .await;
+    let migration = || the_migration(&migrations);
     let state_is = |want: &'static str, stage: &'static str| {
         move || async move {
             migration().await.is_some_and(|m| {
@@ -741,6 +773,47 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
         migration().await.is_none()
     })
     .await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_migration_whose_condition_can_never_hold_fails_and_the_vm_stays() {
+    // `disk.data.phase` is a string, never a bool: the condition can never hold.
+    let VmMove {
+        env,
+        consumer,
+        x86,
+        arm: _,
+        remote,
+        migrations,
+    } = vm_moved_to_arm64(json!([
+        {"name": "copy-disk",
+         "templates": {"disk": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"phase": "copying"}}},
+         "successConditions": ["disk.data.phase"]}
+    ]))
+    .await;
+    eventually(WAIT, "the Migration Failed", || async {
+        the_migration(&migrations)
+            .await
+            .is_some_and(|m| m.data["status"]["state"] == "Failed")
+    })
+    .await;
+    let m = the_migration(&migrations).await.expect("migration");
+    let ready = m.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap_or_else(|| panic!("no Ready condition: {}", m.data["status"]));
+    assert_eq!(ready["status"], "False", "{ready}");
+    assert_eq!(m.data["status"]["stage"], "copy-disk");
+    // The VM stays where it was: the x86 copy serves the consumer, which still names x86.
+    assert!(exists(&x86, &remote).await, "the old copy was deleted");
+    assert!(
+        provider_is(&consumer, "test-vm", "provider#x86").await,
+        "the consumer object moved to a provider the migration never reached"
+    );
     env.stop().await;
 }
 
