@@ -441,7 +441,7 @@ impl Tenancy {
         if obj.get("spec").is_none_or(|s| !s.is_object()) {
             obj["spec"] = json!({});
         }
-        let parent_ref = self.workspace_type_of(&state, cluster).await;
+        let parent_ref = self.workspace_type_of(&state, cluster, false).await;
         let parent_type = self.workspace_type_at(&state, &parent_ref).await;
         let given = &obj["spec"]["type"];
         let child_ref = match given["name"].as_str().filter(|n| !n.is_empty()) {
@@ -542,7 +542,9 @@ impl Tenancy {
     }
 
     /// The type of the workspace that is logical cluster `cluster` (`root` for root).
-    async fn workspace_type_of(&self, state: &Tenancy, cluster: &str) -> TypeRef {
+    /// `cached` reads the Workspace as the watch cache last saw it (its type never changes once
+    /// it exists), for paths that run on every request.
+    async fn workspace_type_of(&self, state: &Tenancy, cluster: &str, cached: bool) -> TypeRef {
         let universal = TypeRef::new("universal", "");
         if cluster == ROOT_CLUSTER {
             return TypeRef::new("root", "");
@@ -561,11 +563,13 @@ impl Tenancy {
         else {
             return universal;
         };
-        match state
-            .store
-            .get(&format!("/tenancy.kcp.io/workspaces/{parent}/{name}"))
-            .await
-        {
+        let key = format!("/tenancy.kcp.io/workspaces/{parent}/{name}");
+        let read = if cached {
+            state.store.get_cached(&key).await
+        } else {
+            state.store.get(&key).await
+        };
+        match read {
             Ok(Some(kv)) => objects::decode_stored(&kv.value)
                 .ok()
                 .and_then(|v| TypeRef::from_json(&v["spec"]["type"]))
@@ -581,7 +585,7 @@ impl Tenancy {
         if cluster == ROOT_CLUSTER {
             return None;
         }
-        let t = self.workspace_type_of(self, cluster).await;
+        let t = self.workspace_type_of(self, cluster, true).await;
         let ClusterTarget::Name(type_cluster) =
             self.resolve(ClusterTarget::Name(t.path.clone())).ok()?
         else {
