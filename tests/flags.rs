@@ -33,34 +33,6 @@ async fn admin(server: &Server, method: Method, path: &str, body: Value) -> (u16
     (reply.status.as_u16(), reply.json())
 }
 
-/// `(status, body)` of a request with a bearer token and no client certificate.
-async fn with_token(
-    server: &Server,
-    ca: &str,
-    token: &str,
-    method: Method,
-    path: &str,
-    body: Value,
-) -> (u16, Value) {
-    let client = apiserver::client::ClientConfig::new(server.address, ca, None).expect("client");
-    let mut conn = client.connect().await.expect("connect");
-    let auth = format!("Bearer {token}");
-    let reply = conn
-        .send_with_headers(
-            method,
-            path,
-            &[
-                ("authorization", &auth),
-                ("content-type", "application/json"),
-                ("accept", "application/json"),
-            ],
-            body.to_string(),
-        )
-        .await
-        .expect("request");
-    (reply.status.as_u16(), reply.json())
-}
-
 fn configmap(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})
 }
@@ -201,7 +173,15 @@ async fn service_account_tokens_follow_the_key_issuer_and_audiences_given() {
 
     let whoami = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
     let ssr = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
-    let (code, body) = with_token(&server, &ca, &token, Method::POST, ssr, whoami.clone()).await;
+    let (code, body) = common::with_bearer(
+        server.address,
+        &ca,
+        &token,
+        Method::POST,
+        ssr,
+        &whoami.clone(),
+    )
+    .await;
     assert_eq!(code, 201, "{body}");
     assert_eq!(
         body["status"]["userInfo"]["username"],
@@ -209,12 +189,21 @@ async fn service_account_tokens_follow_the_key_issuer_and_audiences_given() {
     );
     // The same key after a restart: the token still holds. Another key: it no longer does.
     server.restart(&own);
-    let (code, _) = with_token(&server, &ca, &token, Method::POST, ssr, whoami.clone()).await;
+    let (code, _) = common::with_bearer(
+        server.address,
+        &ca,
+        &token,
+        Method::POST,
+        ssr,
+        &whoami.clone(),
+    )
+    .await;
     assert_eq!(code, 201);
     let other_flags = flags(&other_key);
     let other: Vec<&str> = other_flags.iter().map(String::as_str).collect();
     server.restart(&other);
-    let (code, _) = with_token(&server, &ca, &token, Method::POST, ssr, whoami).await;
+    let (code, _) =
+        common::with_bearer(server.address, &ca, &token, Method::POST, ssr, &whoami).await;
     assert_eq!(code, 401, "a token of another signing key was accepted");
 }
 

@@ -10,7 +10,6 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use apiserver::workspace_authn::issuer::DevIssuer;
-use bytes::Bytes;
 use http::Method;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -51,6 +50,11 @@ async fn create(client: kube::Client, r: &ApiResource, obj: Value) {
         .unwrap_or_else(|e| panic!("creating a {}: {e}", r.kind));
 }
 
+/// The CA of `env`'s serving certificate.
+fn ca_of(env: &common::KubeEnv) -> String {
+    std::fs::read_to_string(env.dir.path().join("data/pki/ca.crt")).expect("ca")
+}
+
 /// `(status, body)` of a request with `token` as its bearer token.
 async fn with_token(
     env: &common::KubeEnv,
@@ -59,47 +63,41 @@ async fn with_token(
     path: &str,
     body: Value,
 ) -> (u16, Value) {
-    let ca = std::fs::read_to_string(env.dir.path().join("data/pki/ca.crt")).expect("ca");
-    let client =
-        apiserver::client::ClientConfig::new(env.server.address, &ca, None).expect("client");
-    let mut conn = client.connect().await.expect("connect");
-    let auth = format!("Bearer {token}");
-    let body = if body.is_null() {
-        Bytes::new()
-    } else {
-        Bytes::from(body.to_string())
-    };
-    let reply = conn
-        .send_with_headers(
-            method,
-            path,
-            &[
-                ("authorization", &auth),
-                ("content-type", "application/json"),
-                ("accept", "application/json"),
-            ],
-            body,
-        )
-        .await
-        .expect("request");
-    (reply.status.as_u16(), reply.json())
+    common::with_bearer(env.server.address, &ca_of(env), token, method, path, &body).await
 }
 
-/// Who the server takes `token` for in workspace `path` (a SelfSubjectReview), or the status
-/// code it refuses it with.
-async fn whoami(env: &common::KubeEnv, token: &str, path: &str) -> Result<Value, u16> {
-    let (code, body) = with_token(
-        env,
+/// Who the server at `address` takes `token` for (a SelfSubjectReview under `prefix`, e.g.
+/// `/clusters/<path>`), or the status code it refuses it with.
+async fn whoami_at(
+    address: std::net::SocketAddr,
+    ca: &str,
+    prefix: &str,
+    token: &str,
+) -> Result<Value, u16> {
+    let (code, body) = common::with_bearer(
+        address,
+        ca,
         token,
         Method::POST,
-        &format!("/clusters/{path}/apis/authentication.k8s.io/v1/selfsubjectreviews"),
-        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+        &format!("{prefix}/apis/authentication.k8s.io/v1/selfsubjectreviews"),
+        &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
     )
     .await;
     match code {
         201 | 200 => Ok(body["status"]["userInfo"].clone()),
         c => Err(c),
     }
+}
+
+/// Who `env` takes `token` for in workspace `path`, or the status code it refuses it with.
+async fn whoami(env: &common::KubeEnv, token: &str, path: &str) -> Result<Value, u16> {
+    whoami_at(
+        env.server.address,
+        &ca_of(env),
+        &format!("/clusters/{path}"),
+        token,
+    )
+    .await
 }
 
 fn jwt(issuer: &DevIssuer, username: Value, groups: Value, audiences: &[&str]) -> Value {
@@ -628,27 +626,10 @@ async fn workspace_authenticators_map_tokens_as_kube_apiserver_maps_them() {
     .await;
     env.workspace("root:corp", "team", "root:corp:acme").await;
 
+    let (kube_address, kube_ca) = (kube.address, kube.pki.ca_cert_pem().to_string());
     let kube_whoami = |token: String| {
-        let client =
-            apiserver::client::ClientConfig::new(kube.address, kube.pki.ca_cert_pem(), None)
-                .expect("client");
-        async move {
-            let mut conn = client.connect().await.expect("connect");
-            let reply = conn
-                .send_with_headers(
-                    Method::POST,
-                    "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-                    &[("authorization", &format!("Bearer {token}")),
-                      ("content-type", "application/json"), ("accept", "application/json")],
-                    Bytes::from(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).to_string()),
-                )
-                .await
-                .expect("request");
-            match reply.status.as_u16() {
-                200 | 201 => Ok(reply.json()["status"]["userInfo"].clone()),
-                c => Err(c),
-            }
-        }
+        let ca = kube_ca.clone();
+        async move { whoami_at(kube_address, &ca, "", &token).await }
     };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

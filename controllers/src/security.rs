@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -70,6 +70,9 @@ pub enum SecurityError {
     /// The store extension point failed.
     #[error("authorization store for {0}: {1}")]
     Store(String, String),
+    /// An object of the organisation in `root:orgs` could not be written.
+    #[error(transparent)]
+    Ensure(#[from] crate::ensure::EnsureError),
 }
 
 fn kube_error(context: &str) -> impl FnOnce(kube::Error) -> SecurityError + '_ {
@@ -77,6 +80,28 @@ fn kube_error(context: &str) -> impl FnOnce(kube::Error) -> SecurityError + '_ {
         context: context.to_string(),
         source,
     }
+}
+
+/// Creates `<kind> <name>` with `spec` through `api`, or replaces the stored one whose spec
+/// differs (the initializer owns the whole spec).
+async fn ensure_spec(
+    api: &Api<DynamicObject>,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    spec: Value,
+) -> Result<(), SecurityError> {
+    let wanted = json!({"apiVersion": api_version, "kind": kind,
+                        "metadata": {"name": name}, "spec": spec});
+    crate::ensure::ensure(api, wanted, |stored| {
+        (stored.data["spec"] != spec).then(|| {
+            let mut updated = stored.clone();
+            updated.data["spec"] = spec.clone();
+            updated
+        })
+    })
+    .await?;
+    Ok(())
 }
 
 /// The extension point for an organisation's (and its accounts') authorization store: upstream
@@ -500,41 +525,14 @@ impl SecurityInitializer {
                 "workspaceauthenticationconfigurations",
             ),
         );
-        let spec = self.options.authentication_spec(org, client_ids);
-        match configs.get_opt(org).await.map_err(kube_error(
-            "reading the organisation's WorkspaceAuthenticationConfiguration",
-        ))? {
-            Some(have) if have.data["spec"] == spec => {}
-            Some(_) => {
-                configs
-                    .patch(
-                        org,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"spec": spec})),
-                    )
-                    .await
-                    .map_err(kube_error(
-                        "updating the WorkspaceAuthenticationConfiguration",
-                    ))?;
-            }
-            None => {
-                let obj: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "tenancy.kcp.io/v1alpha1",
-                    "kind": "WorkspaceAuthenticationConfiguration",
-                    "metadata": {"name": org}, "spec": spec,
-                }))
-                .map_err(|e| SecurityError::BadUrl(org.to_string(), e.to_string()))?;
-                match configs.create(&PostParams::default(), &obj).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => {
-                        return Err(kube_error(
-                            "creating the WorkspaceAuthenticationConfiguration",
-                        )(e))
-                    }
-                }
-            }
-        }
+        ensure_spec(
+            &configs,
+            "tenancy.kcp.io/v1alpha1",
+            "WorkspaceAuthenticationConfiguration",
+            org,
+            self.options.authentication_spec(org, client_ids),
+        )
+        .await?;
         let types: Api<DynamicObject> = Api::all_with(
             self.kcp.workspace(ORGS),
             &ar(
@@ -588,33 +586,14 @@ impl SecurityInitializer {
             {"clientName": "kubectl", "clientType": "public",
              "redirectUris": ["http://localhost:8000/*", "http://localhost:18000/*"]},
         ]});
-        match api.get_opt(org).await.map_err(kube_error(
-            "reading the organisation's IdentityProviderConfiguration",
-        ))? {
-            Some(have) if have.data["spec"] == spec => Ok(()),
-            Some(_) => api
-                .patch(
-                    org,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": spec})),
-                )
-                .await
-                .map(|_| ())
-                .map_err(kube_error("updating the IdentityProviderConfiguration")),
-            None => {
-                let obj: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "core.platform-mesh.io/v1alpha1",
-                    "kind": "IdentityProviderConfiguration",
-                    "metadata": {"name": org}, "spec": spec,
-                }))
-                .map_err(|e| SecurityError::BadUrl(org.to_string(), e.to_string()))?;
-                match api.create(&PostParams::default(), &obj).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                    Err(e) => Err(kube_error("creating the IdentityProviderConfiguration")(e)),
-                }
-            }
-        }
+        ensure_spec(
+            &api,
+            "core.platform-mesh.io/v1alpha1",
+            "IdentityProviderConfiguration",
+            org,
+            spec,
+        )
+        .await
     }
 
     /// Removes `root:security` from the LogicalCluster's initializers (only that name: the

@@ -459,3 +459,38 @@ pub fn start_virtual_workspaces(
     let address = reported.split('/').next().unwrap_or_default().to_string();
     VirtualWorkspaces { child, address }
 }
+
+/// `(status, JSON body)` of one request to the server at `address` (whose serving certificate
+/// `ca` signs) with `token` as its bearer token and no client certificate; `body` is sent as
+/// JSON unless it is null.
+pub async fn with_bearer(
+    address: std::net::SocketAddr,
+    ca: &str,
+    token: &str,
+    method: http::Method,
+    path: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let client = apiserver::client::ClientConfig::new(address, ca, None).expect("client");
+    let mut conn = client.connect().await.expect("connect");
+    let auth = format!("Bearer {token}");
+    let body = if body.is_null() {
+        String::new()
+    } else {
+        body.to_string()
+    };
+    let reply = conn
+        .send_with_headers(
+            method,
+            path,
+            &[
+                ("authorization", &auth),
+                ("content-type", "application/json"),
+                ("accept", "application/json"),
+            ],
+            body,
+        )
+        .await
+        .expect("request");
+    (reply.status.as_u16(), reply.json())
+}

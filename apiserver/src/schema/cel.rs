@@ -374,13 +374,25 @@ pub fn check_expression(src: &str) -> Result<(), CelError> {
     compile(src).map(|_| ()).map_err(CelError::Compile)
 }
 
+/// A JSON value as CEL sees it without a schema, for [`evaluate_values`]: converted once, it
+/// serves every expression evaluated over it.
+pub fn cel_value(v: &Value) -> cel::Value {
+    to_cel(v, None, false)
+}
+
 /// Evaluates `src` with the given variables (JSON values, converted without a schema).
 pub fn evaluate(src: &str, vars: &[(&str, &Value)]) -> Result<cel::Value, CelError> {
+    let vars: Vec<(&str, cel::Value)> = vars.iter().map(|(n, v)| (*n, cel_value(v))).collect();
+    evaluate_values(src, &vars)
+}
+
+/// Evaluates `src` with the given variables, already CEL values ([`cel_value`]).
+pub fn evaluate_values(src: &str, vars: &[(&str, cel::Value)]) -> Result<cel::Value, CelError> {
     let program = compile(src).map_err(CelError::Compile)?;
     BASE.with(|base| {
         let mut ctx = base.new_inner_scope();
         for (name, value) in vars {
-            ctx.add_variable_from_value(*name, to_cel(value, None, false));
+            ctx.add_variable_from_value(*name, value.clone());
         }
         execute(&program, &ctx).map_err(CelError::Eval)
     })

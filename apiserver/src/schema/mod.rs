@@ -33,7 +33,9 @@ mod tests_prune_default;
 #[cfg(test)]
 mod tests_validate;
 
-pub use self::cel::{check_expression, evaluate, validate_cel, CelError};
+pub use self::cel::{
+    cel_value, check_expression, evaluate, evaluate_values, validate_cel, CelError,
+};
 pub use defaults::default;
 pub use prune::prune;
 pub use validate::validate;

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::config::{JwtAuthenticator, PrefixedClaimOrExpression};
-use crate::schema::evaluate;
+use crate::schema::{cel_value, evaluate_values};
 
 /// Leeway on `nbf`, as go-oidc allows.
 const NOT_BEFORE_LEEWAY: i64 = 300;
@@ -210,8 +210,9 @@ fn string_claim(claims: &Map<String, Value>, name: &str, what: &str) -> Result<S
     }
 }
 
-fn eval(src: &str, name: &str, value: &Value) -> Result<cel::Value, TokenError> {
-    evaluate(src, &[(name, value)]).map_err(|e| TokenError::Expression(e.to_string()))
+fn eval(src: &str, name: &str, value: &cel::Value) -> Result<cel::Value, TokenError> {
+    evaluate_values(src, &[(name, value.clone())])
+        .map_err(|e| TokenError::Expression(e.to_string()))
 }
 
 fn string_list(v: &cel::Value, what: &str) -> Result<Vec<String>, TokenError> {
@@ -235,7 +236,7 @@ fn string_list(v: &cel::Value, what: &str) -> Result<Vec<String>, TokenError> {
 fn username(
     m: &PrefixedClaimOrExpression,
     claims: &Map<String, Value>,
-    all: &Value,
+    all: &cel::Value,
 ) -> Result<String, TokenError> {
     if !m.expression.is_empty() {
         return match eval(&m.expression, "claims", all)? {
@@ -269,7 +270,8 @@ fn username(
 
 /// Maps the claims of a verified token to a user and runs the rules.
 pub fn map_user(a: &JwtAuthenticator, claims: &Map<String, Value>) -> Result<User, TokenError> {
-    let all = Value::Object(claims.clone());
+    // The claims as CEL sees them, converted once for every expression of the authenticator.
+    let all = cel_value(&Value::Object(claims.clone()));
     let m = &a.claim_mappings;
     let mut user = User {
         username: username(&m.username, claims, &all)?,
@@ -359,9 +361,9 @@ pub fn map_user(a: &JwtAuthenticator, claims: &Map<String, Value>) -> Result<Use
         }
     }
     if !a.user_validation_rules.is_empty() {
-        let info = serde_json::json!({
+        let info = cel_value(&serde_json::json!({
             "username": user.username, "uid": user.uid, "groups": user.groups, "extra": user.extra,
-        });
+        }));
         for r in &a.user_validation_rules {
             rule(
                 &r.expression,
@@ -375,7 +377,13 @@ pub fn map_user(a: &JwtAuthenticator, claims: &Map<String, Value>) -> Result<Use
     Ok(user)
 }
 
-fn rule(src: &str, message: &str, var: &str, value: &Value, what: &str) -> Result<(), TokenError> {
+fn rule(
+    src: &str,
+    message: &str,
+    var: &str,
+    value: &cel::Value,
+    what: &str,
+) -> Result<(), TokenError> {
     match eval(src, var, value)? {
         cel::Value::Bool(true) => Ok(()),
         cel::Value::Bool(false) => Err(TokenError::Rule(format!(
