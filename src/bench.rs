@@ -95,16 +95,32 @@ impl ChildServer {
             .stderr(Stdio::piped())
             .spawn()?;
         let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
-        let mut lines = BufReader::new(stderr).lines();
-        let address = loop {
-            let line = lines
-                .next()
-                .ok_or_else(|| anyhow!("server exited before listening"))??;
-            if let Some(rest) = line.strip_prefix("platform-mesh is serving on https://") {
-                break rest.trim().parse()?;
+        // The address line is read on a thread of its own (which then drains the rest), so a
+        // server that neither listens nor exits fails the benchmark after a minute.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stderr).lines();
+            for line in lines.by_ref() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix("platform-mesh is serving on https://") {
+                    let _ = tx.send(rest.trim().to_string());
+                    break;
+                }
+            }
+            for _ in lines {}
+        });
+        let address = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(address) => address.parse()?,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = child.wait();
+                return Err(anyhow!("the server {args:?} exited before listening"));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(anyhow!("the server {args:?} did not listen within 60 s"));
             }
         };
-        std::thread::spawn(move || for _ in lines.by_ref() {});
         Ok(ChildServer {
             child,
             address,
@@ -293,17 +309,29 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
         opts.seconds, opts.connections
     );
     let wanted = |s: &str| opts.only.is_empty() || opts.only.iter().any(|o| o == s);
+    // Progress on stderr (the report is stdout): each section as it starts.
+    let started = Instant::now();
+    let progress = |section: &str| {
+        eprintln!(
+            "bench: {section} (after {:.0} s)",
+            started.elapsed().as_secs_f64()
+        )
+    };
     let mut rows = Vec::new();
     if wanted("serving") {
+        progress("serving");
         rows.extend(serving(&opts, &tmp).await?);
     }
     if wanted("admission") {
+        progress("admission");
         rows.extend(admission(&opts, &tmp).await?);
     }
     if wanted("claims") {
+        progress("claims");
         rows.extend(crate::bench_claims::claims(&opts, &tmp).await?);
     }
     if wanted("workspaces") {
+        progress("workspaces");
         let t = workspace_tree(&tmp.join("workspaces"), opts.workspaces, opts.writers).await?;
         rows.push(format!(
             "| workspaces created, {} under one parent, {} clients | {:.0} workspaces/s ({:.1} s; all Ready after {:.1} s) | target 1,000/s (kcp: `--only kcp`) |",
@@ -321,12 +349,15 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
         ));
     }
     if wanted("overload") {
+        progress("overload");
         rows.extend(overload(&opts, &tmp).await?);
     }
     if wanted("broker") {
+        progress("broker");
         rows.extend(crate::bench_broker::broker(&opts, &tmp).await?);
     }
     if wanted("etcd") {
+        progress("etcd");
         #[cfg(feature = "etcd")]
         rows.extend(crate::bench_scale::scale(&opts, &tmp).await?);
         #[cfg(not(feature = "etcd"))]
@@ -337,9 +368,11 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
         }
     }
     if wanted("attacks") {
+        progress("attacks");
         rows.extend(crate::bench_attacks::attacks(&opts, &tmp).await?);
     }
     if wanted("views") {
+        progress("views");
         rows.extend(crate::bench_views::views(&opts, &tmp).await?);
     }
     // Beside the real kube-apiserver: only when asked for (it needs the Go peers of
@@ -406,6 +439,39 @@ async fn serving(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>>
         }
     }
     list_times.sort();
+    // The same LIST asked gzipped (as client-go asks): bytes on the wire, time to the last
+    // byte, and the client's time to unpack.
+    let mut gzip_times = Vec::new();
+    let mut unpack_times = Vec::new();
+    let mut gzip_bytes = 0;
+    for _ in 0..20 {
+        let t = Instant::now();
+        let r = conn
+            .send_with_headers(
+                Method::GET,
+                "/api/v1/namespaces/default/configmaps",
+                &[("accept-encoding", "gzip")],
+                Vec::new(),
+            )
+            .await?;
+        gzip_times.push(t.elapsed());
+        if r.status != 200 || r.headers.get("content-encoding").is_none() {
+            return Err(anyhow!("gzipped list: {} {:?}", r.status, r.headers));
+        }
+        gzip_bytes = r.body.len();
+        let t = Instant::now();
+        let mut plain = Vec::with_capacity(list_bytes);
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&r.body[..]), &mut plain)?;
+        unpack_times.push(t.elapsed());
+        if plain.len() != list_bytes {
+            return Err(anyhow!(
+                "gzipped list unpacks to {} bytes, plain is {list_bytes}",
+                plain.len()
+            ));
+        }
+    }
+    gzip_times.sort();
+    unpack_times.sort();
     drop(server);
 
     // Durable creates with 64 concurrent clients (redb, fsync on commit).
@@ -455,6 +521,17 @@ async fn serving(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>>
             list_bytes as f64 / 1048576.0,
             ms(percentile(&list_times, 0.5)),
             ms(percentile(&list_times, 0.99))
+        ),
+        format!(
+            "| LIST {} x 1 KiB gzipped (`Accept-Encoding: gzip`) | {:.2} MiB on the wire ({:.0}% of {:.1} MiB); median {} to the last byte, p99 {}; client unpacks in {} | plain, same run: median {} (on loopback, where bytes cost nothing) |",
+            opts.list_objects,
+            gzip_bytes as f64 / 1048576.0,
+            gzip_bytes as f64 * 100.0 / list_bytes.max(1) as f64,
+            list_bytes as f64 / 1048576.0,
+            ms(percentile(&gzip_times, 0.5)),
+            ms(percentile(&gzip_times, 0.99)),
+            ms(percentile(&unpack_times, 0.5)),
+            ms(percentile(&list_times, 0.5))
         ),
         format!(
             "| durable creates, {} clients | {:.0} creates/s, p99 {} | target >= 3,000/s |",
@@ -861,8 +938,11 @@ async fn workspace_tree(dir: &Path, n: usize, writers: usize) -> anyhow::Result<
         let ready = list.json()["items"].as_array().map_or(0, |a| {
             a.iter().filter(|w| w["status"]["phase"] == "Ready").count()
         });
-        if ready >= n || started.elapsed() > Duration::from_secs(600) {
+        if ready >= n {
             break started.elapsed().as_secs_f64();
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err(anyhow!("{ready} of {n} workspaces Ready after 10 min"));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
@@ -884,8 +964,11 @@ async fn workspace_tree(dir: &Path, n: usize, writers: usize) -> anyhow::Result<
         let r = conn
             .get("/clusters/root:orgs/apis/tenancy.kcp.io/v1alpha1/workspaces/bulk")
             .await?;
-        if r.status == 404 || started.elapsed() > Duration::from_secs(1200) {
+        if r.status == 404 {
             break;
+        }
+        if started.elapsed() > Duration::from_secs(1200) {
+            return Err(anyhow!("root:orgs:bulk still there after 20 min"));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -78,7 +78,7 @@ fn watch(
     let mut config = root.clone();
     config.cluster_url = format!(
         "{}/clusters/{workspace}",
-        root.cluster_url.to_string().trim_end_matches('/')
+        controllers::platformmesh::kcp::base_address(&root.cluster_url.to_string())
     )
     .parse()?;
     let client = kube::Client::try_from(config)?;

@@ -194,6 +194,7 @@ async fn fan_out(client: &ClientConfig, seconds: u64) -> anyhow::Result<(Vec<u32
         .ok_or_else(|| anyhow!("list without resourceVersion: {listed}"))?
         .to_string();
     let until = Instant::now() + Duration::from_secs(seconds + 15);
+    let total = (FANOUT_RATE * seconds) as usize;
     let path = format!(
         "/api/v1/namespaces/default/configmaps?watch=1&labelSelector=bench%3Dfanout&resourceVersion={rv}"
     );
@@ -202,12 +203,12 @@ async fn fan_out(client: &ClientConfig, seconds: u64) -> anyhow::Result<(Vec<u32
         tasks.push(tokio::spawn(follow_watch(
             senders[w / PER_CONNECTION].clone(),
             path.to_string(),
+            total,
             until,
         )));
     }
     // Let every watch be established before the first write.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let total = (FANOUT_RATE * seconds) as usize;
     let started = Instant::now();
     for i in 0..total {
         let due = started + Duration::from_secs_f64(i as f64 / FANOUT_RATE as f64);

@@ -119,10 +119,12 @@ impl CpuMeter {
     }
 }
 
-/// Reads one watch response line by line, recording the delay of every event carrying `sent`.
+/// Reads one watch response line by line, recording the delay of every event carrying `sent`,
+/// until `expect` of them arrived or `until` passed (then the missing ones show as undelivered).
 pub(crate) async fn follow_watch(
     mut sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
     path: String,
+    expect: usize,
     until: Instant,
 ) -> anyhow::Result<Vec<u32>> {
     sender.ready().await?;
@@ -137,7 +139,7 @@ pub(crate) async fn follow_watch(
     let mut body = resp.into_body();
     let mut delays = Vec::new();
     let mut pending = Vec::new();
-    loop {
+    while delays.len() < expect {
         let left = until.saturating_duration_since(Instant::now());
         let frame = match tokio::time::timeout(left, body.frame()).await {
             Err(_) | Ok(None) => return Ok(delays),
@@ -155,6 +157,7 @@ pub(crate) async fn follow_watch(
             }
         }
     }
+    Ok(delays)
 }
 
 /// The `"sent":"<micros>"` a benchmark object carries.
@@ -168,8 +171,9 @@ fn sent_of(line: &[u8]) -> Option<u64> {
         .ok()
 }
 
-/// Delays (µs) of the writes as one raw etcd watch on the server's prefix sees them.
-async fn raw_watch(endpoint: String, until: Instant) -> anyhow::Result<Vec<u32>> {
+/// Delays (µs) of the writes as one raw etcd watch on the server's prefix sees them, until
+/// `expect` of them arrived or `until` passed.
+async fn raw_watch(endpoint: String, expect: usize, until: Instant) -> anyhow::Result<Vec<u32>> {
     let mut client = etcd_client::Client::connect([endpoint], None).await?;
     let mut stream = client
         .watch(
@@ -178,7 +182,7 @@ async fn raw_watch(endpoint: String, until: Instant) -> anyhow::Result<Vec<u32>>
         )
         .await?;
     let mut delays = Vec::new();
-    loop {
+    while delays.len() < expect {
         let left = until.saturating_duration_since(Instant::now());
         let msg = match tokio::time::timeout(left, stream.message()).await {
             Err(_) | Ok(Ok(None)) => return Ok(delays),
@@ -192,6 +196,7 @@ async fn raw_watch(endpoint: String, until: Instant) -> anyhow::Result<Vec<u32>>
             }
         }
     }
+    Ok(delays)
 }
 
 pub(crate) fn micros_ms(sorted: &[u32], p: f64) -> String {
@@ -295,6 +300,9 @@ pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result
     }
     let seconds = opts.seconds.max(10);
     let until = Instant::now() + Duration::from_secs(seconds + 20);
+    // Writes go round-robin to the workspaces: workspace `i` gets every `spaces`-th of them.
+    let total = rate as usize * seconds as usize;
+    let writes_to = |i: usize| total / spaces + usize::from(i < total % spaces);
     let mut tasks = Vec::new();
     for w in 0..watchers {
         let ws = &names[w % spaces];
@@ -304,17 +312,17 @@ pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result
         tasks.push(tokio::spawn(follow_watch(
             senders[w / per_connection].clone(),
             path,
+            writes_to(w % spaces),
             until,
         )));
     }
-    let raw_task = tokio::spawn(raw_watch(endpoint.clone(), until));
+    let raw_task = tokio::spawn(raw_watch(endpoint.clone(), total, until));
     // Let every watch get established (a list of each workspace answers only after them).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_watching = rss_of(server.child_id());
 
     // Open loop: `rate` creates per second from 16 connections.
     let writers = 16;
-    let total = rate as usize * seconds as usize;
     let started = Instant::now();
     let mut writes = Vec::new();
     let names = Arc::new(names);

@@ -8,6 +8,7 @@ use controllers::broker::generic::Brokered;
 use controllers::broker::parse_kind;
 use controllers::broker::wiring::{kubeconfig_cluster, kubeconfig_clusters, Broker, BrokerOptions};
 use controllers::providers::FixedClusters;
+use controllers::runtime::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 
@@ -55,6 +56,25 @@ pub struct BrokerArgs {
     /// Concurrent reconciles per brokered kind.
     #[arg(long, default_value_t = 8)]
     workers: usize,
+    /// Where to serve Prometheus metrics (`/metrics`, plain HTTP), e.g. `:8080`; `0` for none.
+    #[arg(long, default_value = "0")]
+    metrics_bind_address: String,
+    /// Where to serve the health probes (`/healthz`, `/readyz`, plain HTTP), e.g. `:8081`; `0`
+    /// for none (upstream's manager defaults to `:8081`; here it is asked for, so that several
+    /// brokers on one machine do not collide).
+    #[arg(long, default_value = "0")]
+    health_probe_bind_address: String,
+    /// Broker only while holding a Lease, so that of several replicas one works at a time. The
+    /// Lease is in --coordination-kubeconfig's cluster, or with --kcp-kubeconfig in
+    /// --platform-workspace.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the Lease (created when missing).
+    #[arg(long, default_value = "default")]
+    leader_election_namespace: String,
+    /// Name of the Lease: upstream's leader-election id.
+    #[arg(long, default_value = "c8c3e66c.platform-mesh.io")]
+    leader_election_id: String,
 }
 
 /// Reads the flags into the broker's clusters.
@@ -143,6 +163,7 @@ async fn options(args: &BrokerArgs) -> anyhow::Result<BrokerOptions> {
         compute,
         kinds,
         workers: args.workers,
+        metrics: Default::default(),
     })
 }
 
@@ -151,16 +172,210 @@ pub async fn run(
     args: BrokerArgs,
     shutdown: impl std::future::Future<Output = anyhow::Result<()>>,
 ) -> anyhow::Result<()> {
-    let broker = Broker::new(options(&args).await?).map_err(anyhow::Error::msg)?;
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(broker.run(stop.clone()));
-    eprintln!(
-        "platform-mesh broker is running for {}",
-        args.watch_kinds.join(", ")
-    );
-    tokio::select! {
-        r = shutdown => { stop.cancel(); r?; }
-        r = running => { r.context("the broker task")?.map_err(anyhow::Error::msg)?; }
+    let metrics = controllers::runtime::Metrics::default();
+    let status = LeaderStatus::default();
+    // Checked before anything starts: a flag that cannot work fails at once.
+    let election = match args.leader_elect {
+        true => Some(lease_client(&args).await?),
+        false => None,
+    };
+    let metrics_address = bind_address(&args.metrics_bind_address, "--metrics-bind-address")?;
+    let probe_address = bind_address(
+        &args.health_probe_bind_address,
+        "--health-probe-bind-address",
+    )?;
+    let mut endpoints = Vec::new();
+    if let Some(address) = metrics_address {
+        let registry = {
+            let mut registry = prometheus_client::registry::Registry::default();
+            metrics.register(&mut registry);
+            status.register(&mut registry);
+            Arc::new(registry)
+        };
+        endpoints.push(serve_plain(address, "metrics", Endpoint::Metrics(registry)).await?);
     }
-    Ok(())
+    if let Some(address) = probe_address {
+        endpoints.push(serve_plain(address, "health probes", Endpoint::Probes).await?);
+    }
+    let stop = CancellationToken::new();
+    let work = async {
+        let Some((client, namespace)) = election else {
+            eprintln!(
+                "platform-mesh broker is running for {}",
+                args.watch_kinds.join(", ")
+            );
+            return broker_until(&args, &metrics, stop.clone()).await;
+        };
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        let config = LeaderElectionConfig::new(
+            &namespace,
+            &args.leader_election_id,
+            &format!("{host}_{}", uuid::Uuid::new_v4()),
+        );
+        ensure_namespace(&client, &namespace).await;
+        let elector = LeaderElector::new(client, config).with_status(status.clone());
+        while let Some(leadership) = elector.acquire(&stop).await {
+            eprintln!(
+                "platform-mesh broker leads ({}/{}) and is running for {}",
+                namespace,
+                args.leader_election_id,
+                args.watch_kinds.join(", ")
+            );
+            let lost = leadership.lost();
+            let worked = broker_until(&args, &metrics, lost.clone()).await;
+            if let Err(e) = leadership.release().await {
+                tracing::warn!(error = %e, "releasing the lease failed");
+            }
+            worked?;
+            if stop.is_cancelled() {
+                break;
+            }
+            tracing::warn!("leadership lost: the broker stopped and campaigns again");
+        }
+        Ok(())
+    };
+    tokio::pin!(work);
+    let result = tokio::select! {
+        r = shutdown => {
+            stop.cancel();
+            // Let the broker stop and a leader give its Lease up.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(10), &mut work).await;
+            r
+        }
+        r = &mut work => r,
+    };
+    for e in endpoints {
+        e.abort();
+    }
+    result
+}
+
+/// Runs the broker until `stop` is cancelled (or it fails).
+async fn broker_until(
+    args: &BrokerArgs,
+    metrics: &controllers::runtime::Metrics,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut opts = options(args).await?;
+    opts.metrics = metrics.clone();
+    let broker = Broker::new(opts).map_err(anyhow::Error::msg)?;
+    broker.run(stop).await.map_err(anyhow::Error::msg)
+}
+
+/// The client and namespace of the leader-election Lease.
+async fn lease_client(args: &BrokerArgs) -> anyhow::Result<(kube::Client, String)> {
+    let path = match (&args.coordination_kubeconfig, &args.kcp_kubeconfig) {
+        (Some(path), _) => path.clone(),
+        (None, Some(path)) => path.clone(),
+        (None, None) => bail!(
+            "--leader-elect keeps its Lease in the coordination cluster: give --coordination-kubeconfig (or --kcp-kubeconfig)"
+        ),
+    };
+    let kc = Kubeconfig::read_from(&path).with_context(|| format!("reading kubeconfig {path}"))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("kubeconfig {path}"))?;
+    if args.coordination_kubeconfig.is_none() {
+        // On kcp the Lease is the platform workspace's.
+        let base = controllers::platformmesh::kcp::base_address(&config.cluster_url.to_string());
+        config.cluster_url = format!("{base}/clusters/{}", args.platform_workspace)
+            .parse()
+            .context("the platform workspace's address")?;
+    }
+    let client = kube::Client::try_from(config).context("the Lease's cluster")?;
+    Ok((client, args.leader_election_namespace.clone()))
+}
+
+/// Creates the Lease's namespace when missing; a refusal is left for the election to report.
+async fn ensure_namespace(client: &kube::Client, name: &str) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let namespace = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    if let Err(e) = api.create(&Default::default(), &namespace).await {
+        tracing::debug!(namespace = %name, error = %e, "creating the Lease's namespace");
+    }
+}
+
+/// `:8081` (every interface), `127.0.0.1:0` or `0` (none), as controller-runtime reads them.
+fn bind_address(s: &str, flag: &str) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    if s == "0" || s.is_empty() {
+        return Ok(None);
+    }
+    let full = match s.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => s.to_string(),
+    };
+    full.parse()
+        .map(Some)
+        .with_context(|| format!("{flag} {s:?}: give host:port, :port, or 0 for none"))
+}
+
+/// What a plain-HTTP endpoint of the broker serves.
+#[derive(Clone)]
+enum Endpoint {
+    /// `/metrics`.
+    Metrics(Arc<prometheus_client::registry::Registry>),
+    /// `/healthz` and `/readyz`.
+    Probes,
+}
+
+/// Serves `endpoint` over plain HTTP on `address`; says where on stderr.
+async fn serve_plain(
+    address: std::net::SocketAddr,
+    what: &str,
+    endpoint: Endpoint,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("listening for the {what} on {address}"))?;
+    let bound = listener.local_addr().context("the bound address")?;
+    eprintln!("platform-mesh broker serves its {what} on http://{bound}");
+    Ok(tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            };
+            let endpoint = endpoint.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                    let endpoint = endpoint.clone();
+                    async move {
+                        let (code, body) = match (&endpoint, req.uri().path()) {
+                            (Endpoint::Probes, "/healthz" | "/readyz") => (200, "ok".to_string()),
+                            (Endpoint::Metrics(registry), "/metrics") => {
+                                let mut text = String::new();
+                                match prometheus_client::encoding::text::encode(&mut text, registry)
+                                {
+                                    Ok(()) => (200, text),
+                                    Err(e) => (500, e.to_string()),
+                                }
+                            }
+                            _ => (404, "404 page not found\n".to_string()),
+                        };
+                        hyper::Response::builder()
+                            .status(code)
+                            .header("content-type", "text/plain; charset=utf-8")
+                            .body(Full::new(Bytes::from(body)))
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(tcp);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(std::time::Duration::from_secs(32))
+                    .serve_connection(io, service)
+                    .await;
+            });
+        }
+    }))
 }

@@ -33,18 +33,77 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     name = "platform-mesh",
-    version,
+    version = VERSION,
     about = "The Platform Mesh control plane"
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written to stderr: `text` (coloured only on a terminal) or `json` (one
+    /// object per line, with the request span's fields).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Verbosity, counted as kube components count it: 0 info, 4 debug, 6 trace. RUST_LOG, when
+    /// set, decides instead (e.g. `RUST_LOG=info,apiserver=debug`).
+    #[arg(
+        short = 'v',
+        long = "v",
+        global = true,
+        default_value_t = 0,
+        value_name = "LEVEL"
+    )]
+    verbosity: u8,
+}
+
+/// The version `--version` prints: the crate's version and the git commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PLATFORM_MESH_GIT_COMMIT"),
+    ")"
+);
+
+/// Log line formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the log subscriber: RUST_LOG when set, else the level `verbosity` names.
+fn init_logging(format: LogFormat, verbosity: u8) {
+    use std::io::IsTerminal as _;
+    let level = match verbosity {
+        0..=3 => "info",
+        4 | 5 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTPS Kubernetes-API server.
     Serve(Box<ServeArgs>),
+    /// Print a completion script for a shell (e.g. `source <(platform-mesh completion bash)`).
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Serve only Platform Mesh's virtual workspaces (marketplace, contentconfigurations) in
     /// front of a kcp this process does not own: kcp's workspaces, tokens and permissions.
     VirtualWorkspaces(Box<VirtualWorkspacesArgs>),
@@ -288,7 +347,65 @@ struct ServeArgs {
     #[command(flatten)]
     request_header: RequestHeaderArgs,
     #[command(flatten)]
+    audit: AuditArgs,
+    #[command(flatten)]
     controllers: operator::ControllerArgs,
+}
+
+/// kube-apiserver's audit flags (log backend).
+#[derive(clap::Args)]
+struct AuditArgs {
+    /// audit.k8s.io/v1 Policy (YAML or JSON) deciding what each request records; without it
+    /// nothing is audited.
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+    /// File the audit events go to, one JSON object per line; `-` for standard output.
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// Megabytes the audit log may grow to before it is rotated (0: 100, as kube-apiserver).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxsize: u64,
+    /// Rotated audit logs to keep (0: all).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxbackup: usize,
+    /// Days to keep rotated audit logs (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxage: u64,
+}
+
+impl AuditArgs {
+    /// The policy and the log, when both are given (as kube-apiserver, a log needs a policy).
+    fn audit(self) -> anyhow::Result<Option<Arc<apiserver::dispatch::Audit>>> {
+        let (policy, path) = match (self.audit_policy_file, self.audit_log_path) {
+            (Some(policy), Some(path)) => (policy, path),
+            (None, None) => return Ok(None),
+            (Some(_), None) => anyhow::bail!(
+                "--audit-policy-file needs --audit-log-path: where the events go (`-` for stdout)"
+            ),
+            (None, Some(_)) => anyhow::bail!(
+                "--audit-log-path needs --audit-policy-file: which requests to record and how"
+            ),
+        };
+        let bytes = std::fs::read(&policy)
+            .with_context(|| format!("reading --audit-policy-file {}", policy.display()))?;
+        let policy = apiserver::audit::Policy::from_bytes(&bytes)
+            .with_context(|| format!("--audit-policy-file {}", policy.display()))?;
+        let mut config = apiserver::audit::LogConfig::new(path);
+        // lumberjack, which kube-apiserver's log backend writes with, rotates at 100 MB when
+        // no size is given.
+        config.max_size_mb = if self.audit_log_maxsize == 0 {
+            100
+        } else {
+            self.audit_log_maxsize
+        };
+        config.max_backups = self.audit_log_maxbackup;
+        config.max_age_days = self.audit_log_maxage;
+        let writer = apiserver::audit::LogWriter::open(config).context("--audit-log-path")?;
+        Ok(Some(Arc::new(apiserver::dispatch::Audit {
+            policy,
+            writer,
+        })))
+    }
 }
 
 impl ServeArgs {
@@ -318,6 +435,7 @@ impl ServeArgs {
         opts.service_account_issuer = self.service_account_issuer;
         opts.api_audiences = self.api_audiences;
         self.request_header.apply(&mut opts);
+        opts.audit = self.audit.audit()?;
         if self.in_memory {
             opts.store = apiserver::server::StoreKind::Memory;
         }
@@ -479,10 +597,21 @@ fn user_kubeconfig(
     user: &str,
     groups: &[String],
     days: u32,
+    workspace: Option<&str>,
     out: &std::path::Path,
 ) -> anyhow::Result<()> {
     if user.trim().is_empty() {
         anyhow::bail!("--user: give the user's name");
+    }
+    if let Some(ws) = workspace {
+        if ws
+            .split(':')
+            .any(|seg| !apiserver::names::validate_dns1123_label(seg).is_empty())
+        {
+            anyhow::bail!(
+                "--workspace {ws:?}: give a workspace path such as root or root:team-a (lowercase names joined by ':')"
+            );
+        }
     }
     let pki_dir = data_dir.join("pki");
     if !pki_dir.join(certs::CA_CERT_FILE).exists() {
@@ -492,7 +621,14 @@ fn user_kubeconfig(
             data_dir.display()
         );
     }
-    let server = admin_server(data_dir)?;
+    let mut server = admin_server(data_dir)?;
+    if let Some(ws) = workspace {
+        // The admin kubeconfig may itself point into a workspace; start from the base address.
+        if let Some(i) = server.find("/clusters/") {
+            server.truncate(i);
+        }
+        server = format!("{}/clusters/{ws}", server.trim_end_matches('/'));
+    }
     let pki = certs::load_or_create(&pki_dir, &[])
         .with_context(|| format!("loading the certificates in {}", data_dir.display()))?;
     let (cert, key) = pki
@@ -529,6 +665,10 @@ enum CertsCommand {
         /// Days the certificate is valid.
         #[arg(long, default_value_t = 365)]
         days: u32,
+        /// Point the kubeconfig at this workspace (e.g. `root:team-a`): its server is
+        /// `<server>/clusters/<workspace>`, as kcp's kubeconfigs name a workspace.
+        #[arg(long)]
+        workspace: Option<String>,
         /// The file to write.
         #[arg(long)]
         out: PathBuf,
@@ -549,13 +689,13 @@ enum CertsCommand {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(cli.log_format, cli.verbosity);
     match cli.command {
+        Command::Completion { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "platform-mesh", &mut std::io::stdout());
+            Ok(())
+        }
         Command::Serve(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
@@ -568,9 +708,15 @@ fn main() -> anyhow::Result<()> {
                 }
                 let shared_store = opts.store.is_shared();
                 let leader_status = LeaderStatus::default();
+                // The co-located controllers report beside the server: controller-runtime's
+                // and the work queues' metrics and the leader election's status.
                 opts.extra_metrics = Some(apiserver::metrics::ExtraMetrics::new({
                     let status = leader_status.clone();
-                    move |registry| status.register(registry)
+                    let metrics = controller_args.metrics.clone();
+                    move |registry| {
+                        status.register(registry);
+                        metrics.register(registry);
+                    }
                 }));
                 let server = apiserver::server::start(opts).await?;
                 let restricted = match controller_args.forbid_tenant_admin {
@@ -722,9 +868,10 @@ fn main() -> anyhow::Result<()> {
                     user,
                     groups,
                     days,
+                    workspace,
                     out,
                 },
-        } => user_kubeconfig(&data_dir, &user, &groups, days, &out),
+        } => user_kubeconfig(&data_dir, &user, &groups, days, workspace.as_deref(), &out),
         Command::Certs {
             what:
                 CertsCommand::Serving {

@@ -105,6 +105,10 @@ pub struct ControllerArgs {
     pub security_allow_unverified_emails: bool,
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
+    /// The controllers' metrics (`controller_runtime_*`, `workqueue_*`), which the caller
+    /// registers with its `/metrics`.
+    #[arg(skip)]
+    pub metrics: controllers::runtime::Metrics,
 }
 
 /// The user the workspace controllers run as with `--forbid-tenant-admin`.
@@ -244,6 +248,7 @@ fn at_exports(home: &kube::Config, base: &str) -> anyhow::Result<kube::Config> {
 /// `core.platform-mesh.io` export (Accounts) and to the `providers.platform-mesh.io` export
 /// (Providers), as upstream's operators do.
 async fn start_workspace_controllers(
+    metrics: &controllers::runtime::Metrics,
     kcp: Arc<Kcp>,
     access: WorkspaceAccess,
     security: controllers::security::SecurityOptions,
@@ -254,14 +259,14 @@ async fn start_workspace_controllers(
     let mut initializer_kcp = kcp.clone();
     match access {
         WorkspaceAccess::Native => {
-            let manager = Manager::new(ManagerOptions::default());
+            let manager = Manager::with_metrics(ManagerOptions::default(), metrics.sharing());
             controllers::tenants::add(&manager, kcp.clone(), WORKSPACE_WORKERS)
                 .context("adding the workspace controllers")?;
             groups.push((ApiExportOptions::every_workspace(vec![base]), home, manager));
         }
         WorkspaceAccess::Exports => {
             let at_exports = at_exports(&home, &base)?;
-            let accounts = Manager::new(ManagerOptions::default());
+            let accounts = Manager::with_metrics(ManagerOptions::default(), metrics.sharing());
             controllers::tenants::add_accounts(&accounts, kcp.clone(), WORKSPACE_WORKERS)
                 .context("adding the account controllers")?;
             groups.push((
@@ -269,7 +274,7 @@ async fn start_workspace_controllers(
                 at_exports.clone(),
                 accounts,
             ));
-            let providers = Manager::new(ManagerOptions::default());
+            let providers = Manager::with_metrics(ManagerOptions::default(), metrics.sharing());
             controllers::tenants::add_providers(&providers, kcp.clone(), WORKSPACE_WORKERS)
                 .context("adding the Provider controller")?;
             groups.push((
@@ -282,7 +287,7 @@ async fn start_workspace_controllers(
             identity: restricted,
         } => {
             let (own_home, own_base) = home_of(&restricted).await?;
-            let accounts = Manager::new(ManagerOptions::default());
+            let accounts = Manager::with_metrics(ManagerOptions::default(), metrics.sharing());
             controllers::tenants::add_accounts(&accounts, restricted.clone(), WORKSPACE_WORKERS)
                 .context("adding the account controllers")?;
             groups.push((
@@ -290,7 +295,7 @@ async fn start_workspace_controllers(
                 at_exports(&own_home, &own_base)?,
                 accounts,
             ));
-            let providers = Manager::new(ManagerOptions::default());
+            let providers = Manager::with_metrics(ManagerOptions::default(), metrics.sharing());
             controllers::tenants::add_providers(&providers, restricted.clone(), WORKSPACE_WORKERS)
                 .context("adding the Provider controller")?;
             groups.push((
@@ -528,7 +533,8 @@ async fn run(
         allow_unverified_emails: args.security_allow_unverified_emails,
         ..Default::default()
     };
-    let mut running = start_workspace_controllers(shared.clone(), access, security, stop).await?;
+    let mut running =
+        start_workspace_controllers(&args.metrics, shared.clone(), access, security, stop).await?;
     kcp.secret_namespace = args.kcp_namespace.clone();
     kcp.idp = IdpSettings {
         registration_allowed: args.idp_registration_allowed,
@@ -552,7 +558,7 @@ async fn run(
         kcp: Some(kcp),
     });
     let engine: Arc<dyn Render + Send + Sync> = Arc::new(gotemplate::Engine::default());
-    let manager = Manager::new(ManagerOptions::default());
+    let manager = Manager::with_metrics(ManagerOptions::default(), args.metrics.clone());
     manager
         .add(controller(engine, clusters))
         .context("adding the PlatformMesh controller")?;

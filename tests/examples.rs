@@ -18,51 +18,134 @@ enum Step {
     /// `cargo run --release -- serve <flags>`: the flags the walkthrough's server runs with
     /// (the test starts it itself).
     Serve(Vec<String>),
+    /// `export NAME=value`: kept for every later command (each runs in a shell of its own).
+    Export(String),
+    /// A ```` ```text ```` block right after a block of commands: what its last command prints.
+    /// Each non-empty line must appear, in this order, within the output's lines (runs of
+    /// spaces count as one, so kubectl's column widths do not matter).
+    Output(Vec<String>),
 }
 
-/// The steps of a README's ```sh blocks; the server's start becomes its flags, and pointing
-/// KUBECONFIG at it is left out (the test does both itself).
+/// Fence languages of commands a user runs.
+const SHELL_FENCES: &[&str] = &["sh", "bash", "shell"];
+/// Fence languages of files and other text shown, not run.
+const SHOWN_FENCES: &[&str] = &["yaml", "json", "go", "rust", "toml"];
+
+/// The steps of a README: the commands of its shell fences, and the outputs its ```text
+/// fences say to expect. The server's start becomes its flags. A fence of another language,
+/// an output block that follows no commands, or an indented block of commands (which a user
+/// would run but the test could not see) fails the test: the walkthrough has to say it in a
+/// form that is checked.
 fn commands(readme: &Path) -> Vec<Step> {
     let text = std::fs::read_to_string(readme).expect("read README");
+    let name = readme.display();
     let mut out = Vec::new();
-    let mut in_block = false;
-    for line in text.lines() {
+    // The fence being read: its language, and its lines.
+    let mut fence: Option<(String, Vec<String>)> = None;
+    // Whether the last fence was a block of commands (prose may follow it) in this section.
+    let mut after_commands = false;
+    for (n, line) in text.lines().enumerate() {
         let t = line.trim();
-        if t.starts_with("```") {
-            in_block = !in_block && t == "```sh";
+        if let Some(lang) = t.strip_prefix("```") {
+            match fence.take() {
+                None => {
+                    let lang = lang.trim().to_string();
+                    assert!(
+                        SHELL_FENCES.contains(&lang.as_str())
+                            || SHOWN_FENCES.contains(&lang.as_str())
+                            || lang == "text",
+                        "{name}:{}: a ```{lang} fence is neither commands ({SHELL_FENCES:?}), an \
+                         expected output (text) nor a file ({SHOWN_FENCES:?})",
+                        n + 1
+                    );
+                    if lang == "text" {
+                        assert!(
+                            after_commands,
+                            "{name}:{}: an output block must follow the block of commands whose \
+                             last command prints it",
+                            n + 1
+                        );
+                    }
+                    fence = Some((lang, Vec::new()));
+                }
+                Some((lang, lines)) => {
+                    if SHELL_FENCES.contains(&lang.as_str()) {
+                        out.extend(lines.iter().filter_map(|l| step(l)));
+                        after_commands = true;
+                    } else {
+                        if lang == "text" {
+                            out.push(Step::Output(lines));
+                        }
+                        after_commands = false;
+                    }
+                }
+            }
             continue;
         }
-        if in_block && !t.is_empty() && !t.starts_with('#') {
-            if let Some(args) = t
-                .strip_prefix("cargo run --release -- ")
-                .and_then(|a| a.strip_suffix('&'))
-            {
-                out.push(Step::Background(
-                    args.split_whitespace().map(str::to_string).collect(),
-                ));
-                continue;
-            }
-            if let Some(flags) = t.strip_prefix("cargo run --release -- serve") {
-                out.push(Step::Serve(
-                    flags.split_whitespace().map(str::to_string).collect(),
-                ));
-                continue;
-            }
-            if t.starts_with("export KUBECONFIG=") {
-                continue;
-            }
-            if let Some(args) = t.strip_prefix("cargo run --release -- ") {
-                // Another command of the binary, run in the foreground.
-                out.push(Step::Shell(format!(
-                    "{} {args}",
-                    env!("CARGO_BIN_EXE_platform-mesh")
-                )));
-                continue;
-            }
-            out.push(Step::Shell(t.to_string()));
+        if let Some((_, lines)) = fence.as_mut() {
+            lines.push(line.to_string());
+            continue;
         }
+        // Prose may say what the output shows; a heading starts something else.
+        if t.starts_with('#') {
+            after_commands = false;
+        }
+        // Markdown's indented code block: four spaces after a blank line or another such line.
+        let indented = line.starts_with("    ") && !t.starts_with(['-', '*']);
+        let command = ["kubectl ", "platform-mesh ", "cargo ", "sh ", "curl "]
+            .iter()
+            .any(|c| t.starts_with(c));
+        assert!(
+            !(indented && command),
+            "{name}:{}: an indented command (`{t}`) is not run by the tests; put it in a ```sh fence",
+            n + 1
+        );
     }
+    assert!(fence.is_none(), "{name}: a fence is not closed");
     out
+}
+
+/// The step of one line of a shell fence (`None` for blank lines and comments).
+fn step(line: &str) -> Option<Step> {
+    let t = line.trim();
+    if t.is_empty() || t.starts_with('#') {
+        return None;
+    }
+    if let Some(args) = t
+        .strip_prefix("cargo run --release -- ")
+        .and_then(|a| a.strip_suffix('&'))
+    {
+        return Some(Step::Background(
+            args.split_whitespace().map(str::to_string).collect(),
+        ));
+    }
+    if let Some(flags) = t.strip_prefix("cargo run --release -- serve") {
+        return Some(Step::Serve(
+            flags.split_whitespace().map(str::to_string).collect(),
+        ));
+    }
+    if t.starts_with("export ") {
+        return Some(Step::Export(t.to_string()));
+    }
+    if let Some(args) = t.strip_prefix("cargo run --release -- ") {
+        // Another command of the binary, run in the foreground.
+        return Some(Step::Shell(format!(
+            "{} {args}",
+            env!("CARGO_BIN_EXE_platform-mesh")
+        )));
+    }
+    Some(Step::Shell(t.to_string()))
+}
+
+/// Whether `expected`'s lines appear in this order within `output`'s lines.
+fn shows(output: &str, expected: &[String]) -> bool {
+    let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut lines = output.lines().map(squash);
+    expected
+        .iter()
+        .map(|e| squash(e))
+        .filter(|e| !e.is_empty())
+        .all(|e| lines.any(|l| l.contains(&e)))
 }
 
 fn run_walkthrough(example: &str, version: &str) {
@@ -98,6 +181,8 @@ fn run_walkthrough(example: &str, version: &str) {
         std::env::var("PATH").unwrap_or_default()
     );
     let mut background = Background(Vec::new());
+    let mut exports = String::new();
+    let mut last: Option<(String, String)> = None;
     // The walkthroughs name files of the server's data directory as the quick start makes it.
     let data_dir = format!("{}/", server.data_dir.display());
     let in_data_dir = |s: &str| s.replace(".platform-mesh/", &data_dir);
@@ -105,6 +190,20 @@ fn run_walkthrough(example: &str, version: &str) {
         let cmd = match step {
             Step::Shell(cmd) => in_data_dir(&cmd),
             Step::Serve(_) => continue,
+            Step::Export(line) => {
+                exports.push_str(&in_data_dir(&line));
+                exports.push('\n');
+                continue;
+            }
+            Step::Output(expected) => {
+                let (cmd, stdout) = last.as_ref().expect("an output block follows a command");
+                assert!(
+                    shows(stdout, &expected),
+                    "kubectl {version}: `{cmd}` printed\n{stdout}\nnot what the README shows:\n{}",
+                    expected.join("\n")
+                );
+                continue;
+            }
             Step::Background(args) => {
                 let args: Vec<String> = args.iter().map(|a| in_data_dir(a)).collect();
                 let child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
@@ -121,7 +220,7 @@ fn run_walkthrough(example: &str, version: &str) {
         };
         let out = Command::new("sh")
             .arg("-c")
-            .arg(&cmd)
+            .arg(format!("{exports}{cmd}"))
             .current_dir(&root)
             .env("PATH", &path)
             .env("HOME", home.path())
@@ -136,6 +235,7 @@ fn run_walkthrough(example: &str, version: &str) {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        last = Some((cmd, String::from_utf8_lossy(&out.stdout).into_owned()));
     }
 }
 
@@ -164,6 +264,8 @@ macro_rules! walkthrough {
 
 walkthrough! {
     accounts_kubectl_1_27 => "accounts", "1.27";
+    broker_clusters_kubectl_1_27 => "broker-clusters", "1.27";
+    broker_clusters_kubectl_1_33 => "broker-clusters", "1.33";
     workspace_authentication_kubectl_1_27 => "workspace-authentication", "1.27";
     workspace_authentication_kubectl_1_33 => "workspace-authentication", "1.33";
     broker_certs_kubectl_1_27 => "broker-certs", "1.27";
@@ -204,4 +306,33 @@ fn every_example_has_a_walkthrough_test() {
             );
         }
     }
+}
+
+#[test]
+fn a_readme_says_everything_a_user_runs_in_a_form_that_is_checked() {
+    let dir = tempfile::tempdir().expect("dir");
+    let parse = |text: &str| {
+        let path = dir.path().join("README.md");
+        std::fs::write(&path, text).expect("write");
+        std::panic::catch_unwind(|| commands(&path).len()).map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_else(|| "panic".into())
+        })
+    };
+    assert_eq!(
+        parse("```sh\nexport A=1\nkubectl get ns\n```\n\n```text\ndefault\n```\n"),
+        Ok(3)
+    );
+    let indented = parse("Run:\n\n    kubectl get ns\n").expect_err("indented command");
+    assert!(indented.contains("indented command"), "{indented}");
+    let stray = parse("Prints:\n\n```text\ndefault\n```\n").expect_err("stray output");
+    assert!(stray.contains("must follow"), "{stray}");
+    let unknown = parse("```console\n$ kubectl get ns\n```\n").expect_err("unknown fence");
+    assert!(unknown.contains("```console"), "{unknown}");
+    assert!(shows("a   b\nc d\n", &["a b".into(), "c".into()]));
+    assert!(
+        !shows("c d\na b\n", &["a b".into(), "c".into()]),
+        "order counts"
+    );
 }

@@ -1,7 +1,9 @@
 //! `serve` flags that only the binary reads, each through the binary: `--in-memory`,
 //! `--tls-cert-file`/`--tls-private-key-file`, `--service-account-key-file`,
-//! `--service-account-issuer`, `--api-audiences`, `--etcd-prefix` (with `--features etcd`), and
-//! a plain SubjectAccessReview as the admin asks it.
+//! `--service-account-issuer`, `--api-audiences`, `--etcd-prefix` (with `--features etcd`), the
+//! controllers' `--runtime-kubeconfig`, `--infra-kubeconfig` and
+//! `--remote-runtime-infra-secret-name` (with `certs kubeconfig --workspace`), and a plain
+//! SubjectAccessReview as the admin asks it.
 
 mod common;
 
@@ -296,4 +298,248 @@ async fn servers_with_different_etcd_prefixes_share_an_etcd_without_seeing_each_
     );
     let (code, _) = admin(&a2, Method::GET, &format!("{path}/only-in-a"), Value::Null).await;
     assert_eq!(code, 200);
+}
+
+/// Waits until `check` gives `Some`, failing with `what` after `secs` seconds.
+async fn wait_for<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited {secs} s for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// A CRD of `kind` with an open schema and a status subresource.
+fn open_crd(group: &str, kind: &str, plural: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+            "versions": [{"name": if group == "helm.toolkit.fluxcd.io" { "v2" } else { "v1alpha1" },
+                "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    })
+}
+
+/// `serve --runtime-kubeconfig`, `--infra-kubeconfig` and `--remote-runtime-infra-secret-name`:
+/// the PlatformMesh controller of one server reconciles PlatformMeshes of another cluster and
+/// deploys into a third, both named by kubeconfig files (here two workspaces of a server running
+/// without controllers, reached through kubeconfigs that `certs kubeconfig --workspace` wrote).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controllers_reach_the_runtime_and_infra_clusters_their_flags_name() {
+    let clusters = Server::start_with(&["--no-controllers"]);
+    let workspaces = "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces";
+    for ws in ["runtime", "infra"] {
+        let (code, body) = admin(
+            &clusters,
+            Method::POST,
+            workspaces,
+            json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws}}),
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    for ws in ["runtime", "infra"] {
+        wait_for(30, &format!("workspace {ws} Ready"), || async {
+            let (_, w) = admin(
+                &clusters,
+                Method::GET,
+                &format!("{workspaces}/{ws}"),
+                Value::Null,
+            )
+            .await;
+            (w["status"]["phase"] == "Ready").then_some(())
+        })
+        .await;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = |ws: &str| {
+        let out = dir.path().join(format!("{ws}.kubeconfig"));
+        common::stdout_of(
+            Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+                .args(["certs", "kubeconfig", "--user", "controllers", "--group"])
+                .args([
+                    "system:masters",
+                    "--workspace",
+                    &format!("root:{ws}"),
+                    "--out",
+                ])
+                .arg(&out)
+                .arg("--data-dir")
+                .arg(&clusters.data_dir),
+            "certs kubeconfig --workspace",
+        );
+        out
+    };
+    let (runtime, infra) = (kubeconfig("runtime"), kubeconfig("infra"));
+    let written = std::fs::read_to_string(&runtime).expect("runtime kubeconfig");
+    assert!(written.contains("/clusters/root:runtime"), "{written}");
+
+    // The clusters hold what the controller needs: its namespace, Flux's HelmRelease in infra
+    // and OCM's Resource in runtime.
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "platform-mesh-system"}});
+    for (ws, crd) in [
+        (
+            "infra",
+            open_crd("helm.toolkit.fluxcd.io", "HelmRelease", "helmreleases"),
+        ),
+        (
+            "runtime",
+            open_crd("delivery.ocm.software", "Resource", "resources"),
+        ),
+    ] {
+        let at = format!("/clusters/root:{ws}");
+        let (code, body) = admin(
+            &clusters,
+            Method::POST,
+            &format!("{at}/api/v1/namespaces"),
+            ns.clone(),
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+        let (code, body) = admin(
+            &clusters,
+            Method::POST,
+            &format!("{at}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),
+            crd,
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+    }
+
+    let controllers = Server::start_with(&[
+        "--runtime-kubeconfig",
+        runtime.to_str().expect("path"),
+        "--infra-kubeconfig",
+        infra.to_str().expect("path"),
+        "--remote-runtime-infra-secret-name",
+        "runtime-kubeconfig",
+    ]);
+    let rt = "/clusters/root:runtime/api/v1/namespaces/platform-mesh-system";
+    let profile = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "platform-mesh-profile", "namespace": "platform-mesh-system"},
+        "data": {"profile.yaml": "infra:\n  deploymentTechnology: fluxcd\ncomponents:\n  deploymentTechnology: fluxcd\n  ocm:\n    component:\n      name: platform-mesh\n    repo:\n      name: platform-mesh\n  services:\n    svc-00:\n      enabled: true\n"}});
+    let (code, body) = admin(
+        &clusters,
+        Method::POST,
+        &format!("{rt}/configmaps"),
+        profile,
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let pms = "/clusters/root:runtime/apis/core.platform-mesh.io/v1alpha1/namespaces/platform-mesh-system/platformmeshes";
+    let pm = json!({"apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "PlatformMesh",
+        "metadata": {"name": "platform-mesh", "namespace": "platform-mesh-system"}, "spec": {}});
+    let (code, body) = admin(&clusters, Method::POST, pms, pm).await;
+    assert_eq!(code, 201, "{body}");
+
+    // The Deployment step writes the service's HelmRelease into the infra cluster, reading the
+    // runtime cluster through the Secret the flag names.
+    let releases = "/clusters/root:infra/apis/helm.toolkit.fluxcd.io/v2/namespaces/platform-mesh-system/helmreleases";
+    let release = wait_for(60, "a HelmRelease in the infra cluster", || async {
+        let (code, list) = admin(&clusters, Method::GET, releases, Value::Null).await;
+        assert_eq!(code, 200, "{list}");
+        list["items"].as_array().and_then(|i| i.first().cloned())
+    })
+    .await;
+    assert_eq!(
+        release["spec"]["kubeConfig"]["secretRef"]["name"], "runtime-kubeconfig",
+        "{release}"
+    );
+    // Play Flux: the release is Ready, so the PlatformMesh (in the runtime cluster) becomes Ready.
+    let name = release["metadata"]["name"].as_str().expect("name");
+    let mut conn = clusters.client().connect().await.expect("connect");
+    let patched = conn
+        .send(
+            Method::PATCH,
+            &format!("{releases}/{name}/status"),
+            Some("application/merge-patch+json"),
+            json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "InstallSucceeded",
+                "message": "by the test", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+            .to_string()
+            .into_bytes(),
+        )
+        .await
+        .expect("patch");
+    assert_eq!(patched.status.as_u16(), 200, "{}", patched.json());
+    wait_for(
+        60,
+        "the PlatformMesh in the runtime cluster Ready",
+        || async {
+            let (_, pm) = admin(
+                &clusters,
+                Method::GET,
+                &format!("{pms}/platform-mesh"),
+                Value::Null,
+            )
+            .await;
+            pm["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    // KcpSetup went to the kcp, which defaults to the controllers' own server; the server
+    // holding the clusters got no workspace tree, and the controllers' server no PlatformMesh.
+    let export = "/clusters/root:platform-mesh-system/apis/apis.kcp.io/v1alpha1/apiexports/core.platform-mesh.io";
+    let (code, body) = admin(&controllers, Method::GET, export, Value::Null).await;
+    assert_eq!(code, 200, "KcpSetup on the controllers' server: {body}");
+    let (code, body) = admin(&clusters, Method::GET, export, Value::Null).await;
+    assert_eq!(code, 404, "no KcpSetup on the clusters' server: {body}");
+    let (code, list) = admin(
+        &controllers,
+        Method::GET,
+        "/apis/core.platform-mesh.io/v1alpha1/platformmeshes",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["items"], json!([]), "{list}");
+}
+
+/// `--authentication-in-cluster` outside a pod: the server refuses to start and says why, instead
+/// of serving without the delegated authentication it was asked for. (Inside a pod it reads the
+/// same ConfigMap as `--authentication-kubeconfig`, which `tests/aggregation.rs` runs against a
+/// real kube-apiserver; the pod's service-account files live at a fixed path a test cannot fake.)
+#[test]
+fn authentication_in_cluster_outside_a_pod_stops_with_a_reason() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = common::exits_within(
+        Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--authentication-in-cluster",
+                "--data-dir",
+            ])
+            .arg(dir.path())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT"),
+        30,
+    );
+    let (status, stderr) = (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--authentication-in-cluster needs to run in a pod with a service account"),
+        "{stderr}"
+    );
 }

@@ -283,13 +283,11 @@ impl Extension {
         let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .expect("config");
-        let base = config.cluster_url.to_string();
-        config.cluster_url = format!(
-            "{}/services/{view}/clusters/{path}",
-            base.trim_end_matches('/')
-        )
-        .parse()
-        .expect("url");
+        // The admin kubeconfig's current context is the root workspace; views hang off the base.
+        let base = controllers::platformmesh::kcp::base_address(&config.cluster_url.to_string());
+        config.cluster_url = format!("{base}/services/{view}/clusters/{path}")
+            .parse()
+            .expect("url");
         if let Some(token) = token {
             config.auth_info = kube::config::AuthInfo {
                 token: Some(token.to_string().into()),

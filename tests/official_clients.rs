@@ -60,7 +60,7 @@ fn the_javascript_client_creates_reads_replaces_lists_watches_and_deletes() {
 }
 
 #[test]
-fn the_python_client_creates_reads_replaces_patches_lists_watches_and_deletes() {
+fn the_python_client_creates_reads_replaces_patches_lists_watches_unzips_and_deletes() {
     let out = run_peer(
         "python",
         ".venv/bin/python",
@@ -76,6 +76,7 @@ fn the_python_client_creates_reads_replaces_patches_lists_watches_and_deletes() 
             "ok patch",
             "ok list",
             "ok watch",
+            "ok gzip",
             "ok invalid",
             "ok delete"
         ],

@@ -35,7 +35,7 @@ pub struct Authn {
     pub request_header: Option<RequestHeader>,
     /// Verifies client certificates against the client CA (when the TLS layer also accepts the
     /// request-header CA, a certificate must be told apart).
-    pub client_ca: Option<Arc<dyn ClientCertVerifier>>,
+    pub client_ca: Option<Arc<ClientCa>>,
     /// Bearer tokens some other server reviews (the kcp fronted in extension mode), asked last.
     pub delegated: Option<Arc<dyn Authenticator>>,
 }
@@ -61,8 +61,8 @@ impl Authn {
                 return Peer::Proxy;
             }
         }
-        if let Some(v) = &self.client_ca {
-            if !chain_verifies(v.as_ref(), chain) {
+        if let Some(ca) = &self.client_ca {
+            if !chain_verifies(ca.get().as_ref(), chain) {
                 return Peer::Anonymous;
             }
         }
@@ -70,6 +70,26 @@ impl Authn {
             Some(Ok(id)) => Peer::Client(Arc::new(Identity::new(id.user, id.groups))),
             _ => Peer::Anonymous,
         }
+    }
+}
+
+/// The verifier of users' client certificates, replaced when the client CA file changes.
+pub struct ClientCa(std::sync::RwLock<Arc<dyn ClientCertVerifier>>);
+
+impl ClientCa {
+    /// Verifies against `verifier` until [`ClientCa::replace`].
+    pub fn new(verifier: Arc<dyn ClientCertVerifier>) -> Self {
+        ClientCa(std::sync::RwLock::new(verifier))
+    }
+
+    /// The current verifier.
+    pub fn get(&self) -> Arc<dyn ClientCertVerifier> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Verifies against `verifier` from now on.
+    pub fn replace(&self, verifier: Arc<dyn ClientCertVerifier>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = verifier;
     }
 }
 

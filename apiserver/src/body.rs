@@ -17,6 +17,16 @@ pub struct Body {
     /// Held until the body is dropped (sent or abandoned): a request's slot among the requests
     /// in flight, and the budgets its answer takes, cover writing it, not just computing it.
     _held: Vec<tokio::sync::OwnedSemaphorePermit>,
+    /// Run when the body is dropped: what happens when a response (a watch) ends.
+    on_drop: Vec<Box<dyn FnOnce() + Send>>,
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        for f in self.on_drop.drain(..) {
+            f();
+        }
+    }
 }
 
 enum Content {
@@ -46,12 +56,35 @@ impl Body {
         Body {
             content,
             _held: Vec::new(),
+            on_drop: Vec::new(),
         }
     }
 
     /// The same body, holding `slot` until it is dropped.
     pub fn holding(mut self, slot: tokio::sync::OwnedSemaphorePermit) -> Self {
         self._held.push(slot);
+        self
+    }
+
+    /// The whole bytes of a body that is not a stream (`None` for a stream).
+    pub fn full_bytes(&self) -> Option<&Bytes> {
+        match &self.content {
+            Content::Full(Some(b)) => Some(b),
+            Content::Full(None) => None,
+            Content::Stream(_) => None,
+        }
+    }
+
+    /// Replaces the bytes of a whole body (a stream stays as it is), keeping what it holds.
+    pub fn replace_full(&mut self, b: Bytes) {
+        if let Content::Full(bytes) = &mut self.content {
+            *bytes = Some(b);
+        }
+    }
+
+    /// The same body, running `f` when it is dropped (sent to the end, or abandoned).
+    pub fn on_drop(mut self, f: impl FnOnce() + Send + 'static) -> Self {
+        self.on_drop.push(Box::new(f));
         self
     }
 

@@ -116,6 +116,19 @@ impl ClientConfig {
         Ok(sender)
     }
 
+    /// Opens one TLS connection (ALPN `http/1.1`) and leaves the HTTP to the caller, for tests
+    /// of what the server does with connections that send nothing or something odd.
+    pub async fn connect_tls(
+        &self,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ClientError> {
+        let mut tls = (*self.tls).clone();
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let tcp = TcpStream::connect(self.address).await?;
+        tcp.set_nodelay(true)?;
+        let name = ServerName::try_from("localhost".to_string())?;
+        Ok(TlsConnector::from(Arc::new(tls)).connect(name, tcp).await?)
+    }
+
     /// Opens one connection, verifying the server's certificate for `server_name` (as
     /// kube-apiserver does for `<service>.<namespace>.svc`).
     pub async fn connect_to(&self, server_name: &str) -> Result<Connection, ClientError> {

@@ -75,7 +75,28 @@ pub struct AppState {
     pub extension: Option<Arc<crate::views::Extension>>,
     /// kcp's per-workspace authentication (WorkspaceAuthenticationConfigurations), when on.
     pub workspace_authn: Option<Arc<crate::workspace_authn::WorkspaceAuthn>>,
+    /// The audit policy and log, when auditing.
+    pub audit: Option<Arc<Audit>>,
 }
+
+/// Auditing: which requests are recorded how (`--audit-policy-file`), and the log they go to
+/// (`--audit-log-path`).
+pub struct Audit {
+    /// Decides each request's level and stages.
+    pub policy: crate::audit::Policy,
+    /// Where events go.
+    pub writer: crate::audit::LogWriter,
+}
+
+impl std::fmt::Debug for Audit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Audit").finish_non_exhaustive()
+    }
+}
+
+/// The remote address of a request's connection (set by the listener as a request extension).
+#[derive(Clone, Copy, Debug)]
+pub struct RemoteAddr(pub std::net::SocketAddr);
 
 /// What `AppState::new` needs beyond the store and the registry.
 #[derive(Debug)]
@@ -101,6 +122,8 @@ pub struct StateOptions {
     /// Whether workspaces may admit users with their own JWT issuers (kcp's
     /// `WorkspaceAuthentication` feature); on unless turned off.
     pub workspace_authentication: bool,
+    /// The audit policy and log, when auditing.
+    pub audit: Option<Arc<Audit>>,
 }
 
 impl StateOptions {
@@ -117,6 +140,7 @@ impl StateOptions {
             views: crate::views::ViewOptions::default(),
             extension: None,
             workspace_authentication: true,
+            audit: None,
         }
     }
 }
@@ -215,6 +239,7 @@ impl AppState {
             views,
             view_scopes,
             workspace_authn,
+            audit: options.audit,
             extension: options.extension,
             policies,
             rbac,
@@ -290,6 +315,39 @@ pub async fn handle(
     let query = Query::parse(req.uri().query());
     let info = request_info::parse(&method, req.uri().path(), query.flag("watch"));
     let long_running = method == Method::GET && is_watch(&info);
+    let gzip = !long_running && accepts_gzip(req.headers());
+    let audit_id = audit_id(req.headers());
+    let audited = state.audit.as_ref().map(|_| AuditedRequest {
+        uri: req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string()),
+        path: req.uri().path().to_string(),
+        user_agent: req
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
+        source: req
+            .extensions()
+            .get::<RemoteAddr>()
+            .map(|a| a.0.ip().to_string()),
+        received: time::OffsetDateTime::now_utc(),
+    });
+    let span = tracing::info_span!(
+        "request",
+        id = %audit_id,
+        method = %method,
+        path = %req.uri().path(),
+        cluster = tracing::field::Empty,
+        user = tracing::field::Empty,
+        verb = tracing::field::Empty,
+        resource = tracing::field::Empty,
+        name = tracing::field::Empty,
+        code = tracing::field::Empty,
+        latency_ms = tracing::field::Empty,
+    );
     let exempt = long_running
         || matches!(
             req.uri().path(),
@@ -312,8 +370,11 @@ pub async fn handle(
             }
         }
     };
-    let label = std::sync::Mutex::new(("unknown".to_string(), String::new()));
-    let routed = AssertUnwindSafe(route(&state, peer, req, query, info, &label)).catch_unwind();
+    let record = std::sync::Mutex::new(RequestRecord::default());
+    let routed = tracing::Instrument::instrument(
+        AssertUnwindSafe(route(&state, peer, req, query, info, &record)).catch_unwind(),
+        span.clone(),
+    );
     // Short requests end within the request timeout; watches have their own.
     let result = if long_running {
         Ok(routed.await)
@@ -322,6 +383,7 @@ pub async fn handle(
             .await
             .map_err(|_| ())
     };
+    let mut panicked = None;
     let mut response = match result {
         Err(()) => error_response(&ApiError::timeout(
             "the request did not complete within the allowed duration",
@@ -334,19 +396,40 @@ pub async fn handle(
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             tracing::error!(panic = %what, "handler panicked");
+            panicked = Some(what);
             error_response(&ApiError::internal(
                 "an internal error occurred while serving the request",
             ))
         }
     };
+    let record = record.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let (Some(audit), Some(request)) = (&state.audit, audited) {
+        response = audit_request(
+            audit,
+            &state,
+            &record,
+            AuditContext {
+                request,
+                id: &audit_id,
+                method: &method,
+                long_running,
+                panicked: panicked.as_deref(),
+            },
+            response,
+        )
+        .await;
+    }
+    if gzip {
+        response = compress(response).await;
+    }
     if let Some(slot) = slot {
         response = response.map(|body| body.holding(slot));
     }
-    let (verb, resource) = label.into_inner().unwrap_or_default();
-    let verb = if verb == "unknown" {
+    let resource = record.resource_label();
+    let verb = if record.verb.is_empty() {
         method.as_str().to_ascii_lowercase()
     } else {
-        verb
+        record.verb.clone()
     };
     state.metrics.observe(
         &verb,
@@ -354,13 +437,296 @@ pub async fn handle(
         response.status().as_u16(),
         started.elapsed().as_secs_f64(),
     );
-    tracing::debug!(
+    let code = response.status().as_u16();
+    let latency_ms = started.elapsed().as_millis() as u64;
+    span.record("verb", verb.as_str());
+    span.record("resource", resource.as_str());
+    span.record("code", code);
+    span.record("latency_ms", latency_ms);
+    if let Some(c) = &record.cluster {
+        span.record("cluster", c.as_str());
+    }
+    if let Some(u) = &record.user {
+        span.record("user", u.user.as_str());
+    }
+    if let Some(name) = record.resource.as_ref().and_then(|r| r.name.as_deref()) {
+        span.record("name", name);
+    }
+    // One line per request at info (probes and metrics scrapes at debug, as they come every
+    // few seconds); a watch's line is written when it starts.
+    span.in_scope(|| {
+        if exempt && !long_running {
+            tracing::debug!("served");
+        } else {
+            tracing::info!("served");
+        }
+    });
+    if let Ok(v) = HeaderValue::from_str(&audit_id) {
+        response.headers_mut().insert("audit-id", v);
+    }
+    response
+}
+
+/// What audit events say about a request beyond what routing learned.
+struct AuditedRequest {
+    /// The path with the query, as the client sent it.
+    uri: String,
+    /// The path alone.
+    path: String,
+    user_agent: String,
+    /// The connection's remote address.
+    source: Option<String>,
+    received: time::OffsetDateTime,
+}
+
+/// One request's audit inputs.
+struct AuditContext<'a> {
+    request: AuditedRequest,
+    id: &'a str,
+    method: &'a Method,
+    long_running: bool,
+    panicked: Option<&'a str>,
+}
+
+fn audit_user(id: &Identity) -> crate::audit::UserInfo {
+    crate::audit::UserInfo {
+        username: id.user.clone(),
+        uid: id.uid.clone(),
+        groups: id.groups.clone(),
+        extra: id.extra.clone(),
+    }
+}
+
+/// Writes the audit events of one request, as kube-apiserver's audit filter does: the policy
+/// decides from the authenticated user (not the impersonated one), the verb and the resource or
+/// path (without its `/clusters/<name>` prefix); the events carry the logical cluster as kcp's
+/// annotations. A watch gets `ResponseStarted` now and `ResponseComplete` when its stream ends.
+/// Events are written before the response goes (kube's blocking mode).
+async fn audit_request(
+    audit: &Audit,
+    state: &AppState,
+    record: &RequestRecord,
+    ctx: AuditContext<'_>,
+    response: Response<Body>,
+) -> Response<Body> {
+    use crate::audit::{
+        Attributes, EventBuilder, Level, ResourceAttributes, Target as AuditTarget,
+    };
+    let authenticated = record.impersonator.as_ref().or(record.user.as_ref());
+    let verb = if record.verb.is_empty() {
+        ctx.method.as_str().to_ascii_lowercase()
+    } else {
+        record.verb.clone()
+    };
+    let target = match &record.resource {
+        Some(rr) => AuditTarget::Resource(ResourceAttributes {
+            api_group: rr.group.clone(),
+            api_version: rr.version.clone(),
+            resource: rr.resource.clone(),
+            subresource: rr.subresource.clone().unwrap_or_default(),
+            namespace: rr.namespace.clone().unwrap_or_default(),
+            name: rr.name.clone().unwrap_or_default(),
+        }),
+        None => AuditTarget::NonResource {
+            path: without_cluster_prefix(&ctx.request.path).to_string(),
+        },
+    };
+    let attributes = Attributes {
+        user: authenticated.map(|u| u.user.clone()).unwrap_or_default(),
+        groups: authenticated.map(|u| u.groups.clone()).unwrap_or_default(),
         verb,
-        resource,
-        code = response.status().as_u16(),
-        latency_ms = started.elapsed().as_millis() as u64,
-        "request"
+        target,
+    };
+    let decision = audit.policy.decide(&attributes);
+    if decision.level == Level::None {
+        return response;
+    }
+    let mut events = EventBuilder::new(decision, &attributes, ctx.id, ctx.request.uri)
+        .received_at(ctx.request.received)
+        .source_ips(ctx.request.source.into_iter().collect())
+        .user_agent(ctx.request.user_agent);
+    if let Some(user) = authenticated {
+        events = events.user(audit_user(user));
+    }
+    if let (Some(_), Some(acting)) = (&record.impersonator, &record.user) {
+        events.set_impersonated_user(audit_user(acting));
+    }
+    if let Some(cluster) = &record.cluster {
+        let path = state.tenancy.path_of(cluster).unwrap_or_default();
+        events.set_logical_cluster(cluster, &path);
+    }
+    if let Some(body) = record.body.as_ref().filter(|b| !b.is_empty()) {
+        if let Ok(object) = serde_json::from_slice::<Value>(body) {
+            events.set_request_object(&object);
+        }
+    }
+    let code = response.status().as_u16();
+    if events.wants_response_object() || code >= 400 {
+        if let Some(object) = response
+            .body()
+            .full_bytes()
+            .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+        {
+            events.set_response_object(&object);
+        }
+    }
+    if let Some(event) = events.request_received() {
+        audit.writer.send(event).await;
+    }
+    if let Some(message) = ctx.panicked {
+        if let Some(event) = events.panicked(message) {
+            audit.writer.send(event).await;
+        }
+        return response;
+    }
+    if ctx.long_running && code == 200 {
+        if let Some(event) = events.response_started(code) {
+            audit.writer.send(event).await;
+        }
+        let writer = audit.writer.clone();
+        return response.map(|body| {
+            body.on_drop(move || {
+                let (Some(event), Ok(runtime)) = (
+                    events.response_complete(code),
+                    tokio::runtime::Handle::try_current(),
+                ) else {
+                    return;
+                };
+                runtime.spawn(async move { writer.send(event).await });
+            })
+        });
+    }
+    if let Some(event) = events.response_complete(code) {
+        audit.writer.send(event).await;
+    }
+    response
+}
+
+/// `path` without a leading `/clusters/<name>`.
+fn without_cluster_prefix(path: &str) -> &str {
+    match path.strip_prefix("/clusters/") {
+        Some(rest) => rest.find('/').map_or("/", |i| &rest[i..]),
+        None => path,
+    }
+}
+
+/// The request's audit id: the client's `Audit-ID` header when it is a plausible id (as
+/// kube-apiserver keeps a caller's id), else a new UUID. A tenant's header goes into logs, so
+/// only short ids of letters, digits, `-`, `_` and `.` are kept.
+fn audit_id(headers: &http::HeaderMap) -> String {
+    headers
+        .get("audit-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 64
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        })
+        .map(str::to_string)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+}
+
+/// What routing learned about a request, for the metrics, the request's log line and span,
+/// and audit events. Filled in as the router gets to know each part.
+#[derive(Default)]
+pub struct RequestRecord {
+    /// The RBAC verb (`get`, `list`, `watch`, `create`, …), empty until known.
+    pub verb: String,
+    /// The resource request, once the router has one.
+    pub resource: Option<request_info::ResourceRequest>,
+    /// The logical cluster the request was resolved to.
+    pub cluster: Option<String>,
+    /// Who the request acts as (after impersonation).
+    pub user: Option<Arc<Identity>>,
+    /// Who authenticated, when that user impersonates another.
+    pub impersonator: Option<Arc<Identity>>,
+    /// The request body of a write.
+    pub body: Option<Bytes>,
+}
+
+impl RequestRecord {
+    fn set_resource(&mut self, rr: &request_info::ResourceRequest) {
+        self.verb = rr.verb.as_str().to_string();
+        self.resource = Some(rr.clone());
+    }
+
+    /// The resource as the metrics label it (`configmaps`; empty outside resource requests).
+    fn resource_label(&self) -> String {
+        match &self.resource {
+            Some(rr) => rr.resource.clone(),
+            None => String::new(),
+        }
+    }
+}
+
+/// Records into `record`, whatever state a panic elsewhere left it in.
+fn note(record: &std::sync::Mutex<RequestRecord>, f: impl FnOnce(&mut RequestRecord)) {
+    f(&mut record.lock().unwrap_or_else(|p| p.into_inner()));
+}
+
+/// Responses of at least this many bytes are compressed for clients that accept gzip:
+/// kube-apiserver's threshold (`APIResponseCompression`).
+pub const GZIP_MIN_BYTES: usize = 128 * 1024;
+
+/// Whether the request's `Accept-Encoding` lists gzip (with a non-zero quality).
+fn accepts_gzip(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or_default();
+            let zero = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            name.eq_ignore_ascii_case("gzip") && !zero
+        })
+}
+
+/// `response` gzipped when its whole body is [`GZIP_MIN_BYTES`] or more, as kube-apiserver
+/// does (its fastest level; the work runs off the async threads). Streams (watches) and
+/// smaller bodies go as they are.
+async fn compress(mut response: Response<Body>) -> Response<Body> {
+    let Some(bytes) = response.body().full_bytes().cloned() else {
+        return response;
+    };
+    if bytes.len() < GZIP_MIN_BYTES
+        || response
+            .headers()
+            .contains_key(http::header::CONTENT_ENCODING)
+    {
+        return response;
+    }
+    let gzipped = tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let mut encoder = flate2::write::GzEncoder::new(
+            Vec::with_capacity(bytes.len() / 4),
+            flate2::Compression::fast(),
+        );
+        encoder.write_all(&bytes)?;
+        encoder.finish()
+    })
+    .await;
+    let Ok(Ok(gzipped)) = gzipped else {
+        // Compression into memory does not fail; if it did, the plain body still serves.
+        return response;
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_ENCODING,
+        http::HeaderValue::from_static("gzip"),
     );
+    headers.append(
+        http::header::VARY,
+        http::HeaderValue::from_static("Accept-Encoding"),
+    );
+    headers.remove(http::header::CONTENT_LENGTH);
+    response.body_mut().replace_full(gzipped.into());
     response
 }
 
@@ -393,7 +759,7 @@ async fn route(
     req: Request<Incoming>,
     query: Query,
     info: Result<request_info::RequestInfo, ApiError>,
-    label: &std::sync::Mutex<(String, String)>,
+    record: &std::sync::Mutex<RequestRecord>,
 ) -> Response<Body> {
     let (mut parts, body) = req.into_parts();
     let info = match info {
@@ -486,12 +852,25 @@ async fn route(
         (None, ClusterTarget::Name(c)) => crate::authz::Scope::Cluster(c),
         (None, ClusterTarget::Wildcard) => crate::authz::Scope::Wildcard,
     };
+    note(record, |r| {
+        r.user = identity.clone();
+        if let ClusterTarget::Name(c) = &info.cluster {
+            r.cluster = Some(c.clone());
+        }
+    });
     let identity = match identity {
         Some(id) => {
             match crate::authz::impersonate(&state.rbac, scope.cluster(), &id, &mut parts.headers)
                 .await
             {
-                Ok(Some(other)) => Some(Arc::new(other)),
+                Ok(Some(other)) => {
+                    let other = Arc::new(other);
+                    note(record, |r| {
+                        r.impersonator = Some(id);
+                        r.user = Some(other.clone());
+                    });
+                    Some(other)
+                }
                 Ok(None) => Some(id),
                 Err(e) => return error_response(&e),
             }
@@ -510,9 +889,10 @@ async fn route(
             Ok(b) => b,
             Err(e) => return error_response(&e),
         };
-        if let Ok(mut l) = label.lock() {
-            *l = (rr.verb.as_str().to_string(), rr.resource.clone());
-        }
+        note(record, |r| {
+            r.set_resource(rr);
+            r.body = Some(body.clone());
+        });
         return crate::lifecycle_vw::serve(crate::lifecycle_vw::LifecycleCall {
             state,
             lifecycle: *lifecycle,
@@ -645,13 +1025,12 @@ async fn route(
         .map(str::to_string);
     match info.target {
         Target::Resource(rr) => {
-            if let Ok(mut l) = label.lock() {
-                *l = (rr.verb.as_str().to_string(), rr.resource.clone());
-            }
+            note(record, |r| r.set_resource(&rr));
             let body = match resource_body(&parts.method, body).await {
                 Ok(b) => b,
                 Err(e) => return error_response(&e),
             };
+            note(record, |r| r.body = Some(body.clone()));
             if let Some(kind) = info.view {
                 return serve_view(
                     state,
@@ -713,9 +1092,18 @@ async fn route(
             handlers::serve(call).await
         }
         Target::Admission(review) => {
-            if let Ok(mut l) = label.lock() {
-                *l = ("admit".to_string(), "admissionreviews".to_string());
-            }
+            note(record, |r| {
+                r.verb = "admit".to_string();
+                r.resource = Some(request_info::ResourceRequest {
+                    group: "admission.k8s.io".into(),
+                    version: "v1".into(),
+                    resource: "admissionreviews".into(),
+                    namespace: None,
+                    name: None,
+                    subresource: None,
+                    verb: request_info::Verb::Create,
+                });
+            });
             if parts.method != Method::POST {
                 return error_response(&ApiError::method_not_allowed(
                     parts.method.as_str(),

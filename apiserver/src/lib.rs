@@ -43,6 +43,7 @@
 
 pub mod admission;
 pub mod apply;
+pub mod audit;
 pub mod auth;
 pub mod authn;
 pub mod authz;

@@ -164,6 +164,127 @@ pub fn tls_config(m: &TlsMaterial) -> Result<Arc<rustls::ServerConfig>, StartErr
     Ok(Arc::new(config))
 }
 
+/// What one connection may take, with kube-apiserver's values (`k8s.io/apiserver`'s secure
+/// serving on Go's `net/http` and `x/net/http2`), so that connections which never send a
+/// request, or stop sending, do not hold file descriptors and memory forever.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// From accepting the TCP connection to a finished TLS handshake. (kube-apiserver bounds it
+    /// by its header timeout, 32 s; a real client needs milliseconds, so this is tighter.)
+    pub tls_handshake_timeout: Duration,
+    /// From the handshake (or the last response) to the first request's complete headers
+    /// while no request was ever served: Go's `ReadHeaderTimeout`, 32 s. Also bounds how long
+    /// one HTTP/1.1 request's headers may take to arrive.
+    pub header_read_timeout: Duration,
+    /// How long a connection that served requests may sit with none in flight: Go's
+    /// `IdleTimeout`, 90 s. A watch in flight keeps its connection open.
+    pub idle_timeout: Duration,
+    /// The largest request header block: Go's `MaxHeaderBytes`, 1 MiB (HTTP/1.1 answers 431
+    /// beyond it; HTTP/2 refuses the stream).
+    pub max_header_bytes: usize,
+    /// HTTP/2 streams open at once on one connection: Go's default, 250.
+    pub max_streams: u32,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            tls_handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(32),
+            idle_timeout: Duration::from_secs(90),
+            max_header_bytes: 1 << 20,
+            max_streams: MAX_STREAMS_PER_CONNECTION,
+        }
+    }
+}
+
+/// Requests in flight on one connection and when the last one ended, for the idle timeout.
+struct Activity {
+    /// Requests whose response body has not been sent (or dropped) yet.
+    open: std::sync::atomic::AtomicUsize,
+    /// Whether any request was ever received.
+    served: std::sync::atomic::AtomicBool,
+    /// When the connection last became idle.
+    since: std::sync::Mutex<tokio::time::Instant>,
+}
+
+impl Activity {
+    fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            open: Default::default(),
+            served: Default::default(),
+            since: std::sync::Mutex::new(tokio::time::Instant::now()),
+        })
+    }
+
+    /// A request started; the guard ends it when the response body is done with.
+    fn start(self: &Arc<Self>) -> RequestGuard {
+        self.served
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.open.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        RequestGuard(self.clone())
+    }
+
+    /// When the connection may be closed if nothing happens before then (`None` while a
+    /// request is in flight).
+    fn close_at(&self, limits: &ConnectionLimits) -> Option<tokio::time::Instant> {
+        if self.open.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return None;
+        }
+        let since = *self.since.lock().unwrap_or_else(|p| p.into_inner());
+        Some(
+            since
+                + if self.served.load(std::sync::atomic::Ordering::Relaxed) {
+                    limits.idle_timeout
+                } else {
+                    limits.header_read_timeout
+                },
+        )
+    }
+}
+
+/// One request in flight on a connection.
+struct RequestGuard(Arc<Activity>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        *self.0.since.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
+        self.0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is sent or dropped.
+struct Tracked {
+    body: crate::body::Body,
+    _guard: RequestGuard,
+}
+
+impl http_body::Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The TLS acceptor of new connections: replaced when the serving certificate or client CA
+/// files change (see [`TlsReloader`]).
+pub type SharedAcceptor = Arc<std::sync::RwLock<TlsAcceptor>>;
+
 /// Accepts connections until `shutdown` resolves, then stops accepting and lets open
 /// connections finish their requests.
 pub async fn serve(
@@ -172,7 +293,25 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
-    let acceptor = TlsAcceptor::from(tls);
+    let acceptor = Arc::new(std::sync::RwLock::new(TlsAcceptor::from(tls)));
+    serve_with(
+        listener,
+        acceptor,
+        ConnectionLimits::default(),
+        state,
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve`] with the acceptor given (it may be swapped while serving) and these limits.
+pub async fn serve_with(
+    listener: TcpListener,
+    acceptor: SharedAcceptor,
+    limits: ConnectionLimits,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
     let local: SocketAddr = listener.local_addr().map_err(StartError::LocalAddress)?;
     info!(address = %local, "serving");
     tokio::pin!(shutdown);
@@ -189,43 +328,105 @@ pub async fn serve(
             },
         };
         let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
+        let acceptor = acceptor.read().unwrap_or_else(|p| p.into_inner()).clone();
         let state = state.clone();
         tokio::spawn(async move {
-            let tls =
-                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
-            let who = state.authn.peer(tls.get_ref().1.peer_certificates());
-            let service = service_fn(move |req: Request<Incoming>| {
-                let state = state.clone();
-                let who = who.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(state, who, req).await) }
-            });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            // Go's (and so kube-apiserver's) stream limit per connection; each stream buffers
-            // at most hyper's 400 KB for a peer that does not read.
-            builder
-                .http2()
-                .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
-            if let Err(e) = builder
-                .serve_connection_with_upgrades(TokioIo::new(tls), service)
+            let tls = match tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(tcp))
                 .await
             {
-                debug!(%peer, error = %e, "connection ended with an error");
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let who = state.authn.peer(tls.get_ref().1.peer_certificates());
+            let activity = Activity::new();
+            let service = service_fn({
+                let activity = activity.clone();
+                move |mut req: Request<Incoming>| {
+                    let state = state.clone();
+                    let who = who.clone();
+                    let guard = activity.start();
+                    req.extensions_mut()
+                        .insert(crate::dispatch::RemoteAddr(peer));
+                    async move {
+                        let response = handle(state, who, req).await;
+                        Ok::<_, std::convert::Infallible>(response.map(|body| Tracked {
+                            body,
+                            _guard: guard,
+                        }))
+                    }
+                }
+            });
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .max_buf_size(limits.max_header_bytes.max(8192));
+            // Each stream buffers at most hyper's 400 KB for a peer that does not read.
+            builder
+                .http2()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .max_concurrent_streams(limits.max_streams)
+                .max_header_list_size(limits.max_header_bytes.try_into().unwrap_or(u32::MAX));
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            tokio::pin!(conn);
+            // Closed when silent or idle for too long: gracefully (HTTP/2 says GOAWAY), so a
+            // request that raced the decision still completes.
+            let mut closing = false;
+            loop {
+                let close_at = match closing {
+                    false => activity.close_at(&limits),
+                    true => None,
+                };
+                // Checked again at least this often while requests are in flight; once closing,
+                // a connection that does not end within the grace period is dropped.
+                let wake = close_at.unwrap_or_else(|| {
+                    tokio::time::Instant::now()
+                        + match closing {
+                            false => limits.idle_timeout.min(limits.header_read_timeout),
+                            true => CLOSE_GRACE,
+                        }
+                });
+                tokio::select! {
+                    ended = conn.as_mut() => {
+                        if let Err(e) = ended {
+                            debug!(%peer, error = %e, "connection ended with an error");
+                        }
+                        break;
+                    }
+                    _ = tokio::time::sleep_until(wake) => {
+                        if closing {
+                            if activity.open.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                                debug!(%peer, "dropping a connection that did not close in time");
+                                break;
+                            }
+                            continue;
+                        }
+                        if close_at.is_some_and(|at| at <= tokio::time::Instant::now())
+                            && activity.close_at(&limits).is_some_and(|at| at <= tokio::time::Instant::now())
+                        {
+                            debug!(%peer, "closing a silent or idle connection");
+                            conn.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                    }
+                }
             }
         });
     }
     Ok(())
 }
+
+/// How long a connection being closed for idleness may take to finish (a request that raced
+/// the decision) before it is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// HTTP/2 streams one connection may have open at once.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 250;
@@ -298,6 +499,13 @@ pub struct ServeOptions {
     pub request_timeout: Duration,
     /// Metrics added to `/metrics` beside the server's own.
     pub extra_metrics: Option<crate::metrics::ExtraMetrics>,
+    /// Timeouts and sizes each connection is held to.
+    pub connection_limits: ConnectionLimits,
+    /// The audit policy and log (`--audit-policy-file`, `--audit-log-path`), when auditing.
+    pub audit: Option<Arc<crate::dispatch::Audit>>,
+    /// How often the files of `tls_cert_file`, `tls_private_key_file` and `client_ca_file` are
+    /// checked for new content.
+    pub tls_reload_interval: Duration,
     /// Per-user budgets: unread list answers, open watches.
     pub budgets: crate::budget::BudgetLimits,
     /// Upstream's flags of Platform Mesh's virtual workspaces (labels, entity names, the core
@@ -334,6 +542,9 @@ impl ServeOptions {
             max_objects_per_workspace: 0,
             request_timeout: crate::dispatch::DEFAULT_REQUEST_TIMEOUT,
             extra_metrics: None,
+            connection_limits: ConnectionLimits::default(),
+            audit: None,
+            tls_reload_interval: Duration::from_secs(10),
             budgets: crate::budget::BudgetLimits::default(),
             views: crate::views::ViewOptions::default(),
             extension: None,
@@ -392,6 +603,89 @@ impl RunningServer {
     pub async fn wait(self) -> Result<(), StartError> {
         self.task.await?
     }
+}
+
+/// The TLS files flags named; the rest of [`TlsMaterial`] is the generated PKI's and stays.
+struct TlsFiles {
+    /// `--tls-cert-file` and `--tls-private-key-file`.
+    serving: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// `--client-ca-file`.
+    client_ca: Option<std::path::PathBuf>,
+}
+
+impl TlsFiles {
+    /// `current` with what the files hold now.
+    fn read(&self, current: &TlsMaterial) -> Result<TlsMaterial, StartError> {
+        let mut next = current.clone();
+        if let Some((cert, key)) = &self.serving {
+            next.cert_chain_pem = read_file(cert, "serving certificate")?;
+            next.key_pem = read_file(key, "serving key")?;
+        }
+        if let Some(ca) = &self.client_ca {
+            next.client_ca_pem = read_file(ca, "client CA file")?;
+        }
+        Ok(next)
+    }
+}
+
+/// Follows the serving certificate, its key and the client CA files (as cert-manager renews
+/// a Secret mounted as files): when their content changes, new connections get the new
+/// certificate and client certificates are verified against the new CA. Files that cannot be
+/// used (half-written, a key that does not match) leave the previous material in place and are
+/// said once per change. Stops when the server's acceptor is gone.
+fn spawn_tls_reloader(
+    files: TlsFiles,
+    mut current: TlsMaterial,
+    acceptor: std::sync::Weak<std::sync::RwLock<TlsAcceptor>>,
+    client_ca: Arc<crate::authn::ClientCa>,
+    every: Duration,
+) {
+    tokio::spawn(async move {
+        let mut seen = current.clone();
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(acceptor) = acceptor.upgrade() else {
+                return;
+            };
+            let next = match files.read(&current) {
+                Ok(next) => next,
+                Err(e) => {
+                    debug!(error = %e, "reading the TLS files");
+                    continue;
+                }
+            };
+            if same_material(&next, &seen) {
+                continue;
+            }
+            seen = next.clone();
+            let built = tls_config(&next).and_then(|config| {
+                let verifier = crate::authn::chain_verifier(crate::authn::root_store(
+                    &next.client_ca_pem,
+                    "client CA",
+                )?)?;
+                Ok((config, verifier))
+            });
+            match built {
+                Ok((config, verifier)) => {
+                    *acceptor.write().unwrap_or_else(|p| p.into_inner()) =
+                        TlsAcceptor::from(config);
+                    client_ca.replace(verifier);
+                    current = next;
+                    info!("reloaded the serving certificate and client CA from their files");
+                }
+                Err(e) => warn!(
+                    error = %e,
+                    "the TLS files changed but cannot be used; serving with the previous ones"
+                ),
+            }
+        }
+    });
+}
+
+fn same_material(a: &TlsMaterial, b: &TlsMaterial) -> bool {
+    a.cert_chain_pem == b.cert_chain_pem
+        && a.key_pem == b.key_pem
+        && a.client_ca_pem == b.client_ca_pem
 }
 
 /// Whether two PEM bundles hold the same certificates.
@@ -470,14 +764,34 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
         }
         None => None,
     };
-    let client_ca =
-        crate::authn::chain_verifier(crate::authn::root_store(&client_ca_pem, "client CA")?)?;
-    let tls = tls_config(&TlsMaterial {
+    let client_ca = Arc::new(crate::authn::ClientCa::new(crate::authn::chain_verifier(
+        crate::authn::root_store(&client_ca_pem, "client CA")?,
+    )?));
+    let material = TlsMaterial {
         cert_chain_pem,
         key_pem,
         client_ca_pem,
         requestheader_ca_pem,
-    })?;
+    };
+    let acceptor: SharedAcceptor = Arc::new(std::sync::RwLock::new(TlsAcceptor::from(tls_config(
+        &material,
+    )?)));
+    let files = TlsFiles {
+        serving: opts
+            .tls_cert_file
+            .clone()
+            .zip(opts.tls_private_key_file.clone()),
+        client_ca: opts.client_ca_file.clone(),
+    };
+    if files.serving.is_some() || files.client_ca.is_some() {
+        spawn_tls_reloader(
+            files,
+            material,
+            Arc::downgrade(&acceptor),
+            client_ca.clone(),
+            opts.tls_reload_interval,
+        );
+    }
     let store: Arc<dyn crate::storage::Store> = match &opts.store {
         StoreKind::Redb => Arc::new(crate::storage::redb_store::RedbStore::open(
             &opts.data_dir.join("store.redb"),
@@ -539,6 +853,7 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
             views: opts.views.clone(),
             extension: opts.extension.clone(),
             workspace_authentication: true,
+            audit: opts.audit.clone(),
         },
     );
     state
@@ -557,14 +872,29 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
         crate::tenancy::follow(&state.tenancy, revision);
     }
     let kubeconfig = opts.data_dir.join("admin.kubeconfig");
+    // As kcp's admin kubeconfig: the current context is the root workspace (so `kubectl ws`
+    // works from the start), the base address stays as the first cluster and its own context.
+    // In extension mode the server has no workspaces of its own: the base address only.
     certs::write_kubeconfig(
         &kubeconfig,
-        &pki.admin_kubeconfig_options(&format!("https://{advertise}")),
+        &certs::KubeconfigOptions {
+            workspace: opts
+                .extension
+                .is_none()
+                .then(|| crate::request_info::ROOT_CLUSTER.to_string()),
+            ..pki.admin_kubeconfig_options(&format!("https://{advertise}"))
+        },
     )?;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(serve(listener, tls, state.clone(), async {
-        let _ = rx.await;
-    }));
+    let task = tokio::spawn(serve_with(
+        listener,
+        acceptor,
+        opts.connection_limits,
+        state.clone(),
+        async {
+            let _ = rx.await;
+        },
+    ));
     Ok(RunningServer {
         address,
         kubeconfig,

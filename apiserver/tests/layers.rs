@@ -31,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "heavy",
             "client",
             "response",
+            "audit",
         ],
     ),
     (

@@ -26,6 +26,10 @@ pub struct KubeconfigOptions {
     pub client_cert_pem: Option<String>,
     /// PEM private key of the client certificate (requires `client_cert_pem`).
     pub client_key_pem: Option<String>,
+    /// Also a cluster and context of this workspace (e.g. `root`), named after it, at
+    /// `<server>/clusters/<workspace>`, and that context current; the base one stays (listed
+    /// first), as kcp's admin kubeconfig has `root` and `base`.
+    pub workspace: Option<String>,
     /// Bearer token.
     pub token: Option<String>,
 }
@@ -144,18 +148,54 @@ fn validate(opts: &KubeconfigOptions) -> Result<(), CertError> {
 pub fn kubeconfig_yaml(opts: &KubeconfigOptions) -> Result<String, CertError> {
     validate(opts)?;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
-    let config = Config {
-        api_version: "v1",
-        kind: "Config",
-        clusters: vec![Named {
-            name: &opts.cluster_name,
+    let workspace = opts.workspace.as_deref().map(|ws| {
+        (
+            ws,
+            format!("{}/clusters/{ws}", opts.server.trim_end_matches('/')),
+        )
+    });
+    let mut clusters = vec![Named {
+        name: opts.cluster_name.as_str(),
+        item: Cluster {
+            cluster: ClusterSpec {
+                server: &opts.server,
+                certificate_authority_data: b64(&opts.ca_pem),
+            },
+        },
+    }];
+    let mut contexts = vec![Named {
+        name: opts.context_name.as_str(),
+        item: Context {
+            context: ContextSpec {
+                cluster: &opts.cluster_name,
+                user: &opts.user_name,
+            },
+        },
+    }];
+    if let Some((ws, server)) = &workspace {
+        clusters.push(Named {
+            name: ws,
             item: Cluster {
                 cluster: ClusterSpec {
-                    server: &opts.server,
+                    server,
                     certificate_authority_data: b64(&opts.ca_pem),
                 },
             },
-        }],
+        });
+        contexts.push(Named {
+            name: ws,
+            item: Context {
+                context: ContextSpec {
+                    cluster: ws,
+                    user: &opts.user_name,
+                },
+            },
+        });
+    }
+    let config = Config {
+        api_version: "v1",
+        kind: "Config",
+        clusters,
         users: vec![Named {
             name: &opts.user_name,
             item: User {
@@ -166,16 +206,10 @@ pub fn kubeconfig_yaml(opts: &KubeconfigOptions) -> Result<String, CertError> {
                 },
             },
         }],
-        contexts: vec![Named {
-            name: &opts.context_name,
-            item: Context {
-                context: ContextSpec {
-                    cluster: &opts.cluster_name,
-                    user: &opts.user_name,
-                },
-            },
-        }],
-        current_context: &opts.context_name,
+        contexts,
+        current_context: workspace
+            .as_ref()
+            .map_or(opts.context_name.as_str(), |(ws, _)| ws),
     };
     // Plain one-line scalars for the long base64 values, as kubectl writes them.
     let mut options = serde_saphyr::SerializerOptions::default();
@@ -207,8 +241,33 @@ mod tests {
             ca_pem: "-----BEGIN CERTIFICATE-----\nQUJD\n-----END CERTIFICATE-----\n".to_string(),
             client_cert_pem: Some("cert: 'quoted' # not a comment\n".to_string()),
             client_key_pem: Some("key\n".to_string()),
+            workspace: None,
             token: None,
         }
+    }
+
+    #[test]
+    fn a_workspace_context_is_current_and_the_base_one_stays_first() {
+        let opts = KubeconfigOptions {
+            workspace: Some("root".into()),
+            ..options()
+        };
+        let v: Value =
+            serde_saphyr::from_str(&kubeconfig_yaml(&opts).expect("render")).expect("parse back");
+        assert_eq!(v["current-context"], "root");
+        assert_eq!(v["clusters"][0]["name"], "platform-mesh");
+        assert_eq!(
+            v["clusters"][0]["cluster"]["server"],
+            "https://127.0.0.1:6443"
+        );
+        assert_eq!(v["clusters"][1]["name"], "root");
+        assert_eq!(
+            v["clusters"][1]["cluster"]["server"],
+            "https://127.0.0.1:6443/clusters/root"
+        );
+        assert_eq!(v["contexts"][0]["name"], "pm-admin");
+        assert_eq!(v["contexts"][1]["context"]["cluster"], "root");
+        assert_eq!(v["contexts"][1]["context"]["user"], "admin");
     }
 
     fn decode(v: &Value) -> String {

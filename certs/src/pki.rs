@@ -180,6 +180,7 @@ impl Pki {
             ca_pem: self.ca_cert_pem.clone(),
             client_cert_pem: Some(self.admin_cert_pem.clone()),
             client_key_pem: Some(self.admin_key_pem.clone()),
+            workspace: None,
             token: None,
         }
     }

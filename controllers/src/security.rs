@@ -45,6 +45,8 @@ pub const INITIALIZER: &str = "root:security";
 const ORGS: &str = "root:orgs";
 /// How often workspaces still waiting are looked at again.
 const RESYNC: Duration = Duration::from_secs(1);
+/// The longest pause between looks while the same prerequisite is missing.
+const RESYNC_WAITING: Duration = Duration::from_secs(4);
 
 /// Why a workspace could not be initialized (yet).
 #[derive(Debug, thiserror::Error)]
@@ -258,20 +260,29 @@ impl SecurityInitializer {
     /// workspace waiting for `root:security` as its prerequisites appear.
     pub async fn run(self, stop: CancellationToken) {
         let mut last_error = String::new();
+        // While a prerequisite stays missing (no PlatformMesh set kcp up yet), looks come less
+        // often, up to `RESYNC_WAITING` apart; once passes succeed, every `RESYNC`.
+        let mut delay = RESYNC;
         while !stop.is_cancelled() {
             match self.pass().await {
-                Ok(()) => last_error.clear(),
+                Ok(()) => {
+                    last_error.clear();
+                    delay = RESYNC;
+                }
                 Err(e) => {
                     let text = e.to_string();
                     if text != last_error {
                         tracing::info!(error = %text, "security initializer: waiting");
                         last_error = text;
+                        delay = RESYNC;
+                    } else {
+                        delay = (delay * 2).min(RESYNC_WAITING);
                     }
                 }
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(RESYNC) => {}
+                _ = tokio::time::sleep(delay) => {}
             }
         }
     }

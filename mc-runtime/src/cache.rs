@@ -454,6 +454,16 @@ fn start_cache(
     })
 }
 
+/// Whether a watch failed because the server does not serve the kind (404 on its list).
+fn not_served(e: &watcher::Error) -> bool {
+    matches!(
+        e,
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+            if s.code == 404
+    )
+}
+
 async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: CancellationToken) {
     let gvr = inner.kind.gvr();
     debug!(gvr = %gvr, scope = %inner.scope, "cache started");
@@ -473,6 +483,15 @@ async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: Cancel
             Some(Err(e)) => {
                 if failing {
                     debug!(gvr = %gvr, scope = %inner.scope, error = %e, "watch still failing");
+                } else if not_served(&e) {
+                    // An optional kind (Flux, OCM, Argo CD) whose CRD is not installed: normal,
+                    // said once, and picked up when it appears.
+                    tracing::info!(
+                        gvr = %gvr,
+                        scope = %inner.scope,
+                        "this kind is not served (its CRD is not installed); watched again quietly until it is"
+                    );
+                    failing = true;
                 } else {
                     warn!(gvr = %gvr, scope = %inner.scope, error = %e, "watch failed; retrying with backoff");
                     failing = true;

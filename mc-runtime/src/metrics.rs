@@ -80,6 +80,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Metrics for another manager of the same process: its reconciles and queues count in
+    /// the same families (told apart by controller name), its engaged clusters in a gauge of
+    /// its own that is not registered (`multicluster_engaged_clusters` is this manager's).
+    pub fn sharing(&self) -> Metrics {
+        Metrics {
+            engaged_clusters: Gauge::default(),
+            ..self.clone()
+        }
+    }
+
     /// Registers every metric under the names controller-runtime uses
     /// (`controller_runtime_*`, `workqueue_*`) plus `multicluster_engaged_clusters`.
     pub fn register(&self, registry: &mut Registry) {

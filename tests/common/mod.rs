@@ -57,11 +57,14 @@ impl Server {
     }
 
     /// A kube client with the admin kubeconfig.
+    /// (At the server's base address: the kubeconfig's current context is the `root`
+    /// workspace, and callers name `/clusters/...` paths themselves.)
     pub async fn kube(&self) -> kube::Client {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .expect("kube config");
+        config.cluster_url = self.url().parse().expect("url");
         kube::Client::try_from(config).expect("kube client")
     }
 
@@ -493,4 +496,43 @@ pub async fn with_bearer(
         .await
         .expect("request");
     (reply.status.as_u16(), reply.json())
+}
+
+/// Runs `cmd` (stdout and stderr captured) and waits for it to exit, killing it and failing
+/// after `secs` seconds: for commands that must stop by themselves (e.g. refusing flags).
+pub fn exits_within(cmd: &mut Command, secs: u64) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the command");
+    // Drain both pipes on threads so that a chatty child cannot block on a full pipe.
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut out);
+            }
+            out
+        })
+    };
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} was still running after {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
 }

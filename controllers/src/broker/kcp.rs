@@ -209,6 +209,7 @@ pub fn options(
         compute: None,
         kinds,
         workers,
+        metrics: Default::default(),
     })
 }
 
@@ -255,5 +256,6 @@ pub fn staging_options(
         compute: None,
         kinds,
         workers,
+        metrics: Default::default(),
     })
 }

@@ -50,6 +50,9 @@ pub struct BrokerOptions {
     pub kinds: Vec<Brokered>,
     /// Workers per brokering controller.
     pub workers: usize,
+    /// Where the broker's managers count reconciles and queues (`controller_runtime_*`,
+    /// `workqueue_*`).
+    pub metrics: crate::runtime::Metrics,
 }
 
 /// A reconciler for watches that only forward events elsewhere; never called.
@@ -81,10 +84,12 @@ pub struct Broker {
 impl Broker {
     /// Builds the managers and controllers.
     pub fn new(options: BrokerOptions) -> Result<Broker, String> {
-        let consumers = Manager::new(ManagerOptions::default());
-        let providers = Manager::new(ManagerOptions::default());
-        let coordination = Manager::new(ManagerOptions::default());
-        let accept_apis = Manager::new(ManagerOptions::default());
+        let manager =
+            || Manager::with_metrics(ManagerOptions::default(), options.metrics.sharing());
+        let consumers = Manager::with_metrics(ManagerOptions::default(), options.metrics.clone());
+        let providers = manager();
+        let coordination = manager();
+        let accept_apis = manager();
         let registry = Registry::default();
         let configurations = Configurations::default();
         let discovery = Discovery::default();

@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    WatchEvent, WatchParams,
 };
 use kube::ResourceExt;
 use serde_json::{json, Value};
@@ -273,6 +275,7 @@ impl Env {
             compute: None,
             kinds: vec![brokered],
             workers: 2,
+            metrics: Default::default(),
         })
         .expect("broker");
         let s = stop.clone();
@@ -669,6 +672,45 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
          "successConditions": ["to.status.status == 'Available'", "switch.data.ready == 'yes'"]}
     ]))
     .await;
+    // Every state the Migration passes through, as a watch sees its writes (a state held for a
+    // single write, such as InitialCompleted, is seen too).
+    const DELETED: &str = "<deleted>";
+    let states = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let recorder = tokio::spawn({
+        let (migrations, states) = (migrations.clone(), states.clone());
+        async move {
+            use futures::TryStreamExt;
+            let mut events = migrations
+                .watch(&WatchParams::default(), "0")
+                .await
+                .unwrap_or_else(|e| panic!("watching Migrations: {e}"))
+                .boxed();
+            while let Some(ev) = events
+                .try_next()
+                .await
+                .unwrap_or_else(|e| panic!("the Migration watch: {e}"))
+            {
+                let m = match ev {
+                    WatchEvent::Added(m) | WatchEvent::Modified(m) => m,
+                    WatchEvent::Deleted(_) => {
+                        states
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(DELETED.into());
+                        continue;
+                    }
+                    WatchEvent::Error(e) => panic!("the Migration watch: {e:?}"),
+                    WatchEvent::Bookmark(_) => continue,
+                };
+                if let Some(state) = m.data["status"]["state"].as_str() {
+                    let mut seen = states.lock().unwrap_or_else(|p| p.into_inner());
+                    if seen.last().map(String::as_str) != Some(state) {
+                        seen.push(state.to_string());
+                    }
+                }
+            }
+        }
+    });
     let migration = || the_migration(&migrations);
     let state_is = |want: &'static str, stage: &'static str| {
         move || async move {
@@ -773,6 +815,28 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
         migration().await.is_none()
     })
     .await;
+    // Its DELETED event comes after every write: once the recorder has it, it has them all.
+    eventually(WAIT, "the watch sees the Migration deleted", || async {
+        states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|s| s == DELETED)
+    })
+    .await;
+    recorder.abort();
+    let seen = states.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let expected = [
+        "InitialInProgress",
+        "InitialCompleted",
+        "CutoverInProgress",
+        "CutoverCompleted",
+    ];
+    let mut at = seen.iter();
+    assert!(
+        expected.iter().all(|e| at.any(|s| s == e)),
+        "the Migration's states {seen:?} lack {expected:?} in this order"
+    );
     env.stop().await;
 }
 

@@ -45,9 +45,21 @@ impl TestServer {
         TestServer { server, _dir: dir }
     }
 
-    /// The admin kubeconfig with its server URL ending in `/clusters/<cluster>`.
-    pub fn kubeconfig_for(&self, cluster: &str) -> Kubeconfig {
+    /// The admin kubeconfig's base context alone (the server's address, no workspace), as the
+    /// current one. The file also has a `root` context, current there.
+    fn base_kubeconfig(&self) -> Kubeconfig {
         let mut kc = Kubeconfig::read_from(&self.server.kubeconfig).expect("admin kubeconfig");
+        kc.clusters.truncate(1);
+        let base = kc.clusters[0].name.clone();
+        kc.contexts
+            .retain(|c| c.context.as_ref().is_some_and(|c| c.cluster == base));
+        kc.current_context = Some(kc.contexts[0].name.clone());
+        kc
+    }
+
+    /// The admin kubeconfig with one context, its server URL ending in `/clusters/<cluster>`.
+    pub fn kubeconfig_for(&self, cluster: &str) -> Kubeconfig {
+        let mut kc = self.base_kubeconfig();
         for named in kc.clusters.iter_mut() {
             if let Some(c) = named.cluster.as_mut() {
                 let base = c.server.clone().unwrap_or_default();
@@ -71,8 +83,7 @@ impl TestServer {
 
     /// The admin config at the server root (no cluster prefix).
     pub async fn root_config(&self) -> kube::Config {
-        let kc = Kubeconfig::read_from(&self.server.kubeconfig).expect("admin kubeconfig");
-        kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        kube::Config::from_custom_kubeconfig(self.base_kubeconfig(), &KubeConfigOptions::default())
             .await
             .expect("config")
     }

@@ -60,6 +60,22 @@ def main():
     assert seen, "no ADDED event for py-peer-2"
     step("watch")
 
+    # A list of 128 KiB or more comes gzipped when asked for; the client unpacks it.
+    for i in range(100):
+        core.create_namespaced_config_map(
+            NAMESPACE,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=f"py-big-{i:03}"), data={"payload": "p" * 1500}
+            ),
+        )
+    big, status, headers = core.list_namespaced_config_map_with_http_info(
+        NAMESPACE, _headers={"Accept-Encoding": "gzip"}
+    )
+    assert status == 200, status
+    assert headers.get("Content-Encoding") == "gzip", dict(headers)
+    assert sum(1 for c in big.items if c.metadata.name.startswith("py-big-")) == 100
+    step("gzip")
+
     try:
         core.create_namespaced_config_map(
             NAMESPACE, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="Not_Valid"))

@@ -1,0 +1,411 @@
+//! What operators see of the processes, through the binary: `serve`'s `/metrics` with the
+//! co-located controllers' metrics (`controller_runtime_*`, `workqueue_*`); `broker` with `--metrics-bind-address`,
+//! `--health-probe-bind-address` and `--leader-elect` (two replicas, one leads, the other takes
+//! over when it stops); `--version`, `completion`, `--log-format json`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::Server;
+use http::Method;
+use serde_json::json;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+}
+
+/// Waits for `check` to give `Some`, failing with `what` after `secs` seconds.
+async fn wait_for<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "waited {secs} s for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_metrics_show_the_controllers() {
+    let server = Server::start();
+    // Something to reconcile.
+    let mut conn = server.client().connect().await.expect("connect");
+    let pm = conn
+        .post_json(
+            "/apis/core.platform-mesh.io/v1alpha1/namespaces/default/platformmeshes",
+            &json!({"apiVersion": "core.platform-mesh.io/v1alpha1", "kind": "PlatformMesh",
+                "metadata": {"name": "metrics"}, "spec": {}}),
+        )
+        .await
+        .expect("create");
+    assert_eq!(pm.status.as_u16(), 201);
+    let text = wait_for(60, "controller metrics on /metrics", || {
+        let client = server.client();
+        async move {
+            let mut conn = client.connect().await.expect("connect");
+            let r = conn.get("/metrics").await.expect("metrics");
+            assert_eq!(r.status.as_u16(), 200);
+            let text = String::from_utf8_lossy(&r.body).into_owned();
+            (text.contains("controller_runtime_reconcile_total{")
+                && text.contains("workqueue_adds_total{"))
+            .then_some(text)
+        }
+    })
+    .await;
+    // (`leader_election_master_status` appears with leader election, as controller-runtime's:
+    // `tests/replicas.rs` reads it from two replicas on one etcd.)
+    assert!(text.contains("apiserver_request_total"), "{text}");
+}
+
+/// A `broker` process whose stderr is followed for the addresses it reports.
+struct Broker {
+    child: Child,
+    metrics: String,
+    probes: String,
+}
+
+impl Broker {
+    fn start(args: &[&str]) -> Broker {
+        let mut child = bin()
+            .arg("broker")
+            .args(args)
+            .args([
+                "--metrics-bind-address",
+                "127.0.0.1:0",
+                "--health-probe-bind-address",
+                "127.0.0.1:0",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the broker");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let (mut metrics, mut probes) = (None, None);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while metrics.is_none() || probes.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the broker did not report its endpoints within 30 s"));
+            if let Some(a) = line.strip_prefix("platform-mesh broker serves its metrics on ") {
+                metrics = Some(a.trim().to_string());
+            }
+            if let Some(a) = line.strip_prefix("platform-mesh broker serves its health probes on ")
+            {
+                probes = Some(a.trim().to_string());
+            }
+        }
+        // Keep draining stderr.
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+        Broker {
+            child,
+            metrics: metrics.expect("metrics"),
+            probes: probes.expect("probes"),
+        }
+    }
+
+    fn terminate(&mut self) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().expect("wait").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the broker did not stop within 30 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// GET `url` over plain HTTP: `(status, body)`.
+async fn get(url: &str) -> (u16, String) {
+    let rest = url.strip_prefix("http://").expect("http URL");
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let tcp = tokio::net::TcpStream::connect(host).await.expect("connect");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .expect("handshake");
+    tokio::spawn(conn);
+    let req = http::Request::get(path)
+        .header("host", host)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    let resp = sender.send_request(req).await.expect("response");
+    let status = resp.status().as_u16();
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `1`, `0` or `None` (not reported yet): whether this broker leads.
+async fn leads(b: &Broker) -> Option<bool> {
+    let (code, text) = get(&format!("{}/metrics", b.metrics)).await;
+    assert_eq!(code, 200, "{text}");
+    text.lines()
+        .find(|l| l.starts_with("leader_election_master_status{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v == "1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_elect_one_leader_and_the_other_takes_over() {
+    let server = Server::start_with(&["--no-controllers"]);
+    let mut conn = server.client().connect().await.expect("connect");
+    for ws in ["consumer", "provider", "coordination"] {
+        let r = conn
+            .send(
+                Method::POST,
+                "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces",
+                Some("application/json"),
+                json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws}})
+                    .to_string()
+                    .into_bytes(),
+            )
+            .await
+            .expect("workspace");
+        assert_eq!(r.status.as_u16(), 201);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = |ws: &str| {
+        let out = dir.path().join(format!("{ws}.kubeconfig"));
+        common::stdout_of(
+            bin()
+                .args([
+                    "certs",
+                    "kubeconfig",
+                    "--user",
+                    "broker",
+                    "--group",
+                    "system:masters",
+                ])
+                .args(["--workspace", &format!("root:{ws}"), "--out"])
+                .arg(&out)
+                .arg("--data-dir")
+                .arg(&server.data_dir),
+            "certs kubeconfig",
+        );
+        out.to_string_lossy().into_owned()
+    };
+    let (consumer, provider, coordination) = (
+        kubeconfig("consumer"),
+        kubeconfig("provider"),
+        kubeconfig("coordination"),
+    );
+    for ws in ["consumer", "provider", "coordination"] {
+        wait_for(30, &format!("root:{ws} Ready"), || {
+            let client = server.client();
+            async move {
+                let mut c = client.connect().await.expect("connect");
+                let r = c
+                    .get(&format!("/clusters/root:{ws}/api/v1/namespaces/default"))
+                    .await
+                    .expect("get");
+                (r.status.as_u16() == 200).then_some(())
+            }
+        })
+        .await;
+    }
+    let args = [
+        "--watch-kind",
+        "ConfigMap.v1.core",
+        "--consumer-kubeconfig",
+        &consumer,
+        "--provider-kubeconfig",
+        &provider,
+        "--coordination-kubeconfig",
+        &coordination,
+        "--leader-elect",
+    ];
+    let mut a = Broker::start(&args);
+    let mut b = Broker::start(&args);
+    for broker in [&a, &b] {
+        for probe in ["healthz", "readyz"] {
+            let (code, body) = get(&format!("{}/{probe}", broker.probes)).await;
+            assert_eq!((code, body.as_str()), (200, "ok"), "/{probe}");
+        }
+        let (code, _) = get(&format!("{}/nothing", broker.probes)).await;
+        assert_eq!(code, 404);
+    }
+    // Exactly one leads.
+    let a_leads = wait_for(60, "a leader", || async {
+        match (leads(&a).await, leads(&b).await) {
+            (Some(x), Some(y)) if x != y => Some(x),
+            _ => None,
+        }
+    })
+    .await;
+    let (leader, follower) = if a_leads {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    // The leader's managers report: an AcceptAPI in the provider is reconciled.
+    let accept = conn
+        .send(
+            Method::POST,
+            "/clusters/root:provider/apis/broker.platform-mesh.io/v1alpha1/namespaces/default/acceptapis",
+            Some("application/json"),
+            json!({"apiVersion": "broker.platform-mesh.io/v1alpha1", "kind": "AcceptAPI",
+                "metadata": {"name": "configmaps"},
+                "spec": {"gvr": {"group": "", "version": "v1", "resource": "configmaps"}, "filters": []}})
+            .to_string()
+            .into_bytes(),
+        )
+        .await
+        .expect("acceptapi");
+    assert_eq!(accept.status.as_u16(), 201, "{}", accept.json());
+    let metrics = leader.metrics.clone();
+    wait_for(60, "controller-runtime metrics of the leader", || {
+        let metrics = metrics.clone();
+        async move {
+            let (_, text) = get(&format!("{metrics}/metrics")).await;
+            (text.contains("controller_runtime_reconcile_total{")
+                && text.contains("workqueue_adds_total{"))
+            .then_some(())
+        }
+    })
+    .await;
+    // The leader stops (giving the Lease up): the other takes over.
+    leader.terminate();
+    wait_for(60, "the other broker leading", || async {
+        (leads(follower).await == Some(true)).then_some(())
+    })
+    .await;
+}
+
+#[test]
+fn version_completion_and_json_logs() {
+    let version = common::stdout_of(bin().arg("--version"), "--version");
+    assert!(
+        version.starts_with("platform-mesh ") && version.contains("(commit "),
+        "{version}"
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        let script = common::stdout_of(bin().args(["completion", shell]), "completion");
+        assert!(script.contains("platform-mesh"), "{shell}: {script}");
+        assert!(script.contains("serve"), "{shell} completes subcommands");
+    }
+    // A request's line in JSON, with its span's fields.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = bin()
+        .args([
+            "--log-format",
+            "json",
+            "serve",
+            "--no-controllers",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut address = None;
+    let mut lines = Vec::new();
+    let served = loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| {
+                let _ = child.kill();
+                panic!(
+                    "no JSON line for a request within 30 s:\n{}",
+                    lines.join("\n")
+                )
+            });
+        if let Some(a) = line.strip_prefix("platform-mesh is serving on https://") {
+            address = Some(a.trim().to_string());
+            let ca = std::fs::read_to_string(dir.path().join("pki/ca.crt")).expect("ca");
+            let admin =
+                |f: &str| std::fs::read_to_string(dir.path().join("pki").join(f)).expect("pki");
+            let client = apiserver::client::ClientConfig::new(
+                address
+                    .as_deref()
+                    .expect("address")
+                    .parse()
+                    .expect("address"),
+                &ca,
+                Some((&admin("admin.crt"), &admin("admin.key"))),
+            )
+            .expect("client");
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().expect("runtime");
+                rt.block_on(async move {
+                    let mut c = client.connect().await.expect("connect");
+                    c.get("/api/v1/namespaces/default/configmaps")
+                        .await
+                        .expect("list");
+                });
+            });
+            continue;
+        }
+        lines.push(line.clone());
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v["span"]["resource"] == "configmaps" {
+            break v;
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(address.is_some());
+    assert_eq!(served["level"], "INFO", "{served}");
+    assert_eq!(served["span"]["verb"], "list", "{served}");
+    assert_eq!(served["span"]["code"], 200, "{served}");
+    assert_eq!(served["span"]["user"], "admin", "{served}");
+    assert_eq!(served["span"]["cluster"], "root", "{served}");
+    assert!(
+        served["span"]["id"]
+            .as_str()
+            .is_some_and(|id| id.len() >= 32),
+        "{served}"
+    );
+    assert!(
+        lines.iter().all(|l| !l.contains('\u{1b}')),
+        "colour codes in a log that is not a terminal"
+    );
+}
