@@ -214,7 +214,7 @@ pub async fn run(
             &args.leader_election_id,
             &format!("{host}_{}", uuid::Uuid::new_v4()),
         );
-        ensure_namespace(&client, &namespace).await;
+        crate::operator::ensure_namespace(&client, &namespace, &stop).await;
         let elector = LeaderElector::new(client, config).with_status(status.clone());
         while let Some(leadership) = elector.acquire(&stop).await {
             eprintln!(
@@ -286,22 +286,6 @@ async fn lease_client(args: &BrokerArgs) -> anyhow::Result<(kube::Client, String
     }
     let client = kube::Client::try_from(config).context("the Lease's cluster")?;
     Ok((client, args.leader_election_namespace.clone()))
-}
-
-/// Creates the Lease's namespace when missing; a refusal is left for the election to report.
-async fn ensure_namespace(client: &kube::Client, name: &str) {
-    use k8s_openapi::api::core::v1::Namespace;
-    let api: kube::Api<Namespace> = kube::Api::all(client.clone());
-    let namespace = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    if let Err(e) = api.create(&Default::default(), &namespace).await {
-        tracing::debug!(namespace = %name, error = %e, "creating the Lease's namespace");
-    }
 }
 
 /// `:8081` (every interface), `127.0.0.1:0` or `0` (none), as controller-runtime reads them.

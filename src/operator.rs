@@ -451,7 +451,7 @@ async fn lead(
 
 /// Creates the Lease's namespace when missing (a fresh server has only `default`); retries
 /// until the cluster answers, and leaves a refusal (403) to show in the election's errors.
-async fn ensure_namespace(client: &kube::Client, name: &str, stop: &CancellationToken) {
+pub(crate) async fn ensure_namespace(client: &kube::Client, name: &str, stop: &CancellationToken) {
     use k8s_openapi::api::core::v1::Namespace;
     let api: kube::Api<Namespace> = kube::Api::all(client.clone());
     let namespace = Namespace {
