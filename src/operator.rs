@@ -556,12 +556,16 @@ async fn run(
         runtime: runtime.clone(),
         remote,
         kcp: Some(kcp),
+        images: Default::default(),
     });
     let engine: Arc<dyn Render + Send + Sync> = Arc::new(gotemplate::Engine::default());
     let manager = Manager::with_metrics(ManagerOptions::default(), args.metrics.clone());
     manager
-        .add(controller(engine, clusters))
+        .add(controller(engine, clusters.clone()))
         .context("adding the PlatformMesh controller")?;
+    manager
+        .add(controllers::platformmesh::resource::controller(clusters))
+        .context("adding the ResourceReconciler")?;
     manager
         .add(managed::controller(shared, 4))
         .context("adding the ManagedProvider controller")?;

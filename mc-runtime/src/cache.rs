@@ -454,6 +454,38 @@ fn start_cache(
     })
 }
 
+/// Pauses between attempts of a failing watch: from 0.8 s, doubling, at most 10 s.
+struct WatchBackoff {
+    next: Duration,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff {
+            next: WATCH_BACKOFF_FIRST,
+        }
+    }
+}
+
+const WATCH_BACKOFF_FIRST: Duration = Duration::from_millis(800);
+const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (self.next * 2).min(WATCH_BACKOFF_MAX);
+        Some(now)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = WATCH_BACKOFF_FIRST;
+    }
+}
+
 /// Whether a watch failed because the server does not serve the kind (404 on its list).
 fn not_served(e: &watcher::Error) -> bool {
     matches!(
@@ -467,7 +499,13 @@ fn not_served(e: &watcher::Error) -> bool {
 async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: CancellationToken) {
     let gvr = inner.kind.gvr();
     debug!(gvr = %gvr, scope = %inner.scope, "cache started");
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    // kube-runtime's default backoff, but at most 10 s apart (not 30 s): a kind whose CRD is
+    // installed later (Flux, OCM, Argo CD) is picked up soon after.
+    let backoff = kube::runtime::utils::ResetTimerBackoff::new(
+        WatchBackoff::default(),
+        Duration::from_secs(120),
+    );
+    let stream = watcher(api, watcher::Config::default()).backoff(backoff);
     futures::pin_mut!(stream);
     let mut relist: Option<HashMap<ClusterName, Objects>> = None;
     // A failing watch (e.g. a kind whose CRD is not installed yet) is reported once, then

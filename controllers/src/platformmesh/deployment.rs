@@ -30,6 +30,9 @@ pub struct Clusters {
     pub remote: Option<RemoteRuntime>,
     /// The kcp side (KcpSetup, ProviderSecret, FeatureToggles); without it those steps skip.
     pub kcp: Option<super::kcp::Kcp>,
+    /// The image versions and unsuspensions the ResourceReconciler set, which the Deployment
+    /// step keeps when it applies the releases again.
+    pub images: super::resource::ImageVersions,
 }
 
 /// What every PlatformMesh step works on.
@@ -197,11 +200,16 @@ impl Subroutine<Context, PlatformMeshError> for Deployment {
         }
         let mut summary = Vec::new();
         for (target, client, scope) in targets(ctx) {
-            let objects: Vec<Value> = rendered
+            let mut objects: Vec<Value> = rendered
                 .iter()
                 .filter(|r| r.target == target)
                 .map(|r| r.object.clone())
                 .collect();
+            if target == Target::Infra {
+                for obj in &mut objects {
+                    keep_resource_fields(ctx, obj).await?;
+                }
+            }
             let outcome = sync(
                 &SyncTarget {
                     client,
@@ -228,9 +236,153 @@ impl Subroutine<Context, PlatformMeshError> for Deployment {
             // unchanged status.
             summary.push(format!("{} objects in {}", objects.len(), target.as_str()));
         }
+        // Upstream's gate: what follows needs cert-manager's kinds, so a profile that deploys
+        // cert-manager waits until its CRDs are Established in the runtime cluster.
+        // (Upstream looks in the runtime cluster; here, in the cluster the releases install
+        // into: the runtime through the remote kubeconfig when there is one, else the infra
+        // cluster. The same cluster when, as usual, they are one.)
+        if profile.infra["certManager"]["enabled"] == true {
+            let installed_into = match &ctx.clusters.remote {
+                Some(_) => &ctx.clusters.runtime,
+                None => &ctx.clusters.infra,
+            };
+            if let Some(waiting) = cert_manager_waiting(installed_into).await? {
+                return Ok(Step::stop(waiting, CERT_MANAGER_RECHECK));
+            }
+        }
         Ok(Step::Done {
             message: summary.join("; "),
             requeue: None,
         })
     }
+}
+
+/// How soon the cert-manager gate looks again (upstream's 5 s).
+const CERT_MANAGER_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The CRDs the cert-manager gate waits for.
+pub const CERT_MANAGER_CRDS: [&str; 2] =
+    ["issuers.cert-manager.io", "certificates.cert-manager.io"];
+
+/// Upstream's message for the first cert-manager CRD that is missing or not Established.
+async fn cert_manager_waiting(cluster: &kube::Client) -> Result<Option<String>, String> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.clone());
+    for name in CERT_MANAGER_CRDS {
+        let crd = crds
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading CRD {name}: {e}"))?;
+        let established = crd
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if !established {
+            return Ok(Some(format!("cert-manager CRD {name} is not established")));
+        }
+    }
+    Ok(None)
+}
+
+/// What the ResourceReconciler set stays when the Deployment step applies a release again
+/// (upstream's infra post-processing): a HelmRelease gets the image versions recorded for it
+/// and stays unsuspended once a Resource unsuspended it; an Application keeps the source the
+/// ResourceReconciler filled in (the templates' placeholders never overwrite it, and a
+/// placeholder revision is left out of the apply) and gets the recorded image versions in its
+/// Helm values.
+async fn keep_resource_fields(ctx: &Context, obj: &mut Value) -> Result<(), String> {
+    use super::resource::{helm_values_with, set_path, PLACEHOLDER};
+    let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let namespace = obj["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or(ctx.namespace())
+        .to_string();
+    let images = &ctx.clusters.images;
+    match (api_version.as_str(), kind.as_str()) {
+        ("helm.toolkit.fluxcd.io/v2", "HelmRelease") => {
+            for (path, version) in images.of(&namespace, &name) {
+                if !obj["spec"]["values"].is_object() {
+                    obj["spec"]["values"] = serde_json::json!({});
+                }
+                set_path(&mut obj["spec"]["values"], &path, Value::String(version));
+            }
+            if images.unsuspended(&namespace, &name) && obj["spec"]["suspend"] == true {
+                obj["spec"]["suspend"] = Value::Bool(false);
+            }
+        }
+        ("argoproj.io/v1alpha1", "Application") => {
+            let apps: Api<DynamicObject> = Api::namespaced_with(
+                ctx.clusters.infra.clone(),
+                &namespace,
+                &super::resource::applications(),
+            );
+            let existing = apps
+                .get_opt(&name)
+                .await
+                .map_err(|e| format!("reading Application {namespace}/{name}: {e}"))?;
+            let current = existing
+                .as_ref()
+                .map(|a| a.data["spec"]["source"].clone())
+                .unwrap_or(Value::Null);
+            let real = |v: &Value| {
+                v.as_str()
+                    .filter(|s| !s.is_empty() && *s != PLACEHOLDER)
+                    .map(str::to_string)
+            };
+            if let Some(source) = obj["spec"]["source"].as_object_mut() {
+                let template_url = source.get("repoURL").cloned().unwrap_or(Value::Null);
+                match (real(&template_url), real(&current["repoURL"])) {
+                    (None, existing) => {
+                        source.insert(
+                            "repoURL".into(),
+                            Value::String(existing.unwrap_or_default()),
+                        );
+                    }
+                    (Some(t), Some(e)) if t != e => {
+                        source.insert("repoURL".into(), Value::String(e));
+                    }
+                    _ => {}
+                }
+                let template_rev = source.get("targetRevision").cloned().unwrap_or(Value::Null);
+                match (real(&template_rev), real(&current["targetRevision"])) {
+                    (None, _) => {
+                        source.remove("targetRevision");
+                    }
+                    (Some(t), Some(e)) if t != e => {
+                        source.remove("targetRevision");
+                    }
+                    _ => {}
+                }
+                let recorded = images.of(&namespace, &name);
+                if !recorded.is_empty() {
+                    let mut text = source
+                        .get("helm")
+                        .and_then(|h| h.get("values"))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
+                    for (path, version) in recorded {
+                        text = helm_values_with(&text, &path, &version)
+                            .map_err(|e| {
+                                format!("Application {namespace}/{name}: helm values: {e}")
+                            })?
+                            .0;
+                    }
+                    let helm = source
+                        .entry("helm")
+                        .or_insert_with(|| serde_json::json!({}));
+                    helm["values"] = Value::String(text);
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }

@@ -9,6 +9,7 @@ pub mod kcp;
 pub mod manifests;
 pub mod providersecret;
 pub mod render;
+pub mod resource;
 pub mod review;
 pub mod vars;
 pub mod wait;

@@ -86,13 +86,140 @@ pub(super) async fn open_crd(client: &kube::Client, r: &ApiResource) {
     .await;
 }
 
-/// Flux's part: every HelmRelease and Kustomization of the infra cluster becomes Ready for its
-/// generation while `enabled`; `last` is when it last marked one.
+/// Flux's part, as strict as its controllers are about what these tests reach (facts from
+/// source-controller's `internal/controller/{oci,git,helm}repository_controller.go`,
+/// helm-controller's `internal/controller/helmrelease_controller.go` and kustomize-controller's
+/// `internal/controller/kustomization_controller.go`):
+/// - an OCIRepository is Ready only with an `oci://` URL and a `ref` (tag, semver or digest); a
+///   GitRepository only with a URL and a ref (commit, tag, branch, semver or name); a
+///   HelmRepository only with a URL;
+/// - a HelmRelease is Ready only when it is not suspended, its `chartRef` (an OCIRepository) or
+///   `chart.spec.sourceRef` (a HelmRepository or GitRepository) exists and is Ready, and every
+///   release in `dependsOn` is Ready; otherwise `Ready=False` with helm-controller's reasons
+///   (`SourceNotReady`, `DependencyNotReady`; a suspended release is left alone);
+/// - a Kustomization only when its `sourceRef` exists and is Ready.
+///
+/// While `enabled` is off nothing is marked; `last` is when a HelmRelease last became Ready.
 struct FluxStandIn {
     enabled: Arc<AtomicBool>,
     last: Arc<Mutex<Option<Instant>>>,
     stop: CancellationToken,
 }
+
+fn oci_repositories() -> ApiResource {
+    res(
+        "source.toolkit.fluxcd.io",
+        "v1",
+        "OCIRepository",
+        "ocirepositories",
+    )
+}
+
+fn git_repositories() -> ApiResource {
+    res(
+        "source.toolkit.fluxcd.io",
+        "v1",
+        "GitRepository",
+        "gitrepositories",
+    )
+}
+
+fn helm_repositories() -> ApiResource {
+    res(
+        "source.toolkit.fluxcd.io",
+        "v1",
+        "HelmRepository",
+        "helmrepositories",
+    )
+}
+
+/// Whether a Flux source's spec would let its controller produce an artifact.
+fn source_usable(kind: &str, spec: &Value) -> Result<(), String> {
+    let text = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
+    match kind {
+        "OCIRepository" => {
+            if !spec["url"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("oci://"))
+            {
+                return Err("spec.url is not an oci:// URL".into());
+            }
+            if !["tag", "semver", "digest"]
+                .iter()
+                .any(|k| text(&spec["ref"][*k]))
+            {
+                return Err("spec.ref names no tag, semver or digest".into());
+            }
+        }
+        "GitRepository" => {
+            if !text(&spec["url"]) {
+                return Err("spec.url is empty".into());
+            }
+            if !["commit", "tag", "branch", "semver", "name"]
+                .iter()
+                .any(|k| text(&spec["ref"][*k]))
+            {
+                return Err("spec.ref names nothing to check out".into());
+            }
+        }
+        "HelmRepository" => {
+            if !text(&spec["url"]) {
+                return Err("spec.url is empty".into());
+            }
+        }
+        _ => return Err(format!("{kind} is not a source")),
+    }
+    Ok(())
+}
+
+/// `Ready` of an object as (status, reason), for its current generation.
+fn readiness(obj: &DynamicObject) -> Option<(String, String)> {
+    let generation = obj.metadata.generation.unwrap_or(0);
+    if obj.data["status"]["observedGeneration"] != generation {
+        return None;
+    }
+    let c = obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?;
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["reason"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+/// Writes `Ready=<ready>` with `reason` and `message` unless the object already says so.
+async fn mark(
+    client: &kube::Client,
+    r: &ApiResource,
+    obj: &DynamicObject,
+    ready: bool,
+    reason: &str,
+    message: &str,
+) -> bool {
+    let status = if ready { "True" } else { "False" };
+    if readiness(obj) == Some((status.to_string(), reason.to_string())) {
+        return false;
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        obj.metadata.namespace.as_deref().unwrap_or("default"),
+        r,
+    );
+    let patch = json!({"status": {"observedGeneration": obj.metadata.generation.unwrap_or(0),
+        "conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    api.patch_status(
+        obj.metadata.name.as_deref().unwrap_or(""),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .is_ok()
+}
+
+/// (kind, namespace, name) of the sources that are Ready now.
+type ReadySources = std::collections::HashSet<(String, String, String)>;
 
 impl FluxStandIn {
     fn start(infra: kube::Client) -> FluxStandIn {
@@ -103,39 +230,7 @@ impl FluxStandIn {
         tokio::spawn(async move {
             while !s.is_cancelled() {
                 if e.load(Ordering::SeqCst) {
-                    for r in [helm_releases(), kustomizations()] {
-                        let all: Api<DynamicObject> = Api::all_with(infra.clone(), &r);
-                        let Ok(list) = all.list(&ListParams::default()).await else {
-                            continue;
-                        };
-                        for item in list.items {
-                            let generation = item.metadata.generation.unwrap_or(0);
-                            let ready = item.data["status"]["observedGeneration"] == generation
-                                && item.data["status"]["conditions"][0]["status"] == "True";
-                            if ready {
-                                continue;
-                            }
-                            let api: Api<DynamicObject> = Api::namespaced_with(
-                                infra.clone(),
-                                item.metadata.namespace.as_deref().unwrap_or("default"),
-                                &r,
-                            );
-                            let status = json!({"status": {"observedGeneration": generation,
-                                "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
-                                    "message": "stand-in", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-                            if api
-                                .patch_status(
-                                    item.metadata.name.as_deref().unwrap_or(""),
-                                    &PatchParams::default(),
-                                    &Patch::Merge(&status),
-                                )
-                                .await
-                                .is_ok()
-                            {
-                                *l.lock().unwrap() = Some(Instant::now());
-                            }
-                        }
-                    }
+                    Self::pass(&infra, &l).await;
                 }
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
@@ -146,6 +241,249 @@ impl FluxStandIn {
             stop,
         }
     }
+
+    async fn pass(infra: &kube::Client, last: &Mutex<Option<Instant>>) {
+        let mut ready: ReadySources = Default::default();
+        for r in [oci_repositories(), git_repositories(), helm_repositories()] {
+            let Ok(list) = Api::<DynamicObject>::all_with(infra.clone(), &r)
+                .list(&ListParams::default())
+                .await
+            else {
+                continue;
+            };
+            for src in list.items {
+                let ok = source_usable(&r.kind, &src.data["spec"]);
+                let (fine, reason, message) = match &ok {
+                    Ok(()) => (true, "Succeeded", "stored artifact".to_string()),
+                    Err(why) => (false, "InvalidSpec", why.clone()),
+                };
+                mark(infra, &r, &src, fine, reason, &message).await;
+                if fine {
+                    ready.insert((
+                        r.kind.clone(),
+                        src.metadata.namespace.clone().unwrap_or_default(),
+                        src.metadata.name.clone().unwrap_or_default(),
+                    ));
+                }
+            }
+        }
+        let hr = helm_releases();
+        let Ok(list) = Api::<DynamicObject>::all_with(infra.clone(), &hr)
+            .list(&ListParams::default())
+            .await
+        else {
+            return;
+        };
+        let release_ready: std::collections::HashSet<(String, String)> = list
+            .items
+            .iter()
+            .filter(|r| readiness(r).is_some_and(|(s, _)| s == "True"))
+            .map(|r| {
+                (
+                    r.metadata.namespace.clone().unwrap_or_default(),
+                    r.metadata.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        for release in &list.items {
+            if release.data["spec"]["suspend"] == true {
+                continue;
+            }
+            let ns = release.metadata.namespace.clone().unwrap_or_default();
+            let spec = &release.data["spec"];
+            let (kind, src_ns, src_name) = if spec["chartRef"].is_object() {
+                (
+                    spec["chartRef"]["kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    spec["chartRef"]["namespace"]
+                        .as_str()
+                        .unwrap_or(&ns)
+                        .to_string(),
+                    spec["chartRef"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            } else {
+                let src = &spec["chart"]["spec"]["sourceRef"];
+                (
+                    src["kind"].as_str().unwrap_or_default().to_string(),
+                    src["namespace"].as_str().unwrap_or(&ns).to_string(),
+                    src["name"].as_str().unwrap_or_default().to_string(),
+                )
+            };
+            let verdict = if !ready.contains(&(kind.clone(), src_ns.clone(), src_name.clone())) {
+                Err((
+                    "SourceNotReady",
+                    format!("{kind} '{src_ns}/{src_name}' is not found or not ready"),
+                ))
+            } else if let Some(dep) = spec["dependsOn"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|d| {
+                    let key = (
+                        d["namespace"].as_str().unwrap_or(&ns).to_string(),
+                        d["name"].as_str().unwrap_or_default().to_string(),
+                    );
+                    !release_ready.contains(&key)
+                })
+            {
+                Err((
+                    "DependencyNotReady",
+                    format!("dependency '{}' is not ready", dep["name"]),
+                ))
+            } else {
+                Ok(())
+            };
+            if verdict.is_ok()
+                && release.metadata.name.as_deref() == Some("cert-manager")
+                && spec["values"]["installCRDs"] == true
+            {
+                // The chart installs cert-manager's CRDs (into this cluster: no kubeConfig).
+                install_cert_manager_crds(infra).await;
+            }
+            let changed = match verdict {
+                Ok(()) => mark(infra, &hr, release, true, "InstallSucceeded", "stand-in").await,
+                Err((reason, message)) => {
+                    mark(infra, &hr, release, false, reason, &message).await;
+                    false
+                }
+            };
+            if changed {
+                *last.lock().unwrap() = Some(Instant::now());
+            }
+        }
+        let k = kustomizations();
+        if let Ok(list) = Api::<DynamicObject>::all_with(infra.clone(), &k)
+            .list(&ListParams::default())
+            .await
+        {
+            for kz in list.items {
+                let ns = kz.metadata.namespace.clone().unwrap_or_default();
+                let src = &kz.data["spec"]["sourceRef"];
+                let key = (
+                    src["kind"].as_str().unwrap_or_default().to_string(),
+                    src["namespace"].as_str().unwrap_or(&ns).to_string(),
+                    src["name"].as_str().unwrap_or_default().to_string(),
+                );
+                let fine = ready.contains(&key);
+                mark(
+                    infra,
+                    &k,
+                    &kz,
+                    fine,
+                    if fine {
+                        "ReconciliationSucceeded"
+                    } else {
+                        "ArtifactFailed"
+                    },
+                    "stand-in",
+                )
+                .await;
+            }
+        }
+    }
+}
+
+/// What cert-manager's chart installs with `installCRDs: true`, as far as the Deployment step's
+/// gate looks (the CRDs of Issuer and Certificate); already there is fine.
+async fn install_cert_manager_crds(client: &kube::Client) {
+    let api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &res(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+        ),
+    );
+    for (kind, plural) in [("Issuer", "issuers"), ("Certificate", "certificates")] {
+        let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        let crd: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.cert-manager.io")},
+            "spec": {"group": "cert-manager.io", "scope": "Namespaced",
+                "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind,
+                    "listKind": format!("{kind}List")},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "properties": {"spec": open, "status": open}}}}]}
+        }))
+        .expect("crd");
+        let name = format!("{plural}.cert-manager.io");
+        if api
+            .get_opt(&name)
+            .await
+            .unwrap_or_else(|e| panic!("reading CRD {name}: {e}"))
+            .is_some()
+        {
+            continue;
+        }
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("installing cert-manager's CRD {plural}: {e}"),
+        }
+    }
+}
+
+/// The OCM controller's part (ocm-k8s-toolkit's Resource controller): a Resource gets
+/// `status.resource` (name, version, access) and `status.component.version` once resolved, as
+/// the controller writes them. Charts are resolved by their `repo`: `oci` to an image reference
+/// in `ghcr.io/platform-mesh/charts`, `git` to a repository URL and commit, `helm` to a Helm
+/// repository; images to a tag. Resources it has resolved are left alone.
+fn ocm_stand_in(runtime: kube::Client, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let r = res("delivery.ocm.software", "v1alpha1", "Resource", "resources");
+        while !stop.is_cancelled() {
+            if let Ok(list) = Api::<DynamicObject>::all_with(runtime.clone(), &r)
+                .list(&ListParams::default())
+                .await
+            {
+                for item in list.items {
+                    if !item.data["status"]["resource"].is_null() {
+                        continue;
+                    }
+                    let name = item.metadata.name.clone().unwrap_or_default();
+                    let base = controllers::platformmesh::resource::trimmed_name(&name).to_string();
+                    let labels = item.metadata.labels.clone().unwrap_or_default();
+                    let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+                    let resource = match (label("artifact").as_str(), label("repo").as_str()) {
+                        ("chart", "git") => json!({"name": "chart", "version": "1.0.0",
+                            "access": {"type": "gitHub", "repoUrl": format!("https://github.com/platform-mesh/{base}"),
+                                "commit": "0123456789abcdef0123456789abcdef01234567"}}),
+                        ("chart", "helm") => json!({"name": "chart", "version": "1.0.0",
+                            "access": {"type": "helm", "helmRepository": "https://charts.platform-mesh.io"}}),
+                        ("chart", _) => json!({"name": "chart", "version": "1.0.0",
+                            "access": {"type": "ociArtifact",
+                                "imageReference": format!("ghcr.io/platform-mesh/charts/{base}:1.0.0")}}),
+                        _ => json!({"name": "image", "version": "v1.2.3",
+                            "access": {"type": "ociArtifact",
+                                "imageReference": format!("ghcr.io/platform-mesh/{base}:v1.2.3")}}),
+                    };
+                    let api: Api<DynamicObject> = Api::namespaced_with(
+                        runtime.clone(),
+                        item.metadata.namespace.as_deref().unwrap_or("default"),
+                        &r,
+                    );
+                    let _ = api
+                        .patch_status(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(&json!({"status": {"resource": resource,
+                                "component": {"name": "github.com/platform-mesh/platform-mesh", "version": "0.1.0"},
+                                "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+                                    "message": "stand-in", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+                        )
+                        .await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    });
 }
 
 struct Env {
@@ -168,8 +506,15 @@ impl Env {
         );
         let infra_client = infra.client("root").await;
         let runtime_client = runtime.client("root").await;
-        open_crd(&infra_client, &helm_releases()).await;
-        open_crd(&infra_client, &kustomizations()).await;
+        for r in [
+            helm_releases(),
+            kustomizations(),
+            oci_repositories(),
+            git_repositories(),
+            helm_repositories(),
+        ] {
+            open_crd(&infra_client, &r).await;
+        }
         open_crd(
             &runtime_client,
             &res("delivery.ocm.software", "v1alpha1", "Resource", "resources"),
@@ -190,12 +535,18 @@ impl Env {
             runtime: runtime_client.clone(),
             remote: None,
             kcp: Some(kcp_access),
+            images: Default::default(),
         });
         let engine: Arc<dyn Render + Send + Sync> = Arc::new(Engine::default());
         let manager = Manager::new(ManagerOptions::default());
         manager
             .add(controller(engine.clone(), clusters.clone()))
             .expect("controller");
+        manager
+            .add(controllers::platformmesh::resource::controller(
+                clusters.clone(),
+            ))
+            .expect("ResourceReconciler");
         let stop = CancellationToken::new();
         let provider = Arc::new(FixedClusters::new([Cluster::new(
             "runtime",
@@ -206,6 +557,7 @@ impl Env {
             async move { m.run(provider, async move { stop.cancelled().await }).await }
         });
         let flux = FluxStandIn::start(infra_client);
+        ocm_stand_in(runtime_client.clone(), stop.clone());
         let pm = Api::namespaced_with(runtime_client, NS, &platform_meshes());
         Env {
             kcp,
@@ -421,6 +773,8 @@ async fn provider_workspace(env: &Env, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
     let env = Env::start().await;
+    // Flux holds back at first: the cert-manager gate is seen waiting.
+    env.flux.enabled.store(false, Ordering::SeqCst);
     env.put_profile(&reference("default-profile.yaml")).await;
     let pm: DynamicObject =
         serde_saphyr::from_str(&reference("platform-mesh.yaml")).expect("PlatformMesh YAML");
@@ -429,9 +783,71 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
         .await
         .expect("create");
     let name = "platform-mesh";
+    eventually(
+        Duration::from_secs(30),
+        "the Deployment step waiting for cert-manager's CRDs",
+        || async {
+            env.pm.get(name).await.is_ok_and(|o| {
+                o.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        c["type"] == "DeploymentSubroutine"
+                            && c["status"] == "False"
+                            && c["message"].as_str().is_some_and(|m| {
+                                m.contains(
+                                    "cert-manager CRD issuers.cert-manager.io is not established",
+                                )
+                            })
+                    })
+            })
+        },
+    )
+    .await;
+    env.flux.enabled.store(true, Ordering::SeqCst);
 
     // 1. Full bootstrap to Ready.
     let obj = env.ready(name, Duration::from_secs(60)).await;
+    // Every HelmRelease's source exists and is Ready (the stand-in would not have made the
+    // release Ready otherwise); the sources came from the OCM Resources' resolved status.
+    let infra_hr: Api<DynamicObject> = Api::all_with(env.clusters.infra.clone(), &helm_releases());
+    let releases = infra_hr
+        .list(&ListParams::default())
+        .await
+        .expect("releases");
+    assert!(!releases.items.is_empty());
+    let ocis: Api<DynamicObject> = Api::all_with(env.clusters.infra.clone(), &oci_repositories());
+    for hr in &releases.items {
+        if let Some(source) = hr.data["spec"]["chartRef"]["name"].as_str() {
+            let repo = ocis
+                .list(&ListParams::default())
+                .await
+                .expect("OCIRepositories")
+                .items
+                .into_iter()
+                .find(|o| o.metadata.name.as_deref() == Some(source))
+                .unwrap_or_else(|| panic!("no OCIRepository {source}"));
+            assert!(
+                repo.data["spec"]["url"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("oci://ghcr.io/platform-mesh/charts/")),
+                "{repo:?}"
+            );
+            assert_eq!(repo.data["spec"]["ref"]["tag"], "1.0.0");
+        }
+        assert_eq!(readiness(hr).map(|r| r.0).as_deref(), Some("True"));
+    }
+    // Image Resources set their versions into the releases' values.
+    let cm = releases
+        .items
+        .iter()
+        .find(|h| h.metadata.name.as_deref() == Some("cert-manager"))
+        .expect("cert-manager's HelmRelease");
+    assert_eq!(
+        cm.data["spec"]["values"]["image"]["tag"], "v1.2.3",
+        "{cm:?}"
+    );
     for step in [
         "DeploymentSubroutine",
         "KcpsetupSubroutine",
@@ -578,7 +994,21 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
         c.cluster = Some("runtime".into());
         c
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The other controllers and the stand-ins settle first: no write for a second.
+    let settled = Instant::now() + Duration::from_secs(60);
+    let mut seen = env.writes();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = env.writes();
+        if now == seen {
+            break;
+        }
+        assert!(
+            Instant::now() < settled,
+            "the servers kept being written for 60 s"
+        );
+        seen = now;
+    }
     let before = env.writes();
     let obj = env.pm.get(name).await.unwrap();
     drive(&lifecycle(env.engine.clone()), &env.pm, &obj, &context)

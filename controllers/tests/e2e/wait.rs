@@ -35,6 +35,7 @@ fn context(client: &kube::Client, spec: serde_json::Value) -> Context {
             runtime: client.clone(),
             remote: None,
             kcp: None,
+            images: Default::default(),
         }),
     )
     .expect("context")
