@@ -98,13 +98,18 @@ pub async fn load_profile(ctx: &Context) -> Result<Profile, String> {
         .await
         .map_err(|e| format!("reading the profile ConfigMap {ns}/{name}: {e}"))?
         .ok_or_else(|| format!("the profile ConfigMap {ns}/{name} does not exist"))?;
+    profile_of(cm).map_err(|e| format!("profile ConfigMap {ns}/{name}: {e}"))
+}
+
+/// The profile a profile ConfigMap holds.
+pub fn profile_of(cm: ConfigMap) -> Result<Profile, String> {
     let data: serde_json::Map<String, Value> = cm
         .data
         .unwrap_or_default()
         .into_iter()
         .map(|(k, v)| (k, Value::String(v)))
         .collect();
-    Profile::from_config_map_data(&data).map_err(|e| format!("profile ConfigMap {ns}/{name}: {e}"))
+    Profile::from_config_map_data(&data).map_err(|e| e.to_string())
 }
 
 /// The Deployment step.

@@ -26,8 +26,9 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::api_resource as resource;
+use super::deployment::profile_of;
 use super::deployment::Clusters;
-use super::vars::{parse_yaml, profile_config_map, DeploymentTechnology, Profile};
+use super::vars::{parse_yaml, profile_config_map, DeploymentTechnology};
 use crate::runtime::{
     kube_error_is_transient, Action, ClusterContext, Controller, ReconcileError, Reconciler,
     Request, ResourceKind,
@@ -332,13 +333,7 @@ impl ResourceReconciler {
         let Ok(Some(cm)) = cms.get_opt(&name).await else {
             return DeploymentTechnology::FluxCd;
         };
-        let data: serde_json::Map<String, Value> = cm
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect();
-        let Ok(profile) = Profile::from_config_map_data(&data) else {
+        let Ok(profile) = profile_of(cm) else {
             return DeploymentTechnology::FluxCd;
         };
         let components = parse_yaml(&profile.components_text).unwrap_or_default();
@@ -379,15 +374,12 @@ impl ResourceReconciler {
         Ok(())
     }
 
-    /// Sets `value` at `spec.values.<path>` of HelmRelease `key` (and unsuspends it when asked).
-    async fn release_values(
+    /// HelmRelease `key` in the infra cluster, and its API; a missing one is waited for.
+    async fn release(
         &self,
         key: &ReleaseKey,
-        path: &str,
-        version: &str,
-        unsuspend: bool,
         resource: &str,
-    ) -> Result<(), ResourceError> {
+    ) -> Result<(Api<DynamicObject>, DynamicObject), ResourceError> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.clusters.infra.clone(), &key.0, &helm_releases());
         let release = api
@@ -398,6 +390,19 @@ impl ResourceReconciler {
                 resource: resource.to_string(),
                 target: format!("HelmRelease {}/{}", key.0, key.1),
             })?;
+        Ok((api, release))
+    }
+
+    /// Sets `value` at `spec.values.<path>` of HelmRelease `key` (and unsuspends it when asked).
+    async fn release_values(
+        &self,
+        key: &ReleaseKey,
+        path: &str,
+        version: &str,
+        unsuspend: bool,
+        resource: &str,
+    ) -> Result<(), ResourceError> {
+        let (api, release) = self.release(key, resource).await?;
         self.clusters.images.record(key, path, version);
         if unsuspend {
             self.clusters.images.unsuspend(key);
@@ -429,16 +434,7 @@ impl ResourceReconciler {
         unsuspend: bool,
         resource: &str,
     ) -> Result<(), ResourceError> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.clusters.infra.clone(), &key.0, &helm_releases());
-        let release = api
-            .get_opt(&key.1)
-            .await
-            .map_err(kube_err(format!("reading HelmRelease {}/{}", key.0, key.1)))?
-            .ok_or_else(|| ResourceError::NoTarget {
-                resource: resource.to_string(),
-                target: format!("HelmRelease {}/{}", key.0, key.1),
-            })?;
+        let (api, release) = self.release(key, resource).await?;
         if unsuspend {
             self.clusters.images.unsuspend(key);
         }

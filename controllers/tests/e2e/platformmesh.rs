@@ -810,8 +810,27 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
     // 1. Full bootstrap to Ready.
     let obj = env.ready(name, Duration::from_secs(60)).await;
     // Every HelmRelease's source exists and is Ready (the stand-in would not have made the
-    // release Ready otherwise); the sources came from the OCM Resources' resolved status.
+    // release Ready otherwise); the sources came from the OCM Resources' resolved status. Image
+    // tags may still arrive after Ready (a new generation of a release, Ready again soon, as
+    // with Flux): wait until every release is Ready for its current generation and carries
+    // cert-manager's controller tag.
     let infra_hr: Api<DynamicObject> = Api::all_with(env.clusters.infra.clone(), &helm_releases());
+    eventually(
+        Duration::from_secs(30),
+        "every HelmRelease Ready for its generation, with its image tags",
+        || async {
+            infra_hr.list(&ListParams::default()).await.is_ok_and(|l| {
+                l.items
+                    .iter()
+                    .all(|h| readiness(h).is_some_and(|(s, _)| s == "True"))
+                    && l.items.iter().any(|h| {
+                        h.metadata.name.as_deref() == Some("cert-manager")
+                            && h.data["spec"]["values"]["image"]["tag"] == "v1.2.3"
+                    })
+            })
+        },
+    )
+    .await;
     let releases = infra_hr
         .list(&ListParams::default())
         .await
