@@ -380,17 +380,28 @@ impl ResourceReconciler {
         key: &ReleaseKey,
         resource: &str,
     ) -> Result<(Api<DynamicObject>, DynamicObject), ResourceError> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.clusters.infra.clone(), &key.0, &helm_releases());
-        let release = api
+        self.target(&helm_releases(), key, resource).await
+    }
+
+    /// The release or Application `key` (of `ar`) a Resource is for, in the infra cluster, and
+    /// its API; a missing one is waited for.
+    async fn target(
+        &self,
+        ar: &ApiResource,
+        key: &ReleaseKey,
+        resource: &str,
+    ) -> Result<(Api<DynamicObject>, DynamicObject), ResourceError> {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.clusters.infra.clone(), &key.0, ar);
+        let what = format!("{} {}/{}", ar.kind, key.0, key.1);
+        let object = api
             .get_opt(&key.1)
             .await
-            .map_err(kube_err(format!("reading HelmRelease {}/{}", key.0, key.1)))?
+            .map_err(kube_err(format!("reading {what}")))?
             .ok_or_else(|| ResourceError::NoTarget {
                 resource: resource.to_string(),
-                target: format!("HelmRelease {}/{}", key.0, key.1),
+                target: what,
             })?;
-        Ok((api, release))
+        Ok((api, object))
     }
 
     /// Sets `value` at `spec.values.<path>` of HelmRelease `key` (and unsuspends it when asked).
@@ -551,8 +562,6 @@ impl ResourceReconciler {
         let here = format!("{ns}/{name}");
         let status = &obj.data["status"];
         let artifact = setting(obj, "artifact").unwrap_or_default();
-        let apps: Api<DynamicObject> =
-            Api::namespaced_with(self.clusters.infra.clone(), ns, &applications());
         match artifact.as_str() {
             "chart" => {
                 let Some(source) = argo_source(status) else {
@@ -563,14 +572,13 @@ impl ResourceReconciler {
                     });
                 };
                 let target = trimmed_name(name);
-                let app = apps
-                    .get_opt(target)
-                    .await
-                    .map_err(kube_err(format!("reading Application {ns}/{target}")))?
-                    .ok_or_else(|| ResourceError::NoTarget {
-                        resource: here.clone(),
-                        target: format!("Application {ns}/{target}"),
-                    })?;
+                let (apps, app) = self
+                    .target(
+                        &applications(),
+                        &(ns.to_string(), target.to_string()),
+                        &here,
+                    )
+                    .await?;
                 let src = &app.data["spec"]["source"];
                 if src["repoURL"] == source.repo_url.as_str()
                     && src["targetRevision"] == source.target_revision.as_str()
@@ -602,16 +610,7 @@ impl ResourceReconciler {
                     ns,
                 );
                 let path = setting(obj, "path").unwrap_or_else(|| "image.tag".into());
-                let apps: Api<DynamicObject> =
-                    Api::namespaced_with(self.clusters.infra.clone(), &key.0, &applications());
-                let app = apps
-                    .get_opt(&key.1)
-                    .await
-                    .map_err(kube_err(format!("reading Application {}/{}", key.0, key.1)))?
-                    .ok_or_else(|| ResourceError::NoTarget {
-                        resource: here.clone(),
-                        target: format!("Application {}/{}", key.0, key.1),
-                    })?;
+                let (apps, app) = self.target(&applications(), &key, &here).await?;
                 self.clusters.images.record(&key, &path, version);
                 let text = app.data["spec"]["source"]["helm"]["values"]
                     .as_str()

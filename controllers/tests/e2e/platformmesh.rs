@@ -209,13 +209,26 @@ async fn mark(
     let patch = json!({"status": {"observedGeneration": obj.metadata.generation.unwrap_or(0),
         "conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message,
             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-    api.patch_status(
-        obj.metadata.name.as_deref().unwrap_or(""),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
+    let name = obj.metadata.name.as_deref().unwrap_or("");
+    written(
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await,
+        &format!("the status of {} {name}", r.kind),
     )
-    .await
-    .is_ok()
+}
+
+/// Whether a stand-in's write went through. An object deleted meanwhile is not an error (the
+/// next pass no longer sees it); any other failure is said on stderr, so a test that then
+/// waits in vain shows why, and the next pass tries again.
+fn written(result: Result<DynamicObject, kube::Error>, what: &str) -> bool {
+    match result {
+        Ok(_) => true,
+        Err(kube::Error::Api(e)) if e.code == 404 => false,
+        Err(e) => {
+            eprintln!("stand-in: writing {what} failed: {e}");
+            false
+        }
+    }
 }
 
 /// (kind, namespace, name) of the sources that are Ready now.
@@ -469,16 +482,15 @@ fn ocm_stand_in(runtime: kube::Client, stop: CancellationToken) {
                         item.metadata.namespace.as_deref().unwrap_or("default"),
                         &r,
                     );
-                    let _ = api
-                        .patch_status(
-                            &name,
-                            &PatchParams::default(),
-                            &Patch::Merge(&json!({"status": {"resource": resource,
-                                "component": {"name": "github.com/platform-mesh/platform-mesh", "version": "0.1.0"},
-                                "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
-                                    "message": "stand-in", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
-                        )
-                        .await;
+                    let status = json!({"status": {"resource": resource,
+                        "component": {"name": "github.com/platform-mesh/platform-mesh", "version": "0.1.0"},
+                        "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+                            "message": "stand-in", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+                    written(
+                        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                            .await,
+                        &format!("the status of Resource {name}"),
+                    );
                 }
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
