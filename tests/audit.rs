@@ -31,10 +31,13 @@ rules:
 - level: Metadata
 "#;
 
-/// The events of the log so far.
+/// The events of the log so far: its complete lines (a tail may be mid-write, as for any log
+/// shipper reading a file being appended to).
 fn events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let end = bytes.iter().rposition(|b| *b == b'\n').unwrap_or(0);
+    std::str::from_utf8(&bytes[..end])
+        .expect("the audit log is UTF-8")
         .lines()
         .map(|l| {
             serde_json::from_str(l)

@@ -206,15 +206,20 @@ fn run_walkthrough(example: &str, version: &str) {
             }
             Step::Background(args) => {
                 let args: Vec<String> = args.iter().map(|a| in_data_dir(a)).collect();
+                // Its log goes to a file, shown when a later step fails.
+                let log = home
+                    .path()
+                    .join(format!("background-{}.log", background.0.len()));
+                let file = std::fs::File::create(&log).expect("background log");
                 let child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
                     .args(&args)
                     .current_dir(&root)
                     .env("HOME", home.path())
                     .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
+                    .stderr(file)
                     .spawn()
                     .expect("start background command");
-                background.0.push(child);
+                background.0.push((child, log));
                 continue;
             }
         };
@@ -230,21 +235,42 @@ fn run_walkthrough(example: &str, version: &str) {
             .expect("run command");
         assert!(
             out.status.success(),
-            "kubectl {version}: `{cmd}` failed ({}):\nstdout: {}\nstderr: {}",
+            "kubectl {version}: `{cmd}` failed ({}):\nstdout: {}\nstderr: {}{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr),
+            background.logs()
         );
         last = Some((cmd, String::from_utf8_lossy(&out.stdout).into_owned()));
     }
 }
 
-/// Background processes of a walkthrough, killed when it ends (also when it fails).
-struct Background(Vec<std::process::Child>);
+/// Background processes of a walkthrough and their log files; killed when it ends (also when
+/// it fails).
+struct Background(Vec<(std::process::Child, PathBuf)>);
+
+impl Background {
+    /// The last lines each background process logged, for a failure message.
+    fn logs(&self) -> String {
+        const LAST: usize = 60;
+        let mut text = String::new();
+        for (i, (_, log)) in self.0.iter().enumerate() {
+            let all = std::fs::read_to_string(log).unwrap_or_default();
+            let lines: Vec<&str> = all.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LAST)..];
+            text.push_str(&format!(
+                "\nbackground command {i}, its last {} log lines:\n{}",
+                tail.len(),
+                tail.join("\n")
+            ));
+        }
+        text
+    }
+}
 
 impl Drop for Background {
     fn drop(&mut self) {
-        for c in &mut self.0 {
+        for (c, _) in &mut self.0 {
             let _ = c.kill();
             let _ = c.wait();
         }
