@@ -92,6 +92,11 @@ type Origin = (ClusterName, String, String);
 /// such as those a provider's finalizer held).
 const SWEEP_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The first pause before a close that could not decide is tried again.
+const CLOSE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest pause between such tries.
+const CLOSE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Who uses a staging workspace right now.
 #[derive(Default)]
 struct Usage {
@@ -132,6 +137,9 @@ pub struct Staging {
     usage: Mutex<BTreeMap<String, Usage>>,
     /// When each engaged staging workspace was last made ready or written to.
     touched: Mutex<BTreeMap<String, std::time::Instant>>,
+    /// Closes that could not decide (a copy was being written, another close ran, a request
+    /// failed): when to try again, and the pause after that.
+    retries: Mutex<BTreeMap<String, (std::time::Instant, std::time::Duration)>>,
     /// The brokered kinds, whose copies a staging workspace holds.
     kinds: Vec<ApiResource>,
 }
@@ -231,6 +239,7 @@ impl Staging {
             sink: Mutex::default(),
             usage: Mutex::default(),
             touched: Mutex::default(),
+            retries: Mutex::default(),
             kinds,
         }
     }
@@ -274,19 +283,60 @@ impl Staging {
     }
 
     /// Deletes staging workspace `name` when no copy is in it and none is being written; a copy
-    /// was just deleted from it. Returns whether it went.
+    /// was just deleted from it. Returns whether it went. When it cannot tell (a copy is being
+    /// written into it, another close is under way, or a request failed), it tries again soon
+    /// (see [`CLOSE_RETRY`]) rather than leaving the workspace to the sweep.
     pub async fn close_if_empty(&self, name: &str) -> Result<bool, BrokerError> {
-        {
+        let busy = {
             let mut usage = lock(&self.usage);
             let u = usage.entry(name.to_string()).or_default();
-            if u.writers > 0 || u.closing {
-                return Ok(false);
+            let busy = u.writers > 0 || u.closing;
+            if !busy {
+                u.closing = true;
             }
-            u.closing = true;
+            busy
+        };
+        if busy {
+            debug!(
+                workspace = name,
+                "staging workspace in use; closing it again soon"
+            );
+            self.retry_close(name);
+            return Ok(false);
         }
         let result = self.delete_when_empty(name).await;
         lock(&self.usage).remove(name);
+        match &result {
+            Err(_) => self.retry_close(name),
+            Ok(_) => {
+                lock(&self.retries).remove(name);
+            }
+        }
         result
+    }
+
+    /// Asks for another close of `name`, after a pause that doubles up to [`CLOSE_RETRY_MAX`].
+    fn retry_close(&self, name: &str) {
+        let mut retries = lock(&self.retries);
+        let pause = retries
+            .get(name)
+            .map_or(CLOSE_RETRY, |(_, p)| (*p * 2).min(CLOSE_RETRY_MAX));
+        retries.insert(name.to_string(), (std::time::Instant::now() + pause, pause));
+    }
+
+    /// Tries again the closes that are due.
+    async fn closes_due(&self) {
+        let now = std::time::Instant::now();
+        let due: Vec<String> = lock(&self.retries)
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in due {
+            if let Err(e) = self.close_if_empty(&name).await {
+                tracing::warn!(workspace = name, error = %e, "deleting an empty staging workspace failed; trying again");
+            }
+        }
     }
 
     async fn delete_when_empty(&self, name: &str) -> Result<bool, BrokerError> {
@@ -555,10 +605,16 @@ impl ClusterProvider for Staging {
                 }
             }
         }
+        let mut last_sweep = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(SWEEP_AFTER / 2) => self.sweep().await,
+                _ = tokio::time::sleep(CLOSE_RETRY) => {}
+            }
+            self.closes_due().await;
+            if last_sweep.elapsed() >= SWEEP_AFTER / 2 {
+                last_sweep = tokio::time::Instant::now();
+                self.sweep().await;
             }
         }
     }
@@ -582,8 +638,14 @@ mod tests {
     async fn a_staging_workspace_is_not_closed_while_a_copy_is_written_into_it() {
         let staging = staging();
         let writing = staging.enter("staging-a").expect("not closing");
-        // Closing gives up at once while the write is in flight (no request is made).
+        // Closing gives up at once while the write is in flight (no request is made), and
+        // asks to be tried again soon.
         assert!(!staging.close_if_empty("staging-a").await.expect("close"));
+        let (_, pause) = lock(&staging.retries)["staging-a"];
+        assert_eq!(pause, CLOSE_RETRY);
+        assert!(!staging.close_if_empty("staging-a").await.expect("close"));
+        let (_, pause) = lock(&staging.retries)["staging-a"];
+        assert_eq!(pause, CLOSE_RETRY * 2, "the pause doubles");
         assert!(
             staging.enter("staging-a").is_some(),
             "more writers may come"
@@ -593,6 +655,14 @@ mod tests {
             lock(&staging.usage).get("staging-a").is_none(),
             "no use left"
         );
+        // The retry, now that the write is over, decides (not engaged here: nothing to delete)
+        // and asks for no further try.
+        lock(&staging.retries)
+            .get_mut("staging-a")
+            .expect("retry")
+            .0 = std::time::Instant::now();
+        staging.closes_due().await;
+        assert!(lock(&staging.retries).get("staging-a").is_none());
         // While it is being closed, no writer gets in.
         lock(&staging.usage)
             .entry("staging-b".into())
