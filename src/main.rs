@@ -225,6 +225,12 @@ enum Command {
         /// Key of the kubeconfig in --remote-runtime-secret.
         #[arg(long, default_value = "kubeconfig")]
         remote_runtime_secret_key: String,
+        /// Resource objects (delivery.ocm.software) with their resolved status, as `kubectl get
+        /// resources.delivery.ocm.software -A -o yaml` prints them; the output then also holds
+        /// what the ResourceReconciler writes: the Flux sources, and the HelmReleases and
+        /// Applications with their sources and image versions filled in.
+        #[arg(long, value_name = "FILE")]
+        resources: Option<PathBuf>,
     },
     /// Render one Go template with data, with the engine and functions the controller uses.
     Template {
@@ -902,7 +908,11 @@ fn main() -> anyhow::Result<()> {
             profile,
             remote_runtime_secret,
             remote_runtime_secret_key,
+            resources,
         } => {
+            use controllers::platformmesh::review::{
+                render_resolved_yaml, render_yaml, ResolveError,
+            };
             let read = |p: &PathBuf| {
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
             };
@@ -912,13 +922,23 @@ fn main() -> anyhow::Result<()> {
                     secret_key: remote_runtime_secret_key,
                 }
             });
-            let out = controllers::platformmesh::review::render_yaml(
-                &gotemplate::Engine::default(),
-                &read(&platform_mesh)?,
-                &read(&profile)?,
-                remote.as_ref(),
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let engine = gotemplate::Engine::default();
+            let (platform_mesh, profile) = (read(&platform_mesh)?, read(&profile)?);
+            let out = match &resources {
+                None => render_yaml(&engine, &platform_mesh, &profile, remote.as_ref())
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+                Some(file) => render_resolved_yaml(
+                    &engine,
+                    &platform_mesh,
+                    &profile,
+                    remote.as_ref(),
+                    &read(file)?,
+                )
+                .map_err(|e| match e {
+                    ResolveError::Render(e) => anyhow::anyhow!("{e}"),
+                    e => anyhow::anyhow!("--resources {}: {e}", file.display()),
+                })?,
+            };
             print!("{out}");
             Ok(())
         }
