@@ -36,15 +36,18 @@ pub struct ControllerArgs {
     /// (default: the kcp kubeconfig's server).
     #[arg(long)]
     pub kcp_url: Option<String>,
-    /// Namespace of the runtime cluster that receives provider kubeconfig Secrets naming none.
+    /// Namespace of the runtime cluster that receives provider kubeconfig Secrets naming none;
+    /// also where kcp runs (its pods and kcp-operator's objects) in the cluster the releases
+    /// install into.
     #[arg(long, default_value = "platform-mesh-system")]
     pub kcp_namespace: String,
     /// Kubeconfig of the infra cluster, where Flux or Argo CD run (default: this server).
-    #[arg(long)]
+    /// Upstream's name `--remote-infra-kubeconfig` is accepted too.
+    #[arg(long, alias = "remote-infra-kubeconfig")]
     pub infra_kubeconfig: Option<PathBuf>,
     /// Kubeconfig of the runtime cluster, where PlatformMeshes, profiles and OCM Resources live
-    /// (default: this server).
-    #[arg(long)]
+    /// (default: this server). Upstream's name `--remote-runtime-kubeconfig` is accepted too.
+    #[arg(long, alias = "remote-runtime-kubeconfig")]
     pub runtime_kubeconfig: Option<PathBuf>,
     /// Secret (in the infra cluster) with the runtime cluster's kubeconfig, for the deployers'
     /// `kubeConfig.secretRef` when runtime and infra differ.
@@ -53,6 +56,35 @@ pub struct ControllerArgs {
     /// Key of the kubeconfig in --remote-runtime-infra-secret-name.
     #[arg(long, default_value = "kubeconfig")]
     pub remote_runtime_infra_secret_key: String,
+    /// Secret (in the PlatformMesh's namespace) with the kubeconfig kcp calls the rebac-authz
+    /// authorization webhook with; made when missing, and given the webhook's CA once
+    /// cert-manager has issued its certificate.
+    #[arg(long, default_value = "kcp-webhook-secret")]
+    pub authorization_webhook_secret_name: String,
+    /// Secret (in the PlatformMesh's namespace) cert-manager writes the webhook's certificate
+    /// into; its `ca.crt` goes into the kubeconfig, and kcp's pods (label
+    /// `app.kubernetes.io/name=kcp` in --kcp-namespace) are deleted to start with it.
+    #[arg(long, default_value = "rebac-authz-webhook-cert")]
+    pub authorization_webhook_secret_ca_name: String,
+    /// Wait for the `istio-istiod` release and give this operator's pod (label
+    /// `app=platform-mesh-operator` in platform-mesh-system) its istio sidecar by deleting it
+    /// when it has none. Off by default here (upstream defaults it on): this binary usually runs
+    /// outside a pod and a mesh.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", value_name = "BOOL")]
+    pub subroutines_deployment_enable_istio: bool,
+    /// The operator does not run in a pod: the istio gate does not look for its sidecar.
+    #[arg(long)]
+    pub is_local: bool,
+    /// kcp-operator's RootShard (in --kcp-namespace of the cluster the releases install into)
+    /// that must be Available before the Deployment, KcpSetup and ProviderSecret steps go on.
+    /// Not checked unless given (upstream checks `root` always), since the kcp here is often
+    /// this server or one kcp-operator does not run.
+    #[arg(long)]
+    pub kcp_root_shard_name: Option<String>,
+    /// kcp-operator's FrontProxy that must be Available, as --kcp-root-shard-name (upstream's
+    /// default name is `frontproxy`).
+    #[arg(long)]
+    pub kcp_front_proxy_name: Option<String>,
     /// Let users register themselves in the portal's identity provider.
     #[arg(long)]
     pub idp_registration_allowed: bool,
@@ -109,6 +141,33 @@ pub struct ControllerArgs {
     /// registers with its `/metrics`.
     #[arg(skip)]
     pub metrics: controllers::runtime::Metrics,
+}
+
+impl ControllerArgs {
+    /// The Deployment step's gates as the flags set them.
+    fn gates(&self) -> controllers::platformmesh::gates::Gates {
+        use controllers::platformmesh::gates::{Gates, Istio, KcpOperator, WebhookSecrets};
+        let named = |n: &Option<String>| n.clone().filter(|n| !n.is_empty());
+        let (root_shard, front_proxy) = (
+            named(&self.kcp_root_shard_name),
+            named(&self.kcp_front_proxy_name),
+        );
+        Gates {
+            webhook: Some(WebhookSecrets {
+                kubeconfig_secret: self.authorization_webhook_secret_name.clone(),
+                ca_secret: self.authorization_webhook_secret_ca_name.clone(),
+                kcp_namespace: self.kcp_namespace.clone(),
+            }),
+            istio: self.subroutines_deployment_enable_istio.then_some(Istio {
+                is_local: self.is_local,
+            }),
+            kcp_operator: (root_shard.is_some() || front_proxy.is_some()).then(|| KcpOperator {
+                namespace: self.kcp_namespace.clone(),
+                root_shard,
+                front_proxy,
+            }),
+        }
+    }
 }
 
 /// The user the workspace controllers run as with `--forbid-tenant-admin`.
@@ -557,6 +616,7 @@ async fn run(
         remote,
         kcp: Some(kcp),
         images: Default::default(),
+        gates: args.gates(),
     });
     let engine: Arc<dyn Render + Send + Sync> = Arc::new(gotemplate::Engine::default());
     let manager = Manager::with_metrics(ManagerOptions::default(), args.metrics.clone());

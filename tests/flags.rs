@@ -332,10 +332,12 @@ fn open_crd(group: &str, kind: &str, plural: &str) -> Value {
     })
 }
 
-/// `serve --runtime-kubeconfig`, `--infra-kubeconfig` and `--remote-runtime-infra-secret-name`:
-/// the PlatformMesh controller of one server reconciles PlatformMeshes of another cluster and
-/// deploys into a third, both named by kubeconfig files (here two workspaces of a server running
-/// without controllers, reached through kubeconfigs that `certs kubeconfig --workspace` wrote).
+/// `serve --runtime-kubeconfig`, `--infra-kubeconfig` and `--remote-runtime-infra-secret-name`
+/// (the first two given by upstream's names, `--remote-runtime-kubeconfig` and
+/// `--remote-infra-kubeconfig`, which `serve` accepts as well): the PlatformMesh controller of
+/// one server reconciles PlatformMeshes of another cluster and deploys into a third, both named
+/// by kubeconfig files (here two workspaces of a server running without controllers, reached
+/// through kubeconfigs that `certs kubeconfig --workspace` wrote).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controllers_reach_the_runtime_and_infra_clusters_their_flags_name() {
     let clusters = Server::start_with(&["--no-controllers"]);
@@ -419,9 +421,9 @@ async fn controllers_reach_the_runtime_and_infra_clusters_their_flags_name() {
     }
 
     let controllers = Server::start_with(&[
-        "--runtime-kubeconfig",
+        "--remote-runtime-kubeconfig",
         runtime.to_str().expect("path"),
-        "--infra-kubeconfig",
+        "--remote-infra-kubeconfig",
         infra.to_str().expect("path"),
         "--remote-runtime-infra-secret-name",
         "runtime-kubeconfig",

@@ -11,8 +11,9 @@ use serde_json::Value;
 
 use super::controller::PlatformMeshError;
 use super::deploy::{sync, Policy, Target as SyncTarget};
+use super::gates;
 use super::render::{render_deployment, template_kinds, Inputs, Target};
-use super::vars::{profile_config_map, Profile, RemoteRuntime, Render};
+use super::vars::{profile_config_map, DeploymentTechnology, Profile, RemoteRuntime, Render};
 use crate::lifecycle::{Step, Subroutine};
 use crate::runtime::mapping::CrossClusterKeys;
 
@@ -33,6 +34,21 @@ pub struct Clusters {
     /// The image versions and unsuspensions the ResourceReconciler set, which the Deployment
     /// step keeps when it applies the releases again.
     pub images: super::resource::ImageVersions,
+    /// What the Deployment step waits for and sets up beyond the releases.
+    pub gates: super::gates::Gates,
+}
+
+impl Clusters {
+    /// The cluster the releases install into, where cert-manager, kcp-operator and kcp run:
+    /// the runtime cluster through the remote kubeconfig when there is one, else the infra
+    /// cluster the deployers run in. (Upstream names it the runtime cluster; the two are one
+    /// whenever infra and runtime are, the usual setup.)
+    pub fn installed_into(&self) -> &kube::Client {
+        match &self.remote {
+            Some(_) => &self.runtime,
+            None => &self.infra,
+        }
+    }
 }
 
 /// What every PlatformMesh step works on.
@@ -241,54 +257,21 @@ impl Subroutine<Context, PlatformMeshError> for Deployment {
             // unchanged status.
             summary.push(format!("{} objects in {}", objects.len(), target.as_str()));
         }
-        // Upstream's gate: what follows needs cert-manager's kinds, so a profile that deploys
-        // cert-manager waits until its CRDs are Established in the runtime cluster.
-        // (Upstream looks in the runtime cluster; here, in the cluster the releases install
-        // into: the runtime through the remote kubeconfig when there is one, else the infra
-        // cluster. The same cluster when, as usual, they are one.)
-        if profile.infra["certManager"]["enabled"] == true {
-            let installed_into = match &ctx.clusters.remote {
-                Some(_) => &ctx.clusters.runtime,
-                None => &ctx.clusters.infra,
-            };
-            if let Some(waiting) = cert_manager_waiting(installed_into).await? {
-                return Ok(Step::stop(waiting, CERT_MANAGER_RECHECK));
-            }
+        // Upstream's gates: cert-manager's CRDs (when the profile deploys it), the webhook's
+        // secrets, istio, kcp-operator's objects.
+        let technology = DeploymentTechnology::parse(profile.infra.get("deploymentTechnology"));
+        let cert_manager = profile.infra["certManager"]["enabled"] == true;
+        if let Some(waiting) = gates::check(ctx, cert_manager, technology)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            return Ok(waiting);
         }
         Ok(Step::Done {
             message: summary.join("; "),
             requeue: None,
         })
     }
-}
-
-/// How soon the cert-manager gate looks again (upstream's 5 s).
-const CERT_MANAGER_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The CRDs the cert-manager gate waits for.
-pub const CERT_MANAGER_CRDS: [&str; 2] =
-    ["issuers.cert-manager.io", "certificates.cert-manager.io"];
-
-/// Upstream's message for the first cert-manager CRD that is missing or not Established.
-async fn cert_manager_waiting(cluster: &kube::Client) -> Result<Option<String>, String> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: Api<CustomResourceDefinition> = Api::all(cluster.clone());
-    for name in CERT_MANAGER_CRDS {
-        let crd = crds
-            .get_opt(name)
-            .await
-            .map_err(|e| format!("reading CRD {name}: {e}"))?;
-        let established = crd
-            .and_then(|c| c.status)
-            .and_then(|s| s.conditions)
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if !established {
-            return Ok(Some(format!("cert-manager CRD {name} is not established")));
-        }
-    }
-    Ok(None)
 }
 
 /// What the ResourceReconciler set stays when the Deployment step applies a release again

@@ -381,6 +381,10 @@ impl Subroutine<Context, PlatformMeshError> for KcpSetup {
         let Some(kcp) = ctx.clusters.kcp.as_ref() else {
             return Ok(no_kcp());
         };
+        // Upstream's gate: kcp-operator's RootShard and FrontProxy Available first.
+        if let Some(waiting) = super::gates::kcp_operator_waiting(&ctx.clusters).await {
+            return Ok(Step::stop(waiting, super::gates::RECHECK));
+        }
         let mut facts = root_identity_hashes(kcp).await?;
         facts.push((NATIVE_ACCOUNTS, serves_accounts(kcp).await?.to_string()));
         facts.push((

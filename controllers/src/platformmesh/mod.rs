@@ -5,6 +5,7 @@ pub mod controller;
 pub mod deploy;
 pub mod deployment;
 pub mod features;
+pub mod gates;
 pub mod kcp;
 pub mod manifests;
 pub mod providersecret;

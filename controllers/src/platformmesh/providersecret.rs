@@ -589,6 +589,10 @@ impl Subroutine<Context, PlatformMeshError> for ProviderSecret {
         let Some(kcp) = ctx.clusters.kcp.as_ref() else {
             return Ok(no_kcp());
         };
+        // Upstream's gate: kcp-operator's RootShard and FrontProxy Available first.
+        if let Some(waiting) = super::gates::kcp_operator_waiting(&ctx.clusters).await {
+            return Ok(Step::stop(waiting, super::gates::RECHECK));
+        }
         let mut secrets = Vec::new();
         let mut waiting = Vec::new();
         for c in connections(&ctx.spec) {

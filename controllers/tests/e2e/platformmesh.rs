@@ -548,6 +548,7 @@ impl Env {
             remote: None,
             kcp: Some(kcp_access),
             images: Default::default(),
+            gates: Default::default(),
         });
         let engine: Arc<dyn Render + Send + Sync> = Arc::new(Engine::default());
         let manager = Manager::new(ManagerOptions::default());
@@ -638,6 +639,25 @@ impl Env {
 
     fn writes(&self) -> u64 {
         writes(&self.kcp) + writes(&self.infra) + writes(&self.runtime)
+    }
+
+    /// Waits until the other controllers and the stand-ins have settled: no write for a second
+    /// (failing after 60 s).
+    async fn settle(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = self.writes();
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = self.writes();
+            if now == seen {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the servers kept being written for 60 s"
+            );
+            seen = now;
+        }
     }
 
     async fn secret_kubeconfig(&self, name: &str) -> String {
@@ -1025,21 +1045,7 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
         c.cluster = Some("runtime".into());
         c
     };
-    // The other controllers and the stand-ins settle first: no write for a second.
-    let settled = Instant::now() + Duration::from_secs(60);
-    let mut seen = env.writes();
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = env.writes();
-        if now == seen {
-            break;
-        }
-        assert!(
-            Instant::now() < settled,
-            "the servers kept being written for 60 s"
-        );
-        seen = now;
-    }
+    env.settle().await;
     let before = env.writes();
     let obj = env.pm.get(name).await.unwrap();
     drive(&lifecycle(env.engine.clone()), &env.pm, &obj, &context)

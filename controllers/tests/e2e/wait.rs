@@ -36,6 +36,7 @@ fn context(client: &kube::Client, spec: serde_json::Value) -> Context {
             remote: None,
             kcp: None,
             images: Default::default(),
+            gates: Default::default(),
         }),
     )
     .expect("context")
