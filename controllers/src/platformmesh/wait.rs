@@ -1,7 +1,8 @@
 //! `WaitSubroutine`: a PlatformMesh is Ready only when what it deployed is. The rules are
 //! `spec.wait.resourceTypes`, or by default every HelmRelease the operator created in the
 //! instance's own namespace must be `Ready=True` (upstream looks in `default`, where its
-//! templates put nothing, so its default waits for nothing; this one waits for the releases).
+//! templates put nothing, so its default waits for nothing; this one waits for the releases),
+//! and with Argo CD every such Application `Synced` and `Healthy`.
 
 use std::time::Duration;
 
@@ -100,10 +101,21 @@ impl Subroutine<Context, PlatformMeshError> for Wait {
             .as_ref()
             .and_then(|w| w.resource_types.clone())
             .filter(|r| !r.is_empty());
+        let client = &ctx.clusters.infra;
+        if explicit.is_none() {
+            // The Deployment step before this one fails without the profile, so an unreadable
+            // one here only means Flux's default rule.
+            let argo = super::deployment::load_profile(ctx).await.is_ok_and(|p| {
+                super::vars::DeploymentTechnology::parse(p.infra.get("deploymentTechnology"))
+                    == super::vars::DeploymentTechnology::ArgoCd
+            });
+            if argo {
+                return applications_waiting(client, ctx.namespace()).await;
+            }
+        }
         let rules = explicit
             .clone()
             .unwrap_or_else(|| vec![default_rule(ctx.namespace())]);
-        let client = &ctx.clusters.infra;
         for rule in &rules {
             let gvk = GroupVersionKind::gvk(&rule.group, &rule.version, &rule.kind);
             let resource = match kube::discovery::pinned_kind(client, &gvk).await {
@@ -179,6 +191,45 @@ impl Subroutine<Context, PlatformMeshError> for Wait {
         }
         Ok(Step::done())
     }
+}
+
+/// With Argo CD and no `spec.wait`: every Application the operator created in the instance's
+/// namespace must be `Synced` and `Healthy`, as the Deployment step's istio gate reads them.
+async fn applications_waiting(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<Step, PlatformMeshError> {
+    let apps: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &super::resource::applications());
+    let labels = selector(&default_rule(namespace))?;
+    let items = match apps.list(&ListParams::default().labels(&labels)).await {
+        Ok(l) => l.items,
+        // Argo CD not installed (yet): nothing of it to wait for, as with Flux.
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Step::done()),
+        Err(e) => return Ok(stop(format!("listing Applications: {e}"))),
+    };
+    let mut waiting: Vec<String> = items
+        .iter()
+        .filter(|a| {
+            a.data["status"]["sync"]["status"] != "Synced"
+                || a.data["status"]["health"]["status"] != "Healthy"
+        })
+        .map(|a| qualified(Some(namespace), a.metadata.name.as_deref().unwrap_or("")))
+        .collect();
+    if waiting.is_empty() {
+        return Ok(Step::done());
+    }
+    waiting.sort();
+    let more = if waiting.len() > 5 {
+        format!(" and {} more", waiting.len() - 5)
+    } else {
+        String::new()
+    };
+    waiting.truncate(5);
+    Ok(stop(format!(
+        "Application {}{more} not Synced and Healthy yet",
+        waiting.join(", ")
+    )))
 }
 
 fn qualified(namespace: Option<&str>, name: &str) -> String {

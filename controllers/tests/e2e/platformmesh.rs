@@ -401,6 +401,210 @@ impl FluxStandIn {
     }
 }
 
+/// Argo CD's part, as strict as its controllers are about what these tests reach (facts from
+/// argo-cd's `util/argo/argo.go` `ValidatePermissions`/`ValidateRepo`, `pkg/apis/application/
+/// v1alpha1/types.go` `IsSourceNamespacePermitted`/`IsDestinationPermitted` and the repo-server's
+/// Helm and git sources): an Application is `Synced` and `Healthy` only when
+/// - its `spec.project` names an AppProject of the `argocd` namespace that lets Applications of
+///   its namespace in (`sourceNamespaces`), allows its `repoURL` (`sourceRepos`) and its
+///   destination server and namespace (`destinations`, `*` globs);
+/// - its source is real: a `repoURL` and a `targetRevision`, neither empty nor upstream's
+///   placeholder, and a `chart` (Helm or OCI repository) or a `path` (git);
+/// - its `helm.values`, when given, is YAML.
+///
+/// Otherwise its sync status is `Unknown`, its health `Missing`, and a condition of Argo CD's
+/// type (`InvalidSpecError`, `ComparisonError`) says why. A synced cert-manager Application with
+/// `installCRDs: true` installs cert-manager's CRDs. While `enabled` is off nothing is marked.
+fn argo_stand_in(infra: kube::Client, enabled: Arc<AtomicBool>, stop: CancellationToken) {
+    tokio::spawn(async move {
+        while !stop.is_cancelled() {
+            if enabled.load(Ordering::SeqCst) {
+                argo_pass(&infra).await;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    });
+}
+
+/// Go's `filepath.Match` as Argo CD uses it for project globs, for the `*` these tests need.
+fn glob(pattern: &str, value: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == value,
+        Some((head, tail)) => {
+            value.len() >= head.len() + tail.len()
+                && value.starts_with(head)
+                && value.ends_with(tail)
+        }
+    }
+}
+
+/// Why Argo CD would not sync `app` under `project`: (condition type, message).
+fn argo_refusal(
+    app: &DynamicObject,
+    project: Option<&DynamicObject>,
+) -> Option<(&'static str, String)> {
+    let spec = &app.data["spec"];
+    let project_name = spec["project"].as_str().unwrap_or_default();
+    let Some(project) = project else {
+        return Some((
+            "InvalidSpecError",
+            format!("Application referencing project {project_name} which does not exist"),
+        ));
+    };
+    let p = &project.data["spec"];
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    let namespace = app.metadata.namespace.clone().unwrap_or_default();
+    if namespace != "argocd"
+        && !strings(&p["sourceNamespaces"])
+            .iter()
+            .any(|g| glob(g, &namespace))
+    {
+        return Some((
+            "InvalidSpecError",
+            format!(
+                "app is not allowed in project \"{project_name}\", or the project does not exist"
+            ),
+        ));
+    }
+    let source = &spec["source"];
+    let real = |v: &Value| {
+        v.as_str()
+            .filter(|s| !s.is_empty() && !s.starts_with("PLACEHOLDER_"))
+            .map(str::to_string)
+    };
+    let Some(repo) = real(&source["repoURL"]) else {
+        return Some((
+            "InvalidSpecError",
+            format!(
+                "spec.source.repoURL is not a repository: {}",
+                source["repoURL"]
+            ),
+        ));
+    };
+    if !strings(&p["sourceRepos"]).iter().any(|g| glob(g, &repo)) {
+        return Some((
+            "InvalidSpecError",
+            format!("application repo {repo} is not permitted in project '{project_name}'"),
+        ));
+    }
+    let (server, dest_ns) = (
+        spec["destination"]["server"].as_str().unwrap_or_default(),
+        spec["destination"]["namespace"]
+            .as_str()
+            .unwrap_or_default(),
+    );
+    let permitted = p["destinations"].as_array().into_iter().flatten().any(|d| {
+        glob(d["server"].as_str().unwrap_or_default(), server)
+            && glob(d["namespace"].as_str().unwrap_or_default(), dest_ns)
+    });
+    if !permitted {
+        return Some((
+            "InvalidSpecError",
+            format!(
+                "application destination server '{server}' and namespace '{dest_ns}' do not match any of the allowed destinations in project '{project_name}'"
+            ),
+        ));
+    }
+    if real(&source["targetRevision"]).is_none() {
+        return Some((
+            "ComparisonError",
+            format!(
+                "unable to resolve revision {} of {repo}",
+                source["targetRevision"]
+            ),
+        ));
+    }
+    if real(&source["chart"]).is_none() && real(&source["path"]).is_none() {
+        return Some((
+            "ComparisonError",
+            format!("{repo}: neither a chart nor a path is given"),
+        ));
+    }
+    if let Some(values) = source["helm"]["values"].as_str() {
+        if let Err(e) = serde_saphyr::from_str::<Value>(values) {
+            return Some(("ComparisonError", format!("helm values are not YAML: {e}")));
+        }
+    }
+    None
+}
+
+async fn argo_pass(infra: &kube::Client) {
+    let Ok(projects) =
+        Api::<DynamicObject>::namespaced_with(infra.clone(), "argocd", &app_projects())
+            .list(&ListParams::default())
+            .await
+    else {
+        return;
+    };
+    let apps_api = controllers::platformmesh::resource::applications();
+    let Ok(apps) = Api::<DynamicObject>::all_with(infra.clone(), &apps_api)
+        .list(&ListParams::default())
+        .await
+    else {
+        return;
+    };
+    for app in apps.items {
+        let project = projects
+            .items
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == app.data["spec"]["project"].as_str());
+        let refusal = argo_refusal(&app, project);
+        let status = match &refusal {
+            None => {
+                json!({"sync": {"status": "Synced", "revision": app.data["spec"]["source"]["targetRevision"]},
+                "health": {"status": "Healthy"}, "conditions": null})
+            }
+            Some((kind, message)) => {
+                json!({"sync": {"status": "Unknown"}, "health": {"status": "Missing"},
+                "conditions": [{"type": kind, "message": message,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+            }
+        };
+        if refusal.is_none()
+            && app.metadata.name.as_deref() == Some("cert-manager")
+            && app.data["spec"]["source"]["helm"]["values"]
+                .as_str()
+                .and_then(|v| serde_saphyr::from_str::<Value>(v).ok())
+                .is_some_and(|v| v["installCRDs"] == true)
+        {
+            install_cert_manager_crds(infra).await;
+        }
+        let current = &app.data["status"];
+        if current["sync"]["status"] == status["sync"]["status"]
+            && current["health"]["status"] == status["health"]["status"]
+            && current["sync"]["revision"] == status["sync"]["revision"]
+            && current["conditions"] == status["conditions"]
+        {
+            continue;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            infra.clone(),
+            app.metadata.namespace.as_deref().unwrap_or("default"),
+            &apps_api,
+        );
+        let name = app.metadata.name.clone().unwrap_or_default();
+        written(
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": status})),
+            )
+            .await,
+            &format!("the status of Application {name}"),
+        );
+    }
+}
+
+fn app_projects() -> ApiResource {
+    res("argoproj.io", "v1alpha1", "AppProject", "appprojects")
+}
+
 /// What cert-manager's chart installs with `installCRDs: true`, as far as the Deployment step's
 /// gate looks (the CRDs of Issuer and Certificate); already there is fine.
 async fn install_cert_manager_crds(client: &kube::Client) {
@@ -1351,6 +1555,151 @@ async fn thirty_services_are_ready_soon_after_their_helm_releases() {
         "platformmesh: 30 services Ready {} ms after the last HelmRelease became Ready",
         ready_at.saturating_duration_since(last).as_millis()
     );
+    env.flux.stop.cancel();
+    env.stop.cancel();
+}
+
+/// The reference e2e PlatformMesh and profile with Argo CD instead of Flux, against an Argo CD
+/// stand-in as strict as Argo CD about projects and sources: the ResourceReconciler fills every
+/// Application's source (no placeholder is left), the Wait step holds until the Applications are
+/// Synced and Healthy, the instance becomes Ready, and a further reconcile writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn argo_cd_installs_the_reference_profile_with_no_placeholder_left() {
+    let env = Env::start().await;
+    let infra = env.clusters.infra.clone();
+    for r in [
+        controllers::platformmesh::resource::applications(),
+        app_projects(),
+    ] {
+        open_crd(&infra, &r).await;
+    }
+    Api::<Namespace>::all(infra.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "argocd"}})).unwrap(),
+        )
+        .await
+        .expect("namespace argocd");
+    let argo = Arc::new(AtomicBool::new(false));
+    argo_stand_in(infra.clone(), argo.clone(), env.stop.clone());
+    let profile = reference("default-profile.yaml").replace(
+        "deploymentTechnology: fluxcd",
+        "deploymentTechnology: argocd",
+    );
+    assert!(profile.contains("deploymentTechnology: argocd"));
+    env.put_profile(&profile).await;
+    let pm: DynamicObject =
+        serde_saphyr::from_str(&reference("platform-mesh.yaml")).expect("PlatformMesh YAML");
+    env.pm
+        .create(&PostParams::default(), &pm)
+        .await
+        .expect("create");
+    let name = "platform-mesh";
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        infra.clone(),
+        NS,
+        &controllers::platformmesh::resource::applications(),
+    );
+    // Argo CD holds back: every Application's source is filled in, and the instance is not
+    // Ready while they are not synced.
+    eventually(
+        Duration::from_secs(60),
+        "every Application's source filled in",
+        || async {
+            apps.list(&ListParams::default()).await.is_ok_and(|l| {
+                l.items.len() >= 20
+                    && l.items.iter().all(|a| {
+                        let s = &a.data["spec"]["source"];
+                        [&s["repoURL"], &s["targetRevision"]].iter().all(|v| {
+                            v.as_str()
+                                .is_some_and(|v| !v.is_empty() && !v.starts_with("PLACEHOLDER_"))
+                        })
+                    })
+            })
+        },
+    )
+    .await;
+    argo.store(true, Ordering::SeqCst);
+    let obj = env.ready(name, Duration::from_secs(90)).await;
+    let listed = apps
+        .list(&ListParams::default())
+        .await
+        .expect("Applications");
+    for a in &listed.items {
+        assert_eq!(
+            (
+                a.data["status"]["sync"]["status"].as_str(),
+                a.data["status"]["health"]["status"].as_str()
+            ),
+            (Some("Synced"), Some("Healthy")),
+            "Application {:?}: {}",
+            a.metadata.name,
+            a.data["status"]
+        );
+    }
+    let text = serde_json::to_string(&listed.items).unwrap();
+    assert!(!text.contains("PLACEHOLDER_"), "a placeholder is left");
+    // An image Resource's tag reached its Application's Helm values.
+    let druid = listed
+        .items
+        .iter()
+        .find(|a| a.metadata.name.as_deref() == Some("etcd-druid"))
+        .expect("etcd-druid's Application");
+    assert!(
+        druid.data["spec"]["source"]["helm"]["values"]
+            .as_str()
+            .is_some_and(|v| v.contains("v1.2.3")),
+        "{}",
+        druid.data["spec"]["source"]
+    );
+
+    // A reconcile of the unchanged instance writes nothing.
+    env.settle().await;
+    let mut context = Context::new(obj, env.clusters.clone()).unwrap();
+    context.cluster = Some("runtime".into());
+    let before = env.writes();
+    let obj = env.pm.get(name).await.unwrap();
+    drive(&lifecycle(env.engine.clone()), &env.pm, &obj, &context)
+        .await
+        .expect("second reconcile");
+    assert_eq!(
+        env.writes(),
+        before,
+        "a reconcile of an unchanged instance writes nothing"
+    );
+
+    // An Application out of sync holds the Wait step again.
+    argo.store(false, Ordering::SeqCst);
+    apps.patch_status(
+        "portal",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"sync": {"status": "OutOfSync"}}})),
+    )
+    .await
+    .expect("portal out of sync");
+    env.patch_spec(name, json!({"kcp": {"extraWorkspaces": []}}))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "the Wait step holding for portal",
+        || async {
+            env.pm.get(name).await.is_ok_and(|o| {
+                o.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        c["type"] == "WaitSubroutine"
+                    && c["status"] == "False"
+                    && c["message"]
+                        == "Application platform-mesh-system/portal not Synced and Healthy yet"
+                    })
+            })
+        },
+    )
+    .await;
+    argo.store(true, Ordering::SeqCst);
+    env.ready(name, Duration::from_secs(30)).await;
     env.flux.stop.cancel();
     env.stop.cancel();
 }
