@@ -91,14 +91,29 @@ async fn all_ready(
         if ready >= n {
             return Ok(());
         }
-        if started.elapsed() > Duration::from_secs(600) {
-            return Err(anyhow!("{ready} of {n} workspaces Ready after 10 min"));
+        let limit = patience(n);
+        if started.elapsed() > limit {
+            return Err(anyhow!(
+                "{ready} of {n} workspaces under {parent} Ready after {} s",
+                limit.as_secs()
+            ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
-async fn applied(client: &kube::Client, path: &str, since: Instant) -> anyhow::Result<f64> {
+/// How long a wait for `n` objects or workspaces may take before the section fails: a minute,
+/// and 50 ms more for each (so that a stall in a small run fails well within a test's time).
+fn patience(n: usize) -> Duration {
+    Duration::from_secs(60) + Duration::from_millis(50).saturating_mul(n as u32)
+}
+
+async fn applied(
+    client: &kube::Client,
+    path: &str,
+    since: Instant,
+    n: usize,
+) -> anyhow::Result<f64> {
     loop {
         let b = get(client, path).await?;
         let done = b["status"]["conditions"].as_array().is_some_and(|cs| {
@@ -108,8 +123,13 @@ async fn applied(client: &kube::Client, path: &str, since: Instant) -> anyhow::R
         if done {
             return Ok(since.elapsed().as_secs_f64());
         }
-        if since.elapsed() > Duration::from_secs(600) {
-            return Err(anyhow!("claims not applied after 10 min: {}", b["status"]));
+        let limit = patience(n);
+        if since.elapsed() > limit {
+            return Err(anyhow!(
+                "claims on {n} objects not applied after {} s: {}",
+                limit.as_secs(),
+                b["status"]
+            ));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -198,7 +218,7 @@ async fn relabel(client: &kube::Client, n: usize, writers: usize) -> anyhow::Res
                      "permissionClaims": claim(json!({"matchAll": true}))}}),
     )
     .await?;
-    let accept_seconds = applied(client, binding, started).await?;
+    let accept_seconds = applied(client, binding, started, n).await?;
     let after_accept = labelled(client, "root:orgs:consumer").await?;
     let started = Instant::now();
     send(
@@ -209,7 +229,7 @@ async fn relabel(client: &kube::Client, n: usize, writers: usize) -> anyhow::Res
         "application/merge-patch+json",
     )
     .await?;
-    let narrow_seconds = applied(client, binding, started).await?;
+    let narrow_seconds = applied(client, binding, started, n).await?;
     let after_narrow = labelled(client, "root:orgs:consumer").await?;
     if after_accept != n || after_narrow != n.div_ceil(2) {
         return Err(anyhow!(

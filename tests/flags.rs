@@ -326,7 +326,11 @@ fn open_crd(group: &str, kind: &str, plural: &str) -> Value {
         "metadata": {"name": format!("{plural}.{group}")},
         "spec": {"group": group, "scope": "Namespaced",
             "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
-            "versions": [{"name": if group == "helm.toolkit.fluxcd.io" { "v2" } else { "v1alpha1" },
+            "versions": [{"name": match group {
+                    "helm.toolkit.fluxcd.io" => "v2",
+                    "source.toolkit.fluxcd.io" => "v1",
+                    _ => "v1alpha1",
+                },
                 "served": true, "storage": true, "subresources": {"status": {}},
                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
     })
@@ -342,7 +346,7 @@ fn open_crd(group: &str, kind: &str, plural: &str) -> Value {
 async fn controllers_reach_the_runtime_and_infra_clusters_their_flags_name() {
     let clusters = Server::start_with(&["--no-controllers"]);
     let workspaces = "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces";
-    for ws in ["runtime", "infra"] {
+    for ws in ["runtime", "infra", "remote"] {
         let (code, body) = admin(
             &clusters,
             Method::POST,
@@ -352,7 +356,7 @@ async fn controllers_reach_the_runtime_and_infra_clusters_their_flags_name() {
         .await;
         assert_eq!(code, 201, "{body}");
     }
-    for ws in ["runtime", "infra"] {
+    for ws in ["runtime", "infra", "remote"] {
         wait_for(30, &format!("workspace {ws} Ready"), || async {
             let (_, w) = admin(
                 &clusters,
@@ -414,6 +418,25 @@ async fn controllers_reach_the_runtime_and_infra_clusters_their_flags_name() {
             &clusters,
             Method::POST,
             &format!("{at}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),
+            crd,
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+    }
+
+    // A ManagedProvider's deployments are written beside it, in the runtime cluster.
+    for crd in [
+        open_crd("helm.toolkit.fluxcd.io", "HelmRelease", "helmreleases"),
+        open_crd(
+            "source.toolkit.fluxcd.io",
+            "OCIRepository",
+            "ocirepositories",
+        ),
+    ] {
+        let (code, body) = admin(
+            &clusters,
+            Method::POST,
+            "/clusters/root:runtime/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
             crd,
         )
         .await;
@@ -512,6 +535,112 @@ async fn controllers_reach_the_runtime_and_infra_clusters_their_flags_name() {
     .await;
     assert_eq!(code, 200, "{list}");
     assert_eq!(list["items"], json!([]), "{list}");
+
+    // A ManagedProvider of the runtime cluster whose `runtimeKubeconfigSecretName` names a
+    // third cluster (root:remote): its Provider goes to the kcp (the controllers' server), the
+    // provider's kubeconfig is copied into the third cluster, and its HelmRelease, written
+    // beside it in the runtime cluster, deploys there through the same Secret. (KcpSetup made
+    // root:providers:system, where the Provider goes.)
+    let remote = std::fs::read(kubeconfig("remote")).expect("remote kubeconfig");
+    let (code, body) = admin(
+        &clusters,
+        Method::POST,
+        &format!("{rt}/secrets"),
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "remote-runtime", "namespace": "platform-mesh-system"},
+            "data": {"kubeconfig": base64::engine::general_purpose::STANDARD.encode(&remote)}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let mps = "/clusters/root:runtime/apis/providers.platform-mesh.io/v1alpha1/namespaces/platform-mesh-system/managedproviders";
+    let (code, body) = admin(
+        &clusters,
+        Method::POST,
+        mps,
+        json!({"apiVersion": "providers.platform-mesh.io/v1alpha1", "kind": "ManagedProvider",
+            "metadata": {"name": "quickstart", "namespace": "platform-mesh-system"},
+            "spec": {"platformMeshRef": {"name": "platform-mesh"},
+                "runtimeKubeconfigSecretName": "remote-runtime",
+                "runtimeDeployments": [{"flux": {"registry": "ghcr.io/platform-mesh/helm-charts",
+                    "chart": "example-httpbin-operator", "version": "0.5.14"}}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let copied = wait_for(60, "the provider's kubeconfig in the third cluster", || async {
+        let (code, s) = admin(
+            &clusters,
+            Method::GET,
+            "/clusters/root:remote/api/v1/namespaces/platform-mesh-system/secrets/quickstart-provider-kubeconfig",
+            Value::Null,
+        )
+        .await;
+        (code == 200).then_some(s)
+    })
+    .await;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(copied["data"]["kubeconfig"].as_str().expect("kubeconfig"))
+        .expect("base64");
+    assert!(
+        String::from_utf8_lossy(&text).contains("/clusters/"),
+        "a kubeconfig of the provider's workspace"
+    );
+    let (code, _) = admin(
+        &clusters,
+        Method::GET,
+        &format!("{rt}/secrets/quickstart-provider-kubeconfig"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 404, "the copy goes to the third cluster only");
+    let mp_releases = "/clusters/root:runtime/apis/helm.toolkit.fluxcd.io/v2/namespaces/platform-mesh-system/helmreleases";
+    let release = wait_for(60, "the ManagedProvider's HelmRelease", || async {
+        let (code, r) = admin(
+            &clusters,
+            Method::GET,
+            &format!("{mp_releases}/example-httpbin-operator"),
+            Value::Null,
+        )
+        .await;
+        (code == 200).then_some(r)
+    })
+    .await;
+    assert_eq!(
+        release["spec"]["kubeConfig"],
+        json!({"secretRef": {"name": "remote-runtime", "key": "kubeconfig"}}),
+        "{release}"
+    );
+    // Play Flux: the source has its artifact and the release is installed; the ManagedProvider
+    // is Ready.
+    let sources = "/clusters/root:runtime/apis/source.toolkit.fluxcd.io/v1/namespaces/platform-mesh-system/ocirepositories";
+    for (collection, generation) in [(sources, 1), (mp_releases, 1)] {
+        let path = format!("{collection}/example-httpbin-operator/status");
+        let mut conn = clusters.client().connect().await.expect("connect");
+        let patched = conn
+            .send(
+                Method::PATCH,
+                &path,
+                Some("application/merge-patch+json"),
+                json!({"status": {"observedGeneration": generation, "conditions": [{"type": "Ready",
+                    "status": "True", "reason": "Succeeded", "message": "by the test",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+                .to_string()
+                .into_bytes(),
+            )
+            .await
+            .expect("patch");
+        assert_eq!(patched.status.as_u16(), 200, "{path}: {}", patched.json());
+    }
+    wait_for(60, "the ManagedProvider Ready", || async {
+        let (_, mp) = admin(
+            &clusters,
+            Method::GET,
+            &format!("{mps}/quickstart"),
+            Value::Null,
+        )
+        .await;
+        (mp["status"]["phase"] == "Ready").then_some(())
+    })
+    .await;
 }
 
 /// `--authentication-in-cluster` outside a pod: the server refuses to start and says why, instead

@@ -150,7 +150,10 @@ async fn issue_self_signed(client: &kube::Client, name: &str) -> Option<Vec<u8>>
         NS,
         &res("cert-manager.io", "v1", "Certificate", "certificates"),
     );
-    let cert = certificates.get_opt(name).await.ok()??;
+    let cert = certificates
+        .get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading Certificate {name}: {e}"))?;
     let spec = &cert.data["spec"];
     let secret_name = spec["secretName"].as_str()?;
     let issuer = spec["issuerRef"]["name"].as_str()?;
@@ -162,7 +165,10 @@ async fn issue_self_signed(client: &kube::Client, name: &str) -> Option<Vec<u8>>
     if names.is_empty() || spec["issuerRef"]["kind"].as_str().unwrap_or("Issuer") != "Issuer" {
         return None;
     }
-    let issuer = issuers.get_opt(issuer).await.ok()??;
+    let issuer = issuers
+        .get_opt(issuer)
+        .await
+        .unwrap_or_else(|e| panic!("reading Issuer {issuer}: {e}"))?;
     issuer.data["spec"]["selfSigned"].as_object()?;
     let key = rcgen::KeyPair::generate().expect("key");
     let pem = rcgen::CertificateParams::new(names)

@@ -100,6 +100,24 @@ async fn whoami(env: &common::KubeEnv, token: &str, path: &str) -> Result<Value,
     .await
 }
 
+/// Waits (up to 10 s) until `token` is refused in workspace `path` with 401: a changed type or
+/// configuration reaches the authenticators through the server's watch cache, a moment after
+/// the write that changed it (as on kcp, through its informers).
+async fn until_refused(env: &common::KubeEnv, token: &str, path: &str, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let answer = whoami(env, token, path).await;
+        if answer == Err(401) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: still {answer:?} after 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 fn jwt(issuer: &DevIssuer, username: Value, groups: Value, audiences: &[&str]) -> Value {
     json!({
         "issuer": {"url": issuer.url(), "certificateAuthority": issuer.ca_pem,
@@ -318,7 +336,13 @@ async fn a_workspace_admits_the_users_of_its_types_issuers_and_no_other_workspac
         )
         .await
         .expect("patch type");
-    assert_eq!(whoami(&env, &ann, "root:corp:team").await, Err(401));
+    until_refused(
+        &env,
+        &ann,
+        "root:corp:team",
+        "ann once the type drops her issuer",
+    )
+    .await;
     assert!(whoami(&env, &bob, "root:corp:team").await.is_ok());
     // A configuration the type names that does not exist makes it authenticate nobody.
     Api::<DynamicObject>::all_with(corp(), &workspace_types())
@@ -329,7 +353,13 @@ async fn a_workspace_admits_the_users_of_its_types_issuers_and_no_other_workspac
         )
         .await
         .expect("patch type");
-    assert_eq!(whoami(&env, &bob, "root:corp:team").await, Err(401));
+    until_refused(
+        &env,
+        &bob,
+        "root:corp:team",
+        "bob once the type names a missing configuration",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

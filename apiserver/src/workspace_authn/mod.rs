@@ -4,8 +4,9 @@
 //! type's own logical cluster) with a JWT authenticator for the token's issuer.
 //!
 //! As kcp does (its front proxy's workspace authenticator):
-//! - the authenticators are those of the workspace's own type, read when a token needs them, so
-//!   a changed type or configuration applies to existing workspaces from its next request;
+//! - the authenticators are those of the workspace's own type, read (from the watch cache) when
+//!   a token needs them, so a changed type or configuration applies to existing workspaces as
+//!   soon as the cache has it, a moment after the write (kcp's informers lag the same way);
 //! - the configurations of a type form a union; one that kube would refuse to build (see
 //!   [`config`]) or that is missing makes the whole type authenticate nobody;
 //! - a username starting with `system:` is refused, groups starting with `system:` and extra
