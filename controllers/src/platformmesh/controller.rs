@@ -242,6 +242,13 @@ pub fn controller(
         Arc::new(move |cluster, obj| annotated_target(&keys, cluster, obj)),
     )
     .watches_kind(
+        ResourceKind::dynamic(super::resource::applications(), true),
+        Arc::new({
+            let keys = CrossClusterKeys::with_prefix(OWNER_PREFIX);
+            move |cluster, obj| annotated_target(&keys, cluster, obj)
+        }),
+    )
+    .watches_kind(
         ResourceKind::dynamic(resource("", "v1", "ConfigMap", "configmaps"), true),
         Arc::new(move |cluster, obj| index.requests(cluster, obj)),
     )

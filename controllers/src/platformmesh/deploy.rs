@@ -342,7 +342,13 @@ fn kind_of(resource: ApiResource, caps: &ApiCapabilities) -> Kind {
 
 /// The object as applied: the rendered fields, the owner label, the render hash, the namespace.
 fn desired(obj: &Value, owner: &str, extra: &[(String, String)], namespace: Option<&str>) -> Value {
-    let hash = format!("{:016x}", stable_hash(&[&obj.to_string()]));
+    // A resourceVersion in a rendered object is a precondition of its apply (the object was
+    // rendered from that version), not part of what was rendered.
+    let mut rendered = obj.clone();
+    if let Some(meta) = rendered.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
+    let hash = format!("{:016x}", stable_hash(&[&rendered.to_string()]));
     let mut out = obj.clone();
     if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
         match namespace {

@@ -324,6 +324,16 @@ async fn keep_resource_fields(ctx: &Context, obj: &mut Value) -> Result<(), Stri
                     .filter(|s| !s.is_empty() && *s != PLACEHOLDER)
                     .map(str::to_string)
             };
+            // The source below is taken from the Application as read now: apply it only to
+            // that version, so that a source the ResourceReconciler writes in between is not
+            // overwritten with the one read before (the apply fails with a conflict instead, and
+            // the next reconcile reads the new source).
+            if let Some(rv) = existing
+                .as_ref()
+                .and_then(|a| a.metadata.resource_version.clone())
+            {
+                obj["metadata"]["resourceVersion"] = Value::String(rv);
+            }
             if let Some(source) = obj["spec"]["source"].as_object_mut() {
                 let template_url = source.get("repoURL").cloned().unwrap_or(Value::Null);
                 match (real(&template_url), real(&current["repoURL"])) {

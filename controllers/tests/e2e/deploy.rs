@@ -202,3 +202,64 @@ async fn sync_applies_once_writes_nothing_when_unchanged_and_prunes_what_is_no_l
     );
     ts.stop().await;
 }
+
+/// An object rendered from a version of the live one (it carries that `resourceVersion`) is
+/// applied only to that version: unchanged, no write; changed in between by another writer, the
+/// apply fails with a conflict and the other writer's value stays. The version is no part of
+/// what was rendered, so it does not make an unchanged object look changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_rendered_from_a_version_does_not_overwrite_a_later_write() {
+    let ts = TestServer::start().await;
+    let client = ts.client("root").await;
+    install_helm_release_crd(&client).await;
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "platform-mesh-system"}})).unwrap(),
+    )
+    .await
+    .expect("namespace");
+    let target = Target {
+        client: &client,
+        owner: "0d7e6a52-uid",
+        default_namespace: "platform-mesh-system",
+        annotations: &[],
+        policy: Policy::DEPLOYMENT,
+    };
+    sync(&target, &[release("a", 1)], &[])
+        .await
+        .expect("first sync");
+    let hr: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "platform-mesh-system", &helm_releases());
+    let read = hr.get("a").await.expect("a");
+    let mut rendered = release("a", 1);
+    rendered["metadata"]["resourceVersion"] = json!(read.metadata.resource_version);
+    let again = sync(&target, std::slice::from_ref(&rendered), &[])
+        .await
+        .expect("unchanged");
+    assert!(again.applied.is_empty(), "{again:?}");
+
+    // Another writer changes the object after it was read.
+    hr.patch(
+        "a",
+        &PatchParams::apply("another").force(),
+        &Patch::Apply(
+            json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+            "metadata": {"name": "a", "namespace": "platform-mesh-system"},
+            "spec": {"values": {"image": {"tag": "v2"}}}}),
+        ),
+    )
+    .await
+    .expect("the other writer");
+    rendered["spec"]["values"]["image"]["tag"] = json!("v1");
+    let e = sync(&target, &[rendered], &[])
+        .await
+        .expect_err("a stale version is refused");
+    assert!(
+        e.to_string().contains("Conflict") || e.to_string().contains("409"),
+        "{e}"
+    );
+    let now = hr.get("a").await.expect("a");
+    assert_eq!(now.data["spec"]["values"]["image"]["tag"], "v2");
+    ts.stop().await;
+}

@@ -845,6 +845,31 @@ impl Env {
         writes(&self.kcp) + writes(&self.infra) + writes(&self.runtime)
     }
 
+    /// Waits (up to 30 s) until PlatformMesh `name`'s condition `type_` is False with a message
+    /// `want` accepts.
+    async fn condition_false(
+        &self,
+        name: &str,
+        type_: &str,
+        what: &str,
+        want: impl Fn(&str) -> bool,
+    ) {
+        eventually(Duration::from_secs(30), what, || async {
+            self.pm.get(name).await.is_ok_and(|o| {
+                o.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        c["type"] == type_
+                            && c["status"] == "False"
+                            && c["message"].as_str().is_some_and(&want)
+                    })
+            })
+        })
+        .await;
+    }
+
     /// Waits until the other controllers and the stand-ins have settled: no write for a second
     /// (failing after 60 s).
     async fn settle(&self) {
@@ -1019,26 +1044,11 @@ async fn platform_mesh_bootstraps_kcp_hands_out_kubeconfigs_and_cleans_up() {
         .await
         .expect("create");
     let name = "platform-mesh";
-    eventually(
-        Duration::from_secs(30),
+    env.condition_false(
+        name,
+        "DeploymentSubroutine",
         "the Deployment step waiting for cert-manager's CRDs",
-        || async {
-            env.pm.get(name).await.is_ok_and(|o| {
-                o.data["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| {
-                        c["type"] == "DeploymentSubroutine"
-                            && c["status"] == "False"
-                            && c["message"].as_str().is_some_and(|m| {
-                                m.contains(
-                                    "cert-manager CRD issuers.cert-manager.io is not established",
-                                )
-                            })
-                    })
-            })
-        },
+        |m| m.contains("cert-manager CRD issuers.cert-manager.io is not established"),
     )
     .await;
     env.flux.enabled.store(true, Ordering::SeqCst);
@@ -1620,7 +1630,44 @@ async fn argo_cd_installs_the_reference_profile_with_no_placeholder_left() {
     )
     .await;
     argo.store(true, Ordering::SeqCst);
-    let obj = env.ready(name, Duration::from_secs(90)).await;
+    // Should it not become Ready, the Applications Argo CD would not sync say why.
+    let unsynced = {
+        let apps = apps.clone();
+        move || async move {
+            apps.list(&ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .filter(|a| a.data["status"]["sync"]["status"] != "Synced")
+                        .map(|a| {
+                            format!(
+                                "{:?}: {} {}",
+                                a.metadata.name, a.data["status"], a.data["spec"]["source"]
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_else(|e| vec![format!("listing Applications: {e}")])
+        }
+    };
+    let ready = tokio::time::timeout(
+        Duration::from_secs(90),
+        env.ready(name, Duration::from_secs(91)),
+    )
+    .await;
+    let obj = match ready {
+        Ok(obj) => obj,
+        Err(_) => panic!(
+            "not Ready in 90 s; Applications not synced: {:#?}; PlatformMesh status: {}",
+            unsynced().await,
+            env.pm
+                .get(name)
+                .await
+                .map(|o| o.data["status"].clone())
+                .unwrap_or_default()
+        ),
+    };
     let listed = apps
         .list(&ListParams::default())
         .await
@@ -1679,23 +1726,11 @@ async fn argo_cd_installs_the_reference_profile_with_no_placeholder_left() {
     .expect("portal out of sync");
     env.patch_spec(name, json!({"kcp": {"extraWorkspaces": []}}))
         .await;
-    eventually(
-        Duration::from_secs(30),
+    env.condition_false(
+        name,
+        "WaitSubroutine",
         "the Wait step holding for portal",
-        || async {
-            env.pm.get(name).await.is_ok_and(|o| {
-                o.data["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| {
-                        c["type"] == "WaitSubroutine"
-                    && c["status"] == "False"
-                    && c["message"]
-                        == "Application platform-mesh-system/portal not Synced and Healthy yet"
-                    })
-            })
-        },
+        |m| m == "Application platform-mesh-system/portal not Synced and Healthy yet",
     )
     .await;
     argo.store(true, Ordering::SeqCst);
