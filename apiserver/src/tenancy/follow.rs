@@ -116,6 +116,17 @@ async fn apply(state: &Tenancy, event: &Event) {
     }
     // Another replica's RBAC change ends this replica's kept policy of that workspace.
     state.policies.observe_write(&event.key, event.revision);
+    // A binding another replica marked for deletion: what it bound goes (once per replica;
+    // the passes are idempotent).
+    if let Some(cluster) = cluster_of(&event.key, BINDINGS) {
+        if event.kind != EventType::Delete {
+            if let Ok(b) = objects::decode_stored(&event.value) {
+                if objects::is_deleting(&b) {
+                    state.unbind(cluster, objects::name(&b));
+                }
+            }
+        }
+    }
     for prefix in [CRDS, BINDINGS] {
         if let Some(cluster) = cluster_of(&event.key, prefix) {
             reload_cluster_types(state, cluster).await;

@@ -13,6 +13,7 @@ mod follow;
 pub mod initializers;
 mod lifecycle;
 mod strategies;
+pub mod unbinding;
 
 use apis::exported_schemas;
 pub(crate) use apis::types_from_spec;
@@ -139,6 +140,8 @@ pub struct Tenancy {
     not_ready: RwLock<std::collections::HashSet<String>>,
     /// One relabelling worker at a time per logical cluster, and its pending work.
     relabels: std::sync::Mutex<HashMap<String, claims::RelabelWork>>,
+    /// The bindings (cluster, name) whose deletion is under way ([`unbinding`]).
+    unbinding: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 impl Tenancy {
@@ -159,6 +162,7 @@ impl Tenancy {
             paths: RwLock::new((by_path, by_name)),
             claims: RwLock::new(HashMap::new()),
             relabels: std::sync::Mutex::new(HashMap::new()),
+            unbinding: std::sync::Mutex::new(std::collections::HashSet::new()),
             not_ready: RwLock::new(std::collections::HashSet::new()),
         })
     }
@@ -903,6 +907,7 @@ impl Tenancy {
         self.advance(ROOT_CLUSTER).await?;
         self.ensure_root_content(&state).await?;
         self.reload_types(&state).await?;
+        self.resume_unbinding().await?;
         // Resume deletions.
         for kv in list_all(state.store.as_ref(), "/tenancy.kcp.io/workspaces/")
             .await?

@@ -340,11 +340,20 @@ impl Strategy for Bindings {
     ) -> Result<(), ApiError> {
         self.0
             .prepare_binding_write(w.cluster, obj, old, w.user)
-            .await
+            .await?;
+        super::unbinding::add_finalizer(obj);
+        Ok(())
     }
 
-    async fn after_write(&self, _: &Resource, cluster: &str, _: &Bytes, _: Change) {
+    async fn after_write(&self, _: &Resource, cluster: &str, stored: &Bytes, change: Change) {
         if let Some(state) = self.0.state() {
+            if matches!(change, Change::DeleteBegun | Change::Updated) {
+                if let Ok(b) = crate::objects::decode_stored(stored) {
+                    if crate::objects::is_deleting(&b) {
+                        state.unbind(cluster, crate::objects::name(&b));
+                    }
+                }
+            }
             reload_cluster_types(&state, cluster).await;
         }
     }
