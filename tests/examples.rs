@@ -12,9 +12,10 @@ use common::{kubectl_binary, Server};
 enum Step {
     /// A shell command that must succeed.
     Shell(String),
-    /// `cargo run --release -- <args> &`: the binary started in the background with `args`,
-    /// stopped when the walkthrough ends.
-    Background(Vec<String>),
+    /// `cargo run --release [-p PACKAGE] -- <args> &`: a binary of the workspace (this one's,
+    /// or the package's) started in the background with `args`, stopped when the walkthrough
+    /// ends.
+    Background(PathBuf, Vec<String>),
     /// `cargo run --release -- serve <flags>`: the flags the walkthrough's server runs with
     /// (the test starts it itself).
     Serve(Vec<String>),
@@ -111,13 +112,21 @@ fn step(line: &str) -> Option<Step> {
     if t.is_empty() || t.starts_with('#') {
         return None;
     }
-    if let Some(args) = t
-        .strip_prefix("cargo run --release -- ")
-        .and_then(|a| a.strip_suffix('&'))
-    {
-        return Some(Step::Background(
-            args.split_whitespace().map(str::to_string).collect(),
-        ));
+    // A program named by its path (a walkthrough's program replaced by another
+    // implementation), in the background.
+    if let Some(line) = t.strip_suffix('&').filter(|l| l.starts_with('/')) {
+        let mut words = line.split_whitespace().map(str::to_string);
+        if let Some(program) = words.next() {
+            return Some(Step::Background(PathBuf::from(program), words.collect()));
+        }
+    }
+    if let Some((program, args)) = workspace_binary(t) {
+        if let Some(args) = args.strip_suffix('&') {
+            return Some(Step::Background(
+                program,
+                args.split_whitespace().map(str::to_string).collect(),
+            ));
+        }
     }
     if let Some(flags) = t.strip_prefix("cargo run --release -- serve") {
         return Some(Step::Serve(
@@ -127,14 +136,23 @@ fn step(line: &str) -> Option<Step> {
     if t.starts_with("export ") {
         return Some(Step::Export(t.to_string()));
     }
-    if let Some(args) = t.strip_prefix("cargo run --release -- ") {
-        // Another command of the binary, run in the foreground.
-        return Some(Step::Shell(format!(
-            "{} {args}",
-            env!("CARGO_BIN_EXE_platform-mesh")
-        )));
+    if let Some((program, args)) = workspace_binary(t) {
+        // Another command of a binary of the workspace, run in the foreground.
+        return Some(Step::Shell(format!("{} {args}", program.display())));
     }
     Some(Step::Shell(t.to_string()))
+}
+
+/// `cargo run --release [-p PACKAGE] -- <args>`: the binary it runs (this package's, or the
+/// workspace package's, built beside it) and the rest of the line.
+fn workspace_binary(t: &str) -> Option<(PathBuf, &str)> {
+    if let Some(args) = t.strip_prefix("cargo run --release -- ") {
+        return Some((PathBuf::from(env!("CARGO_BIN_EXE_platform-mesh")), args));
+    }
+    let rest = t.strip_prefix("cargo run --release -p ")?;
+    let (package, args) = rest.split_once(" -- ")?;
+    let dir = Path::new(env!("CARGO_BIN_EXE_platform-mesh")).parent()?;
+    Some((dir.join(package.trim()), args))
 }
 
 /// Whether `expected`'s lines appear in this order within `output`'s lines.
@@ -149,6 +167,12 @@ fn shows(output: &str, expected: &[String]) -> bool {
 }
 
 fn run_walkthrough(example: &str, version: &str) {
+    run_walkthrough_with(example, version, &[]);
+}
+
+/// [`run_walkthrough`] with each command's text `from` replaced by `to` first (the same
+/// walkthrough with another implementation of one of its programs).
+fn run_walkthrough_with(example: &str, version: &str, replace: &[(&str, &str)]) {
     let Some(bin) = kubectl_binary(version) else {
         panic!("kubectl.{version} is not installed beside the machine's kubectl");
     };
@@ -156,6 +180,20 @@ fn run_walkthrough(example: &str, version: &str) {
     let readme = root.join("examples").join(example).join("README.md");
     let cmds = commands(&readme);
     assert!(!cmds.is_empty(), "{} has no commands", readme.display());
+    let cmds: Vec<Step> = if replace.is_empty() {
+        cmds
+    } else {
+        // Replaced in the README's lines, so that the steps are parsed from what would run.
+        let mut text = std::fs::read_to_string(&readme).expect("read README");
+        for (from, to) in replace {
+            assert!(text.contains(from), "{} has no {from:?}", readme.display());
+            text = text.replace(from, to);
+        }
+        let dir = tempfile::tempdir().expect("dir");
+        let copy = dir.path().join("README.md");
+        std::fs::write(&copy, text).expect("write");
+        commands(&copy)
+    };
     let flags: Vec<&str> = cmds
         .iter()
         .filter_map(|s| match s {
@@ -204,14 +242,19 @@ fn run_walkthrough(example: &str, version: &str) {
                 );
                 continue;
             }
-            Step::Background(args) => {
+            Step::Background(program, args) => {
                 let args: Vec<String> = args.iter().map(|a| in_data_dir(a)).collect();
                 // Its log goes to a file, shown when a later step fails.
                 let log = home
                     .path()
                     .join(format!("background-{}.log", background.0.len()));
                 let file = std::fs::File::create(&log).expect("background log");
-                let child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+                assert!(
+                    program.exists(),
+                    "{} is not built (`cargo build --workspace` builds it)",
+                    program.display()
+                );
+                let child = Command::new(&program)
                     .args(&args)
                     .current_dir(&root)
                     .env("HOME", home.path())
@@ -312,6 +355,22 @@ walkthrough! {
     service_accounts_kubectl_1_33 => "service-accounts", "1.33";
     marketplace_kubectl_1_27 => "marketplace", "1.27";
     marketplace_kubectl_1_33 => "marketplace", "1.33";
+    mongodb_provider_kubectl_1_27 => "mongodb-provider", "1.27";
+    mongodb_provider_kubectl_1_33 => "mongodb-provider", "1.33";
+}
+
+/// The MongoDB provider walkthrough with its controller in Go (controller-runtime,
+/// multicluster-runtime and kcp's multicluster-provider, built by `scripts/peers`) instead of
+/// Rust: the same commands, flags and checks.
+#[test]
+fn mongodb_provider_in_go_kubectl_1_33() {
+    let go = common::kube_apiserver::peer_binary("mongodb-provider-go");
+    let to = format!("{} provider", go.display());
+    run_walkthrough_with(
+        "mongodb-provider",
+        "1.33",
+        &[("cargo run --release -p mongodb-provider -- provider", &to)],
+    );
 }
 
 #[test]
