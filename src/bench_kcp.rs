@@ -342,8 +342,7 @@ pub async fn kcp(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<V
     .await
     .context("platform-mesh")?;
     drop(server);
-    let mut peer = Kcp::start(&tmp.join("kcp"))?;
-    peer.wait_ready().await?;
+    let peer = Kcp::start_ready(&tmp.join("kcp")).await?;
     let mut config = peer.config("base").await?;
     // Requests here name their cluster themselves.
     config.cluster_url =

@@ -335,6 +335,26 @@ impl Kcp {
         })
     }
 
+    /// Starts kcp and waits until it is ready. Its ports are found free and then handed to kcp,
+    /// so another process may take one in between: kcp then exits with "address already in
+    /// use", and is started again (with other ports, in a fresh directory), up to three times.
+    pub async fn start_ready(dir: &Path) -> anyhow::Result<Kcp> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut kcp = Kcp::start(dir)?;
+            match kcp.wait_ready().await {
+                Ok(()) => return Ok(kcp),
+                Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
+                    drop(kcp);
+                    std::fs::remove_dir_all(dir.join("kcp"))
+                        .context("removing the directory of kcp's first attempt")?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Waits until kcp wrote its admin kubeconfig and answers `/readyz` through it; fails at
     /// once when kcp exits, with the end of its log.
     pub async fn wait_ready(&mut self) -> anyhow::Result<()> {

@@ -78,8 +78,9 @@ impl Kcp {
     /// Starts kcp and waits until it is ready.
     pub async fn start() -> Kcp {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut peer = peers::Kcp::start(dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
-        peer.wait_ready().await.unwrap_or_else(|e| panic!("{e:#}"));
+        let peer = peers::Kcp::start_ready(dir.path())
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"));
         Kcp { peer, _dir: dir }
     }
 
