@@ -70,6 +70,13 @@ pub struct KubeApiserver {
     dir: PathBuf,
 }
 
+/// Why etcd and kube-apiserver did not come up: one of them exited (perhaps a port taken in
+/// between, worth another attempt), or anything else.
+enum StartFailure {
+    Exited(anyhow::Error),
+    Other(anyhow::Error),
+}
+
 impl KubeApiserver {
     /// Starts etcd and kube-apiserver with their files in `dir` and waits until kube-apiserver
     /// is ready.
@@ -78,7 +85,40 @@ impl KubeApiserver {
     }
 
     /// [`KubeApiserver::start`] with more flags for kube-apiserver (`--authentication-config`).
+    ///
+    /// Their ports are found free and then handed to them, so another process may take one in
+    /// between; when etcd or kube-apiserver exits before kube-apiserver is ready, both are
+    /// started again (with other ports and a fresh etcd), up to three times.
     pub fn start_with(dir: &Path, extra: &[String]) -> anyhow::Result<KubeApiserver> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::start_once(dir, extra) {
+                Err(StartFailure::Exited(e)) if attempt < 3 => {
+                    eprintln!("[peers] {e:#}; starting again with other ports");
+                    for d in ["etcd", "cert-dir"] {
+                        match std::fs::remove_dir_all(dir.join(d)) {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) => return Err(e).context("removing a failed attempt's files"),
+                        }
+                    }
+                }
+                Err(StartFailure::Exited(e) | StartFailure::Other(e)) => return Err(e),
+                Ok(peer) => return Ok(peer),
+            }
+        }
+    }
+
+    fn start_once(dir: &Path, extra: &[String]) -> Result<KubeApiserver, StartFailure> {
+        let setup = |e: anyhow::Error| StartFailure::Other(e);
+        let mut peer = Self::spawn(dir, extra).map_err(setup)?;
+        peer.wait_ready()?;
+        Ok(peer)
+    }
+
+    /// Starts etcd and kube-apiserver (not waiting for them).
+    fn spawn(dir: &Path, extra: &[String]) -> anyhow::Result<KubeApiserver> {
         let pki = certs::Pki::load_or_create(&dir.join("pki"), &[])?;
         let front_proxy = certs::Pki::load_or_create(&dir.join("front-proxy"), &[])?;
         let (proxy_cert, proxy_key) =
@@ -160,7 +200,7 @@ impl KubeApiserver {
         opts.cluster_name = "kube".into();
         opts.context_name = "kube".into();
         certs::write_kubeconfig(&admin_kubeconfig, &opts)?;
-        let mut peer = KubeApiserver {
+        Ok(KubeApiserver {
             apiserver,
             etcd,
             address,
@@ -169,15 +209,13 @@ impl KubeApiserver {
             admin_kubeconfig,
             etcd_url,
             dir: dir.to_path_buf(),
-        };
-        peer.wait_ready()?;
-        Ok(peer)
+        })
     }
 
     /// Polls `/readyz` (from a thread of its own, so that async tests may start a peer too);
     /// fails at once when etcd or kube-apiserver exits.
-    fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let client = self.client()?;
+    fn wait_ready(&mut self) -> Result<(), StartFailure> {
+        let client = self.client().map_err(StartFailure::Other)?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -209,15 +247,15 @@ impl KubeApiserver {
                 ("kube-apiserver", &mut self.apiserver),
             ] {
                 if let Ok(Some(status)) = child.try_wait() {
-                    return Err(anyhow!(
+                    return Err(StartFailure::Exited(anyhow!(
                         "{name} exited ({status}) before kube-apiserver was ready; its errors are above"
-                    ));
+                    )));
                 }
             }
             if Instant::now() > deadline {
-                return Err(anyhow!(
+                return Err(StartFailure::Other(anyhow!(
                     "kube-apiserver {KUBERNETES_VERSION} did not become ready in 120 s"
-                ));
+                )));
             }
         }
     }
