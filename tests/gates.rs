@@ -289,8 +289,6 @@ async fn the_deployment_gates_wait_with_upstreams_messages_then_pass() {
         &res("delivery.ocm.software", "v1alpha1", "Resource", "resources"),
     )
     .await;
-    let namespaces: Api<DynamicObject> =
-        Api::all_with(infra.clone(), &res("", "v1", "Namespace", "namespaces"));
     for c in [&infra, &runtime] {
         Api::<DynamicObject>::all_with(c.clone(), &res("", "v1", "Namespace", "namespaces"))
             .create(
@@ -300,7 +298,6 @@ async fn the_deployment_gates_wait_with_upstreams_messages_then_pass() {
             .await
             .expect("namespace");
     }
-    drop(namespaces);
     // kube-controller-manager (not running here) would make the namespace's default
     // ServiceAccount, which pods need.
     Api::<DynamicObject>::namespaced_with(

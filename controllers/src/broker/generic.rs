@@ -250,6 +250,20 @@ impl Reconciler for GenericReconciler {
                 return self.serve(&item, first.as_str()).await;
             };
             if self.provider(&current).is_none() {
+                // A cache one step behind the broker's own writes can still name the provider
+                // the object has just left, whose staging workspace is gone: the object as
+                // stored decides before a staging workspace is made for it again.
+                if !live {
+                    live = true;
+                    match item.api.get_opt(&item.name).await {
+                        Ok(Some(o)) => {
+                            item.obj = to_value(&o);
+                            continue;
+                        }
+                        Ok(None) => return Ok(Action::await_change()),
+                        Err(e) => return Err(BrokerError::kube("reading the consumer object", e)),
+                    }
+                }
                 match self.prepare(&ClusterName::from(current.as_str())).await? {
                     Some(wait) => return Ok(wait),
                     None if self.provider(&current).is_none() => {
