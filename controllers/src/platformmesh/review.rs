@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use kube::api::DynamicObject;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::features::feature_plan;
 use super::manifests::{kcp_data, plan, IdpSettings};
@@ -389,6 +389,39 @@ pub fn template(
     engine.render(name, text, &data)
 }
 
+/// The status the OCM controller gives a Resource in this repository's tests and generated
+/// `--resources` files (the e2e OCM stand-in writes it, the golden files are made with it): a
+/// chart is resolved by its `repo` label (`git` to a repository and commit, `helm` to a Helm
+/// repository, anything else to an image reference in `ghcr.io/platform-mesh/charts`), an
+/// image to tag `v1.2.3`. Made-up repositories, for tests and examples only.
+pub fn example_resolved_status(resource: &Value) -> Value {
+    let name = resource["metadata"]["name"].as_str().unwrap_or_default();
+    let base = super::resource::trimmed_name(name);
+    let label = |k: &str| {
+        resource["metadata"]["labels"][k]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let resolved = match (label("artifact").as_str(), label("repo").as_str()) {
+        ("chart", "git") => json!({"name": "chart", "version": "1.0.0",
+            "access": {"type": "gitHub", "repoUrl": format!("https://github.com/platform-mesh/{base}"),
+                "commit": "0123456789abcdef0123456789abcdef01234567"}}),
+        ("chart", "helm") => json!({"name": "chart", "version": "1.0.0",
+            "access": {"type": "helm", "helmRepository": "https://charts.platform-mesh.io"}}),
+        ("chart", _) => json!({"name": "chart", "version": "1.0.0",
+            "access": {"type": "ociArtifact",
+                "imageReference": format!("ghcr.io/platform-mesh/charts/{base}:1.0.0")}}),
+        _ => json!({"name": "image", "version": "v1.2.3",
+            "access": {"type": "ociArtifact",
+                "imageReference": format!("ghcr.io/platform-mesh/{base}:v1.2.3")}}),
+    };
+    json!({"resource": resolved,
+        "component": {"name": "github.com/platform-mesh/platform-mesh", "version": "0.1.0"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+            "message": "stand-in", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,38 +551,6 @@ mod tests {
         );
     }
 
-    /// What the e2e test's OCM stand-in (`ocm_stand_in` in `tests/e2e/platformmesh.rs`) writes
-    /// into a Resource's status, by the same rules: a chart is resolved by its `repo` label
-    /// (`git` to a repository and commit, `helm` to a Helm repository, anything else to an
-    /// image reference in `ghcr.io/platform-mesh/charts`), an image to tag `v1.2.3`.
-    fn stand_in_status(resource: &Value) -> Value {
-        let name = resource["metadata"]["name"].as_str().unwrap_or_default();
-        let base = super::super::resource::trimmed_name(name);
-        let label = |k: &str| {
-            resource["metadata"]["labels"][k]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        };
-        let resolved = match (label("artifact").as_str(), label("repo").as_str()) {
-            ("chart", "git") => json!({"name": "chart", "version": "1.0.0",
-                "access": {"type": "gitHub", "repoUrl": format!("https://github.com/platform-mesh/{base}"),
-                    "commit": "0123456789abcdef0123456789abcdef01234567"}}),
-            ("chart", "helm") => json!({"name": "chart", "version": "1.0.0",
-                "access": {"type": "helm", "helmRepository": "https://charts.platform-mesh.io"}}),
-            ("chart", _) => json!({"name": "chart", "version": "1.0.0",
-                "access": {"type": "ociArtifact",
-                    "imageReference": format!("ghcr.io/platform-mesh/charts/{base}:1.0.0")}}),
-            _ => json!({"name": "image", "version": "v1.2.3",
-                "access": {"type": "ociArtifact",
-                    "imageReference": format!("ghcr.io/platform-mesh/{base}:v1.2.3")}}),
-        };
-        json!({"resource": resolved,
-            "component": {"name": "github.com/platform-mesh/platform-mesh", "version": "0.1.0"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
-                "message": "stand-in", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
-    }
-
     /// The OCM Resources the reference e2e PlatformMesh renders with `profile`, as `(namespace,
     /// name)` and object (its namespace filled in as the Deployment step applies it).
     fn rendered_resources(profile: &str) -> Vec<Value> {
@@ -581,7 +582,7 @@ mod tests {
         let items: Vec<Value> = rendered_resources(&reference("default-profile.yaml"))
             .into_iter()
             .map(|mut o| {
-                o["status"] = stand_in_status(&o);
+                o["status"] = example_resolved_status(&o);
                 o
             })
             .collect();

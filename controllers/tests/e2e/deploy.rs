@@ -86,8 +86,9 @@ pub(crate) fn writes(ts: &TestServer) -> u64 {
         .sum()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sync_applies_once_writes_nothing_when_unchanged_and_prunes_what_is_no_longer_rendered() {
+/// A server whose root workspace serves HelmReleases and has the namespace
+/// `platform-mesh-system`, and a client of it.
+async fn release_server() -> (TestServer, kube::Client) {
     let ts = TestServer::start().await;
     let client = ts.client("root").await;
     install_helm_release_crd(&client).await;
@@ -98,6 +99,12 @@ async fn sync_applies_once_writes_nothing_when_unchanged_and_prunes_what_is_no_l
     )
     .await
     .expect("namespace");
+    (ts, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_applies_once_writes_nothing_when_unchanged_and_prunes_what_is_no_longer_rendered() {
+    let (ts, client) = release_server().await;
     let target = Target {
         client: &client,
         owner: "0d7e6a52-uid",
@@ -209,16 +216,7 @@ async fn sync_applies_once_writes_nothing_when_unchanged_and_prunes_what_is_no_l
 /// what was rendered, so it does not make an unchanged object look changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apply_rendered_from_a_version_does_not_overwrite_a_later_write() {
-    let ts = TestServer::start().await;
-    let client = ts.client("root").await;
-    install_helm_release_crd(&client).await;
-    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    ns.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "platform-mesh-system"}})).unwrap(),
-    )
-    .await
-    .expect("namespace");
+    let (ts, client) = release_server().await;
     let target = Target {
         client: &client,
         owner: "0d7e6a52-uid",

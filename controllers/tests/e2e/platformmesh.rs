@@ -649,9 +649,9 @@ async fn install_cert_manager_crds(client: &kube::Client) {
 
 /// The OCM controller's part (ocm-k8s-toolkit's Resource controller): a Resource gets
 /// `status.resource` (name, version, access) and `status.component.version` once resolved, as
-/// the controller writes them. Charts are resolved by their `repo`: `oci` to an image reference
-/// in `ghcr.io/platform-mesh/charts`, `git` to a repository URL and commit, `helm` to a Helm
-/// repository; images to a tag. Resources it has resolved are left alone.
+/// the controller writes them, with the made-up repositories of
+/// [`example_resolved_status`](controllers::platformmesh::review::example_resolved_status)
+/// (the golden `--resources` files use the same). Resources it has resolved are left alone.
 fn ocm_stand_in(runtime: kube::Client, stop: CancellationToken) {
     tokio::spawn(async move {
         let r = res("delivery.ocm.software", "v1alpha1", "Resource", "resources");
@@ -665,31 +665,14 @@ fn ocm_stand_in(runtime: kube::Client, stop: CancellationToken) {
                         continue;
                     }
                     let name = item.metadata.name.clone().unwrap_or_default();
-                    let base = controllers::platformmesh::resource::trimmed_name(&name).to_string();
-                    let labels = item.metadata.labels.clone().unwrap_or_default();
-                    let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
-                    let resource = match (label("artifact").as_str(), label("repo").as_str()) {
-                        ("chart", "git") => json!({"name": "chart", "version": "1.0.0",
-                            "access": {"type": "gitHub", "repoUrl": format!("https://github.com/platform-mesh/{base}"),
-                                "commit": "0123456789abcdef0123456789abcdef01234567"}}),
-                        ("chart", "helm") => json!({"name": "chart", "version": "1.0.0",
-                            "access": {"type": "helm", "helmRepository": "https://charts.platform-mesh.io"}}),
-                        ("chart", _) => json!({"name": "chart", "version": "1.0.0",
-                            "access": {"type": "ociArtifact",
-                                "imageReference": format!("ghcr.io/platform-mesh/charts/{base}:1.0.0")}}),
-                        _ => json!({"name": "image", "version": "v1.2.3",
-                            "access": {"type": "ociArtifact",
-                                "imageReference": format!("ghcr.io/platform-mesh/{base}:v1.2.3")}}),
-                    };
                     let api: Api<DynamicObject> = Api::namespaced_with(
                         runtime.clone(),
                         item.metadata.namespace.as_deref().unwrap_or("default"),
                         &r,
                     );
-                    let status = json!({"status": {"resource": resource,
-                        "component": {"name": "github.com/platform-mesh/platform-mesh", "version": "0.1.0"},
-                        "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
-                            "message": "stand-in", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+                    let status = json!({"status": controllers::platformmesh::review::example_resolved_status(
+                        &serde_json::to_value(&item).expect("a Resource as JSON"),
+                    )});
                     written(
                         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
                             .await,
