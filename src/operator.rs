@@ -18,6 +18,7 @@ use controllers::provider::managed;
 use controllers::providers::fixed::FixedClusters;
 use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
 use controllers::runtime::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus};
+use controllers::runtime::sharding::{Sharded, ShardingConfig};
 use controllers::runtime::{Cluster, Manager, ManagerOptions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::task::JoinHandle;
@@ -137,6 +138,8 @@ pub struct ControllerArgs {
     pub security_allow_unverified_emails: bool,
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
+    #[command(flatten)]
+    pub sharding: ShardingArgs,
     /// The controllers' metrics (`controller_runtime_*`, `workqueue_*`), which the caller
     /// registers with its `/metrics`.
     #[arg(skip)]
@@ -197,6 +200,59 @@ pub struct LeaderElectionArgs {
     /// Name of the Lease.
     #[arg(long, default_value = "platform-mesh-controllers")]
     pub leader_elect_resource_name: String,
+}
+
+/// Sharding of the workspace controllers over replicas.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ShardingArgs {
+    /// How many replicas the workspace controllers (Account, AccountInfo, Provider) are spread
+    /// over. With more than 1, every replica runs them for its share of the workspaces, chosen
+    /// by rendezvous hashing over the live replicas and fenced by a Lease per workspace (so two
+    /// replicas never reconcile in one workspace at once), while the PlatformMesh and
+    /// ManagedProvider controllers and the security initializer keep one leader. The Leases use
+    /// the --leader-elect-* namespace and timings; needs a shared store (--etcd-servers) or
+    /// --leader-elect.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub shard_replicas: u16,
+    /// This replica's name among the shards (default: the host name and a random suffix, the
+    /// leader election's identity).
+    #[arg(long)]
+    pub shard_identity: Option<String>,
+}
+
+impl ShardingArgs {
+    /// The sharding of one group of workspace controllers (`group` names its Leases), or `None`
+    /// when the controllers are not sharded.
+    fn config(
+        &self,
+        election: Option<&LeaderElectionConfig>,
+        group: &str,
+    ) -> anyhow::Result<Option<ShardingConfig>> {
+        if self.shard_replicas <= 1 {
+            return Ok(None);
+        }
+        let Some(election) = election else {
+            anyhow::bail!(
+                "--shard-replicas {} needs Leases that every replica reads: run the replicas on one etcd (--etcd-servers) or give --leader-elect",
+                self.shard_replicas
+            );
+        };
+        let identity = self
+            .shard_identity
+            .clone()
+            .unwrap_or_else(|| election.identity.clone());
+        Ok(Some(ShardingConfig {
+            lease_duration: election.lease_duration,
+            renew_deadline: election.renew_deadline,
+            probe_period: election.retry_period,
+            expected_peers: usize::from(self.shard_replicas),
+            ..ShardingConfig::new(
+                &election.namespace,
+                &identity,
+                &format!("{}-{group}", election.name),
+            )
+        }))
+    }
 }
 
 fn go_duration(s: &str) -> Result<Duration, String> {
@@ -311,17 +367,23 @@ async fn start_workspace_controllers(
     kcp: Arc<Kcp>,
     access: WorkspaceAccess,
     security: controllers::security::SecurityOptions,
+    parts: WorkspaceParts<'_>,
     stop: &CancellationToken,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let (home, base) = home_of(&kcp).await?;
-    let mut groups: Vec<(ApiExportOptions, kube::Config, Manager)> = Vec::new();
+    let mut groups: Vec<(&str, ApiExportOptions, kube::Config, Manager)> = Vec::new();
     let mut initializer_kcp = kcp.clone();
     match access {
         WorkspaceAccess::Native => {
             let manager = Manager::with_metrics(ManagerOptions::default(), metrics.sharing());
             controllers::tenants::add(&manager, kcp.clone(), WORKSPACE_WORKERS)
                 .context("adding the workspace controllers")?;
-            groups.push((ApiExportOptions::every_workspace(vec![base]), home, manager));
+            groups.push((
+                "workspaces",
+                ApiExportOptions::every_workspace(vec![base]),
+                home,
+                manager,
+            ));
         }
         WorkspaceAccess::Exports => {
             let at_exports = at_exports(&home, &base)?;
@@ -329,6 +391,7 @@ async fn start_workspace_controllers(
             controllers::tenants::add_accounts(&accounts, kcp.clone(), WORKSPACE_WORKERS)
                 .context("adding the account controllers")?;
             groups.push((
+                "accounts",
                 ApiExportOptions::for_slice("core.platform-mesh.io"),
                 at_exports.clone(),
                 accounts,
@@ -337,6 +400,7 @@ async fn start_workspace_controllers(
             controllers::tenants::add_providers(&providers, kcp.clone(), WORKSPACE_WORKERS)
                 .context("adding the Provider controller")?;
             groups.push((
+                "providers",
                 ApiExportOptions::for_slice("providers.platform-mesh.io"),
                 at_exports,
                 providers,
@@ -350,6 +414,7 @@ async fn start_workspace_controllers(
             controllers::tenants::add_accounts(&accounts, restricted.clone(), WORKSPACE_WORKERS)
                 .context("adding the account controllers")?;
             groups.push((
+                "accounts",
                 ApiExportOptions::for_slice("core.platform-mesh.io"),
                 at_exports(&own_home, &own_base)?,
                 accounts,
@@ -358,6 +423,7 @@ async fn start_workspace_controllers(
             controllers::tenants::add_providers(&providers, restricted.clone(), WORKSPACE_WORKERS)
                 .context("adding the Provider controller")?;
             groups.push((
+                "providers",
                 ApiExportOptions::for_slice(controllers::provider::EXPORT),
                 at_exports(&own_home, &own_base)?,
                 providers,
@@ -366,24 +432,56 @@ async fn start_workspace_controllers(
         }
     }
     let mut running = Vec::new();
-    // The security type's initializer finishes new organisation and account workspaces
-    // through kcp's initializing virtual workspace (this server's or a real kcp's).
-    let initializer = controllers::security::SecurityInitializer::new(
-        initializer_kcp,
-        Arc::new(controllers::security::NoStore),
-        security,
-    );
-    running.push(tokio::spawn(initializer.run(stop.clone())));
-    for (options, home, manager) in groups {
-        let provider = Arc::new(PathAware::new(ApiExportProvider::new(home, options)));
+    if parts.initializer {
+        // The security type's initializer finishes new organisation and account workspaces
+        // through kcp's initializing virtual workspace (this server's or a real kcp's).
+        let initializer = controllers::security::SecurityInitializer::new(
+            initializer_kcp,
+            Arc::new(controllers::security::NoStore),
+            security,
+        );
+        running.push(tokio::spawn(initializer.run(stop.clone())));
+    }
+    let Some(sharding) = parts.managers else {
+        return Ok(running);
+    };
+    for (group, options, home, manager) in groups {
+        let provider = PathAware::new(ApiExportProvider::new(home, options));
         let stop = stop.clone();
+        let sharded = match sharding {
+            Some((args, election, leases)) => args
+                .config(Some(election), group)?
+                .map(|config| (config, leases.clone())),
+            None => None,
+        };
         running.push(tokio::spawn(async move {
-            if let Err(e) = manager.run(provider, stop.cancelled_owned()).await {
+            let stopped = match sharded {
+                Some((config, leases)) => {
+                    let sharded = Sharded::new(provider, leases, config);
+                    manager.run(Arc::new(sharded), stop.cancelled_owned()).await
+                }
+                None => {
+                    manager
+                        .run(Arc::new(provider), stop.cancelled_owned())
+                        .await
+                }
+            };
+            if let Err(e) = stopped {
                 tracing::error!(error = %e, "the workspace controller manager stopped");
             }
         }));
     }
     Ok(running)
+}
+
+/// Which of the workspace controllers one call starts.
+struct WorkspaceParts<'a> {
+    /// The security initializer (one per installation: it runs where the leader runs).
+    initializer: bool,
+    /// The Account, AccountInfo and Provider managers: `None` not at all, `Some(None)`
+    /// unsharded, `Some(Some(..))` sharded with these flags, the election whose namespace and
+    /// timings the Leases take, and the cluster holding them.
+    managers: Option<Option<(&'a ShardingArgs, &'a LeaderElectionConfig, &'a kube::Client)>>,
 }
 
 /// Concurrent reconciles of each workspace controller.
@@ -434,9 +532,12 @@ pub async fn start(
     if args.no_controllers {
         return Ok(Controllers { stop, task: None });
     }
-    let task = match args.leader_election.config(shared_store)? {
+    let election = args.leader_election.config(shared_store)?;
+    // Refuse sharding that cannot work before anything starts.
+    args.sharding.config(election.as_ref(), "check")?;
+    let task = match election {
         None => {
-            let running = run(args, own, restricted.as_deref(), &stop).await?;
+            let running = run(args, own, restricted.as_deref(), Part::All, &stop).await?;
             tokio::spawn(async move {
                 futures::future::join_all(running).await;
             })
@@ -447,17 +548,37 @@ pub async fn start(
                 "runtime",
             )
             .await?;
+            // Sharded, every replica runs the workspace controllers for its share, outside the
+            // election; the leader runs the rest.
+            let (part, sharded) = if args.sharding.shard_replicas > 1 {
+                ensure_namespace(&runtime, &config.namespace, &stop).await;
+                let part = Part::Workspaces {
+                    election: &config,
+                    leases: &runtime,
+                };
+                let running = run(args, own, restricted.as_deref(), part, &stop).await?;
+                (Part::Singletons, running)
+            } else {
+                (Part::All, Vec::new())
+            };
+            let singletons_only = matches!(part, Part::Singletons);
             let elector = LeaderElector::new(runtime.clone(), config.clone()).with_status(status);
             let (args, own, stop) = (args.clone(), own.to_path_buf(), stop.clone());
             tokio::spawn(async move {
+                let part = if singletons_only {
+                    Part::Singletons
+                } else {
+                    Part::All
+                };
                 lead(
                     elector,
                     runtime,
                     &config,
-                    (&args, &own, restricted.as_deref()),
+                    (&args, &own, restricted.as_deref(), part),
                     &stop,
                 )
-                .await
+                .await;
+                futures::future::join_all(sharded).await;
             })
         }
     };
@@ -473,13 +594,13 @@ async fn lead(
     elector: LeaderElector,
     runtime: kube::Client,
     config: &LeaderElectionConfig,
-    (args, own, restricted): (&ControllerArgs, &Path, Option<&Path>),
+    (args, own, restricted, part): (&ControllerArgs, &Path, Option<&Path>, Part<'_>),
     stop: &CancellationToken,
 ) {
     ensure_namespace(&runtime, &config.namespace, stop).await;
     while let Some(leadership) = elector.acquire(stop).await {
         let lost = leadership.lost();
-        let running = match run(args, own, restricted, &lost).await {
+        let running = match run(args, own, restricted, part, &lost).await {
             Ok(running) => running,
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "starting the controllers failed; giving leadership up");
@@ -539,11 +660,28 @@ fn pick(flag: &Option<PathBuf>, own: &Path) -> PathBuf {
     flag.clone().unwrap_or_else(|| own.to_path_buf())
 }
 
-/// Starts every controller, each manager stopping when `stop` is cancelled.
+/// Which controllers one call of [`run`] starts.
+#[derive(Clone, Copy)]
+enum Part<'a> {
+    /// Every controller, unsharded.
+    All,
+    /// The PlatformMesh, ResourceReconciler and ManagedProvider controllers and the security
+    /// initializer: what only the leader runs when the workspace controllers are sharded.
+    Singletons,
+    /// The workspace controllers for this replica's share of the workspaces, fenced by Leases
+    /// in `leases` with the namespace and timings of `election`.
+    Workspaces {
+        election: &'a LeaderElectionConfig,
+        leases: &'a kube::Client,
+    },
+}
+
+/// Starts the controllers of `part`, each manager stopping when `stop` is cancelled.
 async fn run(
     args: &ControllerArgs,
     own: &Path,
     restricted: Option<&Path>,
+    part: Part<'_>,
     stop: &CancellationToken,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let infra = client(
@@ -592,8 +730,26 @@ async fn run(
         allow_unverified_emails: args.security_allow_unverified_emails,
         ..Default::default()
     };
+    let parts = match part {
+        Part::All => WorkspaceParts {
+            initializer: true,
+            managers: Some(None),
+        },
+        Part::Singletons => WorkspaceParts {
+            initializer: true,
+            managers: None,
+        },
+        Part::Workspaces { election, leases } => WorkspaceParts {
+            initializer: false,
+            managers: Some(Some((&args.sharding, election, leases))),
+        },
+    };
     let mut running =
-        start_workspace_controllers(&args.metrics, shared.clone(), access, security, stop).await?;
+        start_workspace_controllers(&args.metrics, shared.clone(), access, security, parts, stop)
+            .await?;
+    if matches!(part, Part::Workspaces { .. }) {
+        return Ok(running);
+    }
     kcp.secret_namespace = args.kcp_namespace.clone();
     kcp.idp = IdpSettings {
         registration_allowed: args.idp_registration_allowed,
@@ -721,5 +877,71 @@ mod tests {
         assert!(e.to_string().contains("--leader-elect-retry-period"), "{e}");
         let e = config(&["--leader-elect-retry-period=soon"], true).unwrap_err();
         assert!(e.to_string().contains("not a positive duration"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod sharding_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        controllers: ControllerArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ControllerArgs, clap::Error> {
+        Serve::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+            .map(|s| s.controllers)
+    }
+
+    #[test]
+    fn sharding_takes_the_elections_namespace_and_timings_and_its_own_identity() {
+        let args = parse(&[
+            "--shard-replicas",
+            "3",
+            "--shard-identity",
+            "replica-a",
+            "--leader-elect-lease-duration",
+            "6s",
+            "--leader-elect-renew-deadline",
+            "4s",
+            "--leader-elect-retry-period",
+            "1s",
+        ])
+        .unwrap();
+        let election = args.leader_election.config(true).unwrap().unwrap();
+        let config = args
+            .sharding
+            .config(Some(&election), "workspaces")
+            .unwrap()
+            .unwrap();
+        assert_eq!(config.identity, "replica-a");
+        assert_eq!(config.namespace, "kube-system");
+        assert_eq!(config.lease_prefix, "platform-mesh-controllers-workspaces");
+        assert_eq!(config.expected_peers, 3);
+        assert_eq!(
+            (
+                config.lease_duration,
+                config.renew_deadline,
+                config.probe_period
+            ),
+            (
+                Duration::from_secs(6),
+                Duration::from_secs(4),
+                Duration::from_secs(1)
+            )
+        );
+    }
+
+    #[test]
+    fn sharding_without_shared_leases_or_with_no_replica_is_refused() {
+        let args = parse(&["--shard-replicas", "2"]).unwrap();
+        let e = args.sharding.config(None, "workspaces").unwrap_err();
+        assert!(e.to_string().contains("--etcd-servers"), "{e}");
+        assert!(parse(&["--shard-replicas", "0"]).is_err());
+        let one = parse(&[]).unwrap();
+        assert!(one.sharding.config(None, "workspaces").unwrap().is_none());
     }
 }

@@ -81,6 +81,9 @@ pub struct Cluster {
     idle: Notify,
     /// Caches started on demand by cached reads, kept while the cluster is alive.
     retained: Mutex<HashMap<String, Arc<SharedCache>>>,
+    /// Until when a sharded replica may start reconciles here (its fence's renew deadline);
+    /// `None` when no fence guards the cluster.
+    fence: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl fmt::Debug for Cluster {
@@ -130,6 +133,7 @@ impl Cluster {
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
             retained: Mutex::new(HashMap::new()),
+            fence: Mutex::new(None),
         }
     }
 
@@ -224,6 +228,21 @@ impl Cluster {
             Some(ns) => Api::namespaced_with(self.client(), ns, api),
             None => Api::all_with(self.client(), api),
         }
+    }
+
+    /// Lets reconciles start here only until `until` (`None`: no fence), as the sharding's
+    /// fence renewals say: a replica whose renewals lag stops starting reconciles on its own,
+    /// before another replica may take the cluster over.
+    pub fn hold_fence_until(&self, until: Option<tokio::time::Instant>) {
+        *self.fence.lock().unwrap_or_else(|p| p.into_inner()) = until;
+    }
+
+    /// Whether a reconcile may start here now (see [`Cluster::hold_fence_until`]).
+    pub fn fence_holds(&self) -> bool {
+        self.fence
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none_or(|until| tokio::time::Instant::now() < until)
     }
 
     /// Marks a reconcile as running in this cluster until the guard drops.
@@ -322,6 +341,17 @@ impl ClusterContext {
             return Some(self.cluster.clone());
         }
         self.others.as_ref()?.cluster(name)
+    }
+
+    /// Another cluster to write into, as [`ClusterContext::engaged_cluster`], or, with a sharded
+    /// provider, one that another replica engages: the group knows it, this replica only does
+    /// not reconcile there. A parent's reconcile reaching its child's workspace uses this, so
+    /// that it works whichever replica owns the child.
+    pub fn reachable_cluster(&self, name: &str) -> Option<Arc<Cluster>> {
+        if self.cluster.name().as_ref() == name {
+            return Some(self.cluster.clone());
+        }
+        self.others.as_ref()?.reachable(name)
     }
 
     /// The cluster of the request.

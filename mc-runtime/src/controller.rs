@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use kube::api::DynamicObject;
@@ -244,6 +244,9 @@ pub(crate) struct RunningController<R> {
     metrics: Metrics,
 }
 
+/// How soon a request is tried again in a cluster whose fence renewal is overdue.
+const FENCE_RECHECK: Duration = Duration::from_secs(1);
+
 impl<R: Reconciler> RunningController<R> {
     async fn work(self: Arc<Self>, manager: Manager) {
         while let Some(req) = self.queue.get().await {
@@ -261,6 +264,12 @@ impl<R: Reconciler> RunningController<R> {
             self.metrics.dropped(&self.name);
             return;
         };
+        if !cluster.fence_holds() {
+            // A sharded replica whose fence renewal is overdue starts nothing here; the request
+            // waits for the renewal, or goes with the cluster when it is handed off.
+            self.queue.add_after(req, FENCE_RECHECK);
+            return;
+        }
         let _running = cluster.begin_reconcile();
         let ctx = ClusterContext::new(
             cluster.clone(),
@@ -272,10 +281,14 @@ impl<R: Reconciler> RunningController<R> {
         let span = info_span!("reconcile", controller = %self.name, cluster = %req.cluster,
             namespace = req.namespace.as_deref().unwrap_or(""), name = %req.name);
         let started = Instant::now();
+        // The start and end of every reconcile, for whoever must show that two replicas never
+        // reconcile in one cluster at once (logged at debug: off unless asked for).
+        debug!(parent: &span, cluster = %req.cluster, "reconcile started");
         let outcome = AssertUnwindSafe(self.reconciler.reconcile(req.clone(), ctx))
             .catch_unwind()
             .instrument(span.clone())
             .await;
+        debug!(parent: &span, cluster = %req.cluster, "reconcile ended");
         let seconds = started.elapsed().as_secs_f64();
         match outcome {
             Ok(Ok(action)) => {

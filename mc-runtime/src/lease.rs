@@ -174,6 +174,15 @@ impl LeaseLock {
         }
     }
 
+    /// Records what a Lease read elsewhere (e.g. in a list of many) says, so that its expiry
+    /// clock runs from when this replica first saw its current renewal rather than from this
+    /// lock's first own read.
+    pub fn observe_listed(&mut self, lease: &Lease) {
+        if lease.metadata.name.as_deref() == Some(self.name.as_str()) {
+            self.observe(&lease.spec.clone().unwrap_or_default());
+        }
+    }
+
     fn observed_expired(&self) -> bool {
         match &self.observed {
             Some(o) => o.at + o.duration <= Instant::now(),

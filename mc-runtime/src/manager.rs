@@ -182,6 +182,22 @@ impl Manager {
         self.engaged(resolved.name())
     }
 
+    /// A cluster to write into from a reconcile elsewhere: an engaged one, or one the provider
+    /// knows that another replica of a sharded group engages (see
+    /// [`crate::sharding::Sharded`]); never reconciled here because of this.
+    pub fn reachable(&self, name: &str) -> Option<Arc<Cluster>> {
+        if let Some(c) = self.cluster(name) {
+            return Some(c);
+        }
+        let provider = self
+            .inner
+            .provider
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        provider.get(name)
+    }
+
     /// Names of the engaged clusters, sorted.
     pub fn engaged_clusters(&self) -> Vec<ClusterName> {
         let mut names: Vec<_> = self

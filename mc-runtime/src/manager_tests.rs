@@ -432,3 +432,62 @@ async fn a_reconcile_reaches_the_other_engaged_clusters_and_only_those() {
     stop.cancel();
     run.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn no_reconcile_starts_in_a_cluster_whose_fence_renewal_is_overdue() {
+    let manager = Manager::new(ManagerOptions::default());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    manager
+        .add(Controller::new("looks", LooksAround { seen: seen.clone() }).for_::<ConfigMap>())
+        .unwrap();
+    let (tx, stop, run) = run_scripted(&manager);
+    let a = offline_cluster("a");
+    // The fence's renew deadline has passed: the request waits.
+    a.hold_fence_until(Some(tokio::time::Instant::now()));
+    tx.send(ClusterEvent::Engage(a.clone())).await.unwrap();
+    until("a engaged", || manager.engaged(&"a".into()).is_some()).await;
+    manager.enqueue("looks", Request::cluster_scoped("a", "x"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(seen.lock().unwrap().is_empty(), "reconciled past the fence");
+    // Renewed: the waiting request runs (it is retried within a second).
+    a.hold_fence_until(Some(tokio::time::Instant::now() + Duration::from_secs(60)));
+    until("reconciled once the fence holds", || {
+        seen.lock().unwrap().len() == 1
+    })
+    .await;
+    stop.cancel();
+    run.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_reconcile_reaches_a_cluster_the_provider_knows_but_another_replica_engages() {
+    struct Knows(Arc<Cluster>);
+    #[async_trait::async_trait]
+    impl ClusterProvider for Knows {
+        async fn run(&self, _: ClusterSink, stop: CancellationToken) -> Result<(), ProviderError> {
+            stop.cancelled().await;
+            Ok(())
+        }
+        fn get(&self, name: &str) -> Option<Arc<Cluster>> {
+            (self.0.name().as_str() == name).then(|| self.0.clone())
+        }
+    }
+    let manager = Manager::new(ManagerOptions::default());
+    let stop = CancellationToken::new();
+    let run = tokio::spawn({
+        let (manager, stop) = (manager.clone(), stop.clone());
+        async move {
+            manager
+                .run(
+                    Arc::new(Knows(offline_cluster("b"))),
+                    stop.cancelled_owned(),
+                )
+                .await
+        }
+    });
+    until("running", || manager.reachable("b").is_some()).await;
+    assert!(manager.cluster("b").is_none(), "b is not engaged here");
+    assert!(manager.engaged(&"b".into()).is_none());
+    stop.cancel();
+    run.await.unwrap().unwrap();
+}

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
@@ -103,7 +104,16 @@ pub struct ShardingConfig {
     pub renew_deadline: Duration,
     /// How often peers are listed and Leases renewed (default 5 s).
     pub probe_period: Duration,
+    /// How many replicas the group is meant to have: a starting replica takes no cluster until
+    /// it sees that many live peers or one lease duration has passed, so that the first one up
+    /// does not engage every cluster only to hand most of them off moments later (default 1).
+    pub expected_peers: usize,
 }
+
+/// Label of every fence Lease, valued with the group's Lease prefix: replicas list the fences
+/// they do not hold with it, so that the expiry of a dead replica's fences is clocked from
+/// their last renewal rather than from the moment a survivor first wants them.
+pub const FENCE_LABEL: &str = "platform-mesh.io/shard-fence";
 
 impl ShardingConfig {
     /// multicluster-runtime's sharded-coordinator timing (20 s lease, 10 s renew, 5 s probe).
@@ -119,6 +129,7 @@ impl ShardingConfig {
             lease_duration: Duration::from_secs(20),
             renew_deadline: Duration::from_secs(10),
             probe_period: Duration::from_secs(5),
+            expected_peers: 1,
         }
     }
 }
@@ -126,8 +137,14 @@ impl ShardingConfig {
 struct Fenced {
     cluster: Arc<Cluster>,
     lock: LeaseLock,
+    /// When the last successful renewal was sent (the Lease was written after that).
     last_renewal: Instant,
+    /// Set when a renewal found the Lease held by another replica.
+    lost: bool,
 }
+
+/// Fence Leases read or written at once in one round.
+const FENCE_CONCURRENCY: usize = 32;
 
 #[derive(Default)]
 struct ShardState {
@@ -135,9 +152,12 @@ struct ShardState {
     known: HashMap<ClusterName, Arc<Cluster>>,
     /// Clusters this replica engaged, with their fence.
     engaged: HashMap<ClusterName, Fenced>,
-    /// Fence locks of clusters wanted but still held by another replica, kept across rounds so
-    /// that a fence whose holder stopped renewing is judged expired (expiry is observed locally).
+    /// Fence locks of the clusters this replica has not engaged, observed every round (from one
+    /// list) so that a fence whose holder stopped renewing is judged expired one lease duration
+    /// after its last renewal was seen (expiry is observed locally, as client-go's).
     waiting: HashMap<ClusterName, LeaseLock>,
+    /// When this replica started taking part (for [`ShardingConfig::expected_peers`]).
+    started: Option<Instant>,
     /// Last seen renewTime of each peer Lease and when it changed (local clock).
     peers_seen: HashMap<String, (Option<String>, Instant)>,
     /// Clusters being handed off: not taken again until their fence is released.
@@ -282,28 +302,48 @@ impl<P: ClusterProvider> Sharded<P> {
         }
         let peers = self.live_peers(state).await;
         let me = self.config.identity.as_str();
-        // Drop what is no longer ours or whose fence could not be renewed in time.
-        let engaged: Vec<ClusterName> = state.engaged.keys().cloned().collect();
-        for name in engaged {
-            let ours =
-                state.known.contains_key(&name) && owner_of(name.as_str(), &peers) == Some(me);
-            let renewed = match state.engaged.get_mut(&name) {
-                Some(f) if ours => match f.lock.try_acquire_or_renew().await {
-                    Ok(true) => {
-                        f.last_renewal = Instant::now();
-                        true
-                    }
-                    Ok(false) => false,
-                    Err(e) => {
-                        warn!(cluster = %name, error = %e, "fence renewal failed");
-                        f.last_renewal.elapsed() < self.config.renew_deadline
-                    }
-                },
-                _ => false,
-            };
-            if !renewed {
-                self.drop_cluster(state, &name, sink, DisengageAck::none());
+        // Renew the fences of what stays ours, many at once and within half the renew
+        // deadline in all: a round must not outlast the deadline however many clusters it holds.
+        let deadline = self.config.renew_deadline;
+        let mut not_ours = Vec::new();
+        {
+            let mut renewals = Vec::new();
+            for (name, f) in state.engaged.iter_mut() {
+                if state.known.contains_key(name) && owner_of(name.as_str(), &peers) == Some(me) {
+                    renewals.push(renew(name, f, deadline));
+                } else {
+                    not_ours.push(name.clone());
+                }
             }
+            let all = futures::stream::iter(renewals)
+                .buffer_unordered(FENCE_CONCURRENCY)
+                .for_each(|()| async {});
+            if tokio::time::timeout(deadline / 2, all).await.is_err() {
+                warn!("fence renewals did not finish within half the renew deadline");
+            }
+        }
+        // Drop what is no longer ours, was taken, or could not be renewed in time.
+        let expired: Vec<ClusterName> = state
+            .engaged
+            .iter()
+            .filter(|(_, f)| f.lost || f.last_renewal.elapsed() >= deadline)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in not_ours.into_iter().chain(expired) {
+            self.drop_cluster(state, &name, sink, DisengageAck::none());
+        }
+        self.observe_fences(state).await;
+        let started = *state.started.get_or_insert_with(Instant::now);
+        if peers.len() < self.config.expected_peers
+            && started.elapsed() < self.config.lease_duration
+        {
+            debug!(
+                live = peers.len(),
+                expected = self.config.expected_peers,
+                "waiting for the other replicas before taking clusters"
+            );
+            self.publish(state);
+            return Ok(());
         }
         // Take what is ours and not yet engaged.
         let wanted: Vec<Arc<Cluster>> = state
@@ -320,32 +360,51 @@ impl<P: ClusterProvider> Sharded<P> {
             .filter(|c| owner_of(c.name().as_str(), &peers) == Some(me))
             .cloned()
             .collect();
-        state
-            .waiting
-            .retain(|name, _| wanted.iter().any(|c| c.name() == name));
+        // Try the fences many at once; a try still running after half the renew deadline is
+        // given up (if it took the Lease after all, the next round finds it held by this
+        // replica and takes it then).
+        let mut attempts = Vec::new();
         for cluster in wanted {
-            let mut lock = state.waiting.remove(cluster.name()).unwrap_or_else(|| {
-                LeaseLock::new(
-                    self.home.clone(),
-                    &self.config.namespace,
-                    fence_lease_name(&self.config.lease_prefix, cluster.name().as_str()),
-                    self.config.identity.clone(),
-                    self.config.lease_duration,
-                )
-            });
-            match lock.try_acquire_or_renew().await {
-                Ok(true) => {
+            let lock = state
+                .waiting
+                .remove(cluster.name())
+                .unwrap_or_else(|| self.fence_lock(cluster.name()));
+            attempts.push(attempt(cluster, lock));
+        }
+        let tried: Vec<_> = match tokio::time::timeout(
+            deadline / 2,
+            futures::stream::iter(attempts)
+                .buffer_unordered(FENCE_CONCURRENCY)
+                .collect::<Vec<_>>(),
+        )
+        .await
+        {
+            Ok(tried) => tried,
+            Err(_) => {
+                warn!("fence acquisitions did not finish within half the renew deadline");
+                Vec::new()
+            }
+        };
+        for (cluster, lock, sent, outcome) in tried {
+            match outcome {
+                Ok(true) if sent.elapsed() < deadline => {
                     info!(cluster = %cluster.name(), identity = %me, "fence acquired; engaging");
+                    cluster.hold_fence_until(Some(sent + deadline));
                     state.engaged.insert(
                         cluster.name().clone(),
                         Fenced {
                             cluster: cluster.clone(),
                             lock,
-                            last_renewal: Instant::now(),
+                            last_renewal: sent,
+                            lost: false,
                         },
                     );
                     self.publish(state);
                     sink.engage(cluster).await?;
+                }
+                Ok(true) => {
+                    // Taken, but too late to be sure of it: the next round renews or drops it.
+                    state.waiting.insert(cluster.name().clone(), lock);
                 }
                 Ok(false) => {
                     debug!(cluster = %cluster.name(), "fence still held by another replica");
@@ -359,6 +418,61 @@ impl<P: ClusterProvider> Sharded<P> {
         }
         self.publish(state);
         Ok(())
+    }
+
+    fn fence_lock(&self, cluster: &ClusterName) -> LeaseLock {
+        LeaseLock::new(
+            self.home.clone(),
+            &self.config.namespace,
+            fence_lease_name(&self.config.lease_prefix, cluster.as_str()),
+            self.config.identity.clone(),
+            self.config.lease_duration,
+        )
+        .with_labels(BTreeMap::from([(
+            FENCE_LABEL.to_string(),
+            self.config.lease_prefix.clone(),
+        )]))
+    }
+
+    /// Keeps a fence lock for every known cluster this replica has not engaged and feeds it
+    /// the group's fence Leases, read in one list (a failed list only delays the clocks).
+    async fn observe_fences(&self, state: &mut ShardState) {
+        let ShardState {
+            known,
+            engaged,
+            waiting,
+            ..
+        } = state;
+        waiting.retain(|name, _| known.contains_key(name) && !engaged.contains_key(name));
+        for name in known.keys() {
+            if !engaged.contains_key(name) && !waiting.contains_key(name) {
+                waiting.insert(name.clone(), self.fence_lock(name));
+            }
+        }
+        if waiting.is_empty() {
+            return;
+        }
+        let api: Api<Lease> = Api::namespaced(self.home.clone(), &self.config.namespace);
+        let selector = format!("{FENCE_LABEL}={}", self.config.lease_prefix);
+        let listed = tokio::time::timeout(
+            self.config.renew_deadline / 2,
+            api.list(&ListParams::default().labels(&selector)),
+        )
+        .await;
+        let Ok(Ok(list)) = listed else {
+            debug!("listing fence leases failed; their clocks start at the next round");
+            return;
+        };
+        let by_lease: HashMap<&str, &Lease> = list
+            .items
+            .iter()
+            .filter_map(|l| Some((l.metadata.name.as_deref()?, l)))
+            .collect();
+        for lock in waiting.values_mut() {
+            if let Some(lease) = by_lease.get(lock.name()) {
+                lock.observe_listed(lease);
+            }
+        }
     }
 
     /// Hands a cluster off in the background: disengage it, wait for its reconciles to end,
@@ -375,6 +489,8 @@ impl<P: ClusterProvider> Sharded<P> {
             ack.done();
             return;
         };
+        // No reconcile starts here from now on, whatever the manager has queued.
+        fenced.cluster.hold_fence_until(Some(Instant::now()));
         self.publish(state);
         state.handoffs.retain(|t| !t.is_finished());
         let releasing = state.releasing.clone();
@@ -402,6 +518,34 @@ impl<P: ClusterProvider> Sharded<P> {
             ack.done();
         }));
     }
+}
+
+/// Renews one engaged cluster's fence, moving its reconcile deadline on success.
+async fn renew(name: &ClusterName, f: &mut Fenced, deadline: Duration) {
+    let sent = Instant::now();
+    match f.lock.try_acquire_or_renew().await {
+        Ok(true) => {
+            f.last_renewal = sent;
+            f.cluster.hold_fence_until(Some(sent + deadline));
+        }
+        Ok(false) => f.lost = true,
+        Err(e) => warn!(cluster = %name, error = %e, "fence renewal failed"),
+    }
+}
+
+/// Tries to take one cluster's fence: the cluster, its lock, when the try was sent, the outcome.
+async fn attempt(
+    cluster: Arc<Cluster>,
+    mut lock: LeaseLock,
+) -> (
+    Arc<Cluster>,
+    LeaseLock,
+    Instant,
+    Result<bool, super::lease::LeaseError>,
+) {
+    let sent = Instant::now();
+    let outcome = lock.try_acquire_or_renew().await;
+    (cluster, lock, sent, outcome)
 }
 
 fn sanitize(s: &str) -> String {
@@ -481,10 +625,11 @@ impl<P: ClusterProvider> ClusterProvider for Sharded<P> {
         }
     }
 
+    /// Any cluster of the group, engaged here or by another replica: a reconcile may write into
+    /// a cluster it does not own (a parent into its child). The manager still reconciles only
+    /// the clusters this replica engaged ([`crate::Manager::cluster`] keeps to those).
     fn get(&self, name: &str) -> Option<Arc<Cluster>> {
-        let resolved = self.inner.get(name)?;
-        let engaged = self.engaged_names.lock().unwrap_or_else(|p| p.into_inner());
-        engaged.contains(resolved.name()).then_some(resolved)
+        self.inner.get(name)
     }
 }
 

@@ -78,17 +78,51 @@ impl Server {
         Server::spawn(data_dir, "127.0.0.1:0", extra)
     }
 
+    /// Starts a server (a replica of `of` when given, see [`Server::start_replica`]) whose log,
+    /// filtered by `rust_log`, goes to the file `log` instead of the test's stderr.
+    pub fn start_logged(of: Option<&Server>, extra: &[&str], rust_log: &str, log: &Path) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        if let Some(of) = of {
+            let pki = dir.join("pki");
+            std::fs::create_dir_all(&pki).expect("pki dir");
+            for entry in std::fs::read_dir(of.data_dir.join("pki")).expect("read pki") {
+                let entry = entry.expect("pki entry");
+                std::fs::copy(entry.path(), pki.join(entry.file_name())).expect("copy pki file");
+            }
+        }
+        let mut s = Server::spawn_logging(&dir, "127.0.0.1:0", extra, rust_log, Some(log));
+        s._tmp = Some(tmp);
+        s
+    }
+
     fn spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Server {
+        Server::spawn_logging(data_dir, listen, extra, "warn", None)
+    }
+
+    fn spawn_logging(
+        data_dir: &Path,
+        listen: &str,
+        extra: &[&str],
+        rust_log: &str,
+        log: Option<&Path>,
+    ) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
             .args(["serve", "--listen", listen, "--data-dir"])
             .arg(data_dir)
             .args(extra)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start platform-mesh");
-        let addr = reported_address(&mut child, "platform-mesh is serving on https://", "server");
+        let sink = log.map(|p| std::fs::File::create(p).expect("create the server's log file"));
+        let addr = reported_address_to(
+            &mut child,
+            "platform-mesh is serving on https://",
+            "server",
+            sink,
+        );
         Server {
             child,
             address: addr.parse().expect("address"),
@@ -398,6 +432,17 @@ impl KubeEnv {
 /// What follows `prefix` on the first stderr line of `child` that starts with it (the address
 /// a server reports); every other line is passed on to the test's stderr, marked `tag`.
 fn reported_address(child: &mut Child, prefix: &'static str, tag: &'static str) -> String {
+    reported_address_to(child, prefix, tag, None)
+}
+
+/// [`reported_address`], the other lines going to `sink` when given (else the test's stderr).
+fn reported_address_to(
+    child: &mut Child,
+    prefix: &'static str,
+    tag: &'static str,
+    mut sink: Option<std::fs::File>,
+) -> String {
+    use std::io::Write as _;
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -410,7 +455,12 @@ fn reported_address(child: &mut Child, prefix: &'static str, tag: &'static str) 
                     continue;
                 }
             }
-            eprintln!("[{tag}] {line}");
+            match sink.as_mut() {
+                Some(file) => {
+                    let _ = writeln!(file, "{line}");
+                }
+                None => eprintln!("[{tag}] {line}"),
+            }
         }
     });
     rx.recv_timeout(Duration::from_secs(60))

@@ -219,12 +219,13 @@ impl AccountContext {
         self.clusters.cluster().dynamic_api(ar, None)
     }
 
-    /// An API of `ar` in another engaged workspace, by path or logical cluster name, reached
-    /// the way the Account's own is; `None` while that workspace is not engaged.
+    /// An API of `ar` in another workspace, by path or logical cluster name, reached the way
+    /// the Account's own is; `None` while the controllers do not know that workspace (sharded,
+    /// it may be another replica's to reconcile: writing there is still this one's job).
     pub fn api_in(&self, cluster: &str, ar: &ApiResource) -> Option<Api<DynamicObject>> {
         Some(
             self.clusters
-                .engaged_cluster(cluster)?
+                .reachable_cluster(cluster)?
                 .dynamic_api(ar, None),
         )
     }
