@@ -435,26 +435,55 @@ async fn a_reconcile_reaches_the_other_engaged_clusters_and_only_those() {
 
 #[tokio::test]
 async fn no_reconcile_starts_in_a_cluster_whose_fence_renewal_is_overdue() {
+    /// Records the cluster of every reconcile.
+    struct Clusters(Arc<Mutex<Vec<String>>>);
+    impl Reconciler for Clusters {
+        type Error = Always;
+        async fn reconcile(&self, req: Request, _: ClusterContext) -> Result<Action, Always> {
+            self.0.lock().unwrap().push(req.cluster.to_string());
+            Ok(Action::await_change())
+        }
+    }
     let manager = Manager::new(ManagerOptions::default());
     let seen = Arc::new(Mutex::new(Vec::new()));
+    // One worker: requests are taken in the order they were queued.
     manager
-        .add(Controller::new("looks", LooksAround { seen: seen.clone() }).for_::<ConfigMap>())
+        .add(
+            Controller::new("clusters", Clusters(seen.clone()))
+                .for_::<ConfigMap>()
+                .workers(1),
+        )
         .unwrap();
     let (tx, stop, run) = run_scripted(&manager);
     let a = offline_cluster("a");
-    // The fence's renew deadline has passed: the request waits.
+    // a's fence renewal is overdue; b has no fence.
     a.hold_fence_until(Some(tokio::time::Instant::now()));
     tx.send(ClusterEvent::Engage(a.clone())).await.unwrap();
-    until("a engaged", || manager.engaged(&"a".into()).is_some()).await;
-    manager.enqueue("looks", Request::cluster_scoped("a", "x"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(seen.lock().unwrap().is_empty(), "reconciled past the fence");
-    // Renewed: the waiting request runs (it is retried within a second).
-    a.hold_fence_until(Some(tokio::time::Instant::now() + Duration::from_secs(60)));
-    until("reconciled once the fence holds", || {
-        seen.lock().unwrap().len() == 1
+    tx.send(ClusterEvent::Engage(offline_cluster("b")))
+        .await
+        .unwrap();
+    until("a and b engaged", || {
+        manager.engaged(&"a".into()).is_some() && manager.engaged(&"b".into()).is_some()
     })
     .await;
+    manager.enqueue("clusters", Request::cluster_scoped("a", "x"));
+    manager.enqueue("clusters", Request::cluster_scoped("b", "y"));
+    // b's request, queued after a's, ran; a's was taken first and did not.
+    until("b's request reconciled", || {
+        !seen.lock().unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(*seen.lock().unwrap(), vec!["b".to_string()]);
+    // Renewed: a's waiting request runs (it is retried within a second).
+    a.hold_fence_until(Some(tokio::time::Instant::now() + Duration::from_secs(60)));
+    until("a's request reconciled once the fence holds", || {
+        seen.lock().unwrap().len() == 2
+    })
+    .await;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec!["b".to_string(), "a".to_string()]
+    );
     stop.cancel();
     run.await.unwrap().unwrap();
 }
