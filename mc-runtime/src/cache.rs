@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use tokio::sync::{mpsc, watch};
@@ -383,7 +384,8 @@ pub struct CacheRegistry {
     caches: Arc<Mutex<HashMap<CacheKey, Weak<SharedCache>>>>,
 }
 
-type ResourceKindKey = (String, String, String);
+/// Group, version, plural, and whether the cache holds metadata only.
+type ResourceKindKey = (String, String, String, bool);
 /// A cache's scope (cluster instance or wildcard endpoint) and resource.
 type CacheKey = (String, ResourceKindKey);
 
@@ -410,6 +412,7 @@ impl CacheRegistry {
             kind.api.group.clone(),
             kind.api.version.clone(),
             kind.api.plural.clone(),
+            kind.metadata_only,
         );
         let mut caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
         caches.retain(|_, w| w.strong_count() > 0);
@@ -446,8 +449,7 @@ fn start_cache(
         synced,
     });
     let stop = CancellationToken::new();
-    let api: Api<DynamicObject> = Api::all_with(client, &kind.api);
-    tokio::spawn(run_watch(inner.clone(), api, stop.clone()));
+    tokio::spawn(run_watch(inner.clone(), client, stop.clone()));
     Arc::new(SharedCache {
         inner,
         _stop: stop.drop_guard(),
@@ -486,6 +488,26 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// A metadata-only watch's event as the cache keeps objects: a DynamicObject with the
+/// metadata and no content.
+fn metadata_event(
+    event: Event<PartialObjectMeta<DynamicObject>>,
+    kind: &kube::discovery::ApiResource,
+) -> Event<DynamicObject> {
+    let object = |meta: PartialObjectMeta<DynamicObject>| {
+        let mut obj = DynamicObject::new("", kind);
+        obj.metadata = meta.metadata;
+        obj
+    };
+    match event {
+        Event::Apply(m) => Event::Apply(object(m)),
+        Event::Delete(m) => Event::Delete(object(m)),
+        Event::Init => Event::Init,
+        Event::InitApply(m) => Event::InitApply(object(m)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
 /// Whether a watch failed because the server does not serve the kind (404 on its list).
 fn not_served(e: &watcher::Error) -> bool {
     matches!(
@@ -496,7 +518,7 @@ fn not_served(e: &watcher::Error) -> bool {
     )
 }
 
-async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: CancellationToken) {
+async fn run_watch(inner: Arc<CacheInner>, client: kube::Client, stop: CancellationToken) {
     let gvr = inner.kind.gvr();
     debug!(gvr = %gvr, scope = %inner.scope, "cache started");
     // kube-runtime's default backoff, but at most 10 s apart (not 30 s): a kind whose CRD is
@@ -505,7 +527,17 @@ async fn run_watch(inner: Arc<CacheInner>, api: Api<DynamicObject>, stop: Cancel
         WatchBackoff::default(),
         Duration::from_secs(120),
     );
-    let stream = watcher(api, watcher::Config::default()).backoff(backoff);
+    let kind = inner.kind.api.clone();
+    let stream = if inner.kind.metadata_only {
+        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &kind);
+        watcher(api, watcher::Config::default())
+            .map_ok(move |event| metadata_event(event, &kind))
+            .boxed()
+    } else {
+        let api: Api<DynamicObject> = Api::all_with(client, &kind);
+        watcher(api, watcher::Config::default()).boxed()
+    };
+    let stream = stream.backoff(backoff);
     futures::pin_mut!(stream);
     let mut relist: Option<HashMap<ClusterName, Objects>> = None;
     // A failing watch (e.g. a kind whose CRD is not installed yet) is reported once, then

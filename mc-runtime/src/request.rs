@@ -150,6 +150,10 @@ pub struct ResourceKind {
     pub api: ApiResource,
     /// Whether objects live in namespaces.
     pub namespaced: bool,
+    /// Whether watches of this kind carry only the objects' metadata (lists and watches as
+    /// `PartialObjectMetadata`): for a kind a controller only maps to requests, so that its
+    /// cache does not hold every object's content (a watch on every ConfigMap, say).
+    pub metadata_only: bool,
 }
 
 impl ResourceKind {
@@ -162,12 +166,24 @@ impl ResourceKind {
         ResourceKind {
             api: ApiResource::erase::<K>(&()),
             namespaced: TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>(),
+            metadata_only: false,
         }
     }
 
     /// A kind known only at run time.
     pub fn dynamic(api: ApiResource, namespaced: bool) -> Self {
-        ResourceKind { api, namespaced }
+        ResourceKind {
+            api,
+            namespaced,
+            metadata_only: false,
+        }
+    }
+
+    /// The same kind, watched for its objects' metadata only (see
+    /// [`ResourceKind::metadata_only`]); the cached objects then have no content.
+    pub fn with_metadata_only(mut self) -> Self {
+        self.metadata_only = true;
+        self
     }
 
     /// `<plural>.<group>/<version>`, for logs and cache keys.

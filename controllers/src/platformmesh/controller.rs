@@ -249,7 +249,10 @@ pub fn controller(
         }),
     )
     .watches_kind(
-        ResourceKind::dynamic(resource("", "v1", "ConfigMap", "configmaps"), true),
+        // Only to map a profile ConfigMap's change to its PlatformMeshes (the profile is read
+        // when reconciling): the cache keeps every ConfigMap's metadata, not its data.
+        ResourceKind::dynamic(resource("", "v1", "ConfigMap", "configmaps"), true)
+            .with_metadata_only(),
         Arc::new(move |cluster, obj| index.requests(cluster, obj)),
     )
     .workers(10)

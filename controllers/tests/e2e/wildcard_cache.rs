@@ -180,3 +180,60 @@ async fn bound_clusters_share_one_wildcard_cache_and_resolve_by_path() {
     run.await.unwrap().unwrap();
     ts.stop().await;
 }
+
+/// A metadata-only kind's cache holds the objects' metadata and none of their content, beside
+/// a full cache of the same kind in the same cluster, and follows changes as the full one does.
+#[tokio::test]
+async fn a_metadata_only_cache_keeps_metadata_and_no_content() {
+    use controllers::runtime::{CacheRegistry, Cluster, ResourceKind};
+    let ts = TestServer::start().await;
+    let client = ts.client("root").await;
+    create_config_map(&client, "first", &[("app", "a")]).await;
+    let cluster = Cluster::new("root", client.clone());
+    let caches = CacheRegistry::default();
+    let full = caches.get_or_start(&cluster, &ResourceKind::of::<ConfigMap>());
+    let meta = caches.get_or_start(
+        &cluster,
+        &ResourceKind::of::<ConfigMap>().with_metadata_only(),
+    );
+    assert!(!Arc::ptr_eq(&full, &meta), "one cache per form");
+    assert!(full.wait_synced(Duration::from_secs(10)).await);
+    assert!(meta.wait_synced(Duration::from_secs(10)).await);
+    create_config_map(&client, "second", &[]).await;
+    let name: ClusterName = "root".into();
+    eventually(
+        Duration::from_secs(10),
+        "both caches see the new object",
+        || {
+            let n = (
+                full.list(&name, Some("default")),
+                meta.list(&name, Some("default")),
+            );
+            let both = [&n.0, &n.1].iter().all(|l| {
+                l.iter()
+                    .any(|o| o.metadata.name.as_deref() == Some("second"))
+            });
+            async move { both }
+        },
+    )
+    .await;
+    let first = |objects: Vec<Arc<DynamicObject>>| {
+        objects
+            .into_iter()
+            .find(|o| o.metadata.name.as_deref() == Some("first"))
+            .expect("first")
+    };
+    let (f, m) = (
+        first(full.list(&name, Some("default"))),
+        first(meta.list(&name, Some("default"))),
+    );
+    assert_eq!(f.data["data"]["k"], "v");
+    assert!(
+        m.data.get("data").is_none(),
+        "content in a metadata-only cache: {:?}",
+        m.data
+    );
+    assert_eq!(m.metadata.labels, f.metadata.labels);
+    assert_eq!(m.metadata.resource_version, f.metadata.resource_version);
+    assert_eq!(m.types.as_ref().map(|t| t.kind.as_str()), Some("ConfigMap"));
+}
