@@ -123,6 +123,26 @@ async fn all_ready(
     }
 }
 
+/// Creates an Account `name` (type `account`) in every organisation's workspace and waits
+/// until all of them are Ready.
+async fn account_in_every_organisation(client: &kube::Client, orgs: &[String], name: &str) {
+    create_accounts(
+        client,
+        orgs.iter()
+            .map(|o| (format!("root:orgs:{o}"), name.to_string(), "account"))
+            .collect(),
+    )
+    .await;
+    all_ready(
+        client,
+        &format!("Accounts {name}"),
+        |n| n == name,
+        orgs.len(),
+        Duration::from_secs(300),
+    )
+    .await;
+}
+
 /// One line of a replica's JSON log.
 struct Line {
     at: Timestamp,
@@ -252,21 +272,7 @@ async fn three_replicas_share_the_workspaces_and_take_over_a_killed_ones_share()
         Duration::from_secs(300),
     )
     .await;
-    create_accounts(
-        &client,
-        orgs.iter()
-            .map(|o| (format!("root:orgs:{o}"), "team".to_string(), "account"))
-            .collect(),
-    )
-    .await;
-    all_ready(
-        &client,
-        "accounts",
-        |n| n == "team",
-        ORGS,
-        Duration::from_secs(300),
-    )
-    .await;
+    account_in_every_organisation(&client, &orgs, "team").await;
     eprintln!(
         "{} Accounts Ready after {:.1} s",
         2 * ORGS,
@@ -337,21 +343,7 @@ async fn three_replicas_share_the_workspaces_and_take_over_a_killed_ones_share()
 
     // The survivors reconcile there: a new Account in every organisation becomes Ready.
     let survivor = replicas[0].kube().await;
-    create_accounts(
-        &survivor,
-        orgs.iter()
-            .map(|o| (format!("root:orgs:{o}"), "after".to_string(), "account"))
-            .collect(),
-    )
-    .await;
-    all_ready(
-        &survivor,
-        "accounts after the kill",
-        |n| n == "after",
-        ORGS,
-        Duration::from_secs(300),
-    )
-    .await;
+    account_in_every_organisation(&survivor, &orgs, "after").await;
 
     // No workspace was ever reconciled by two replicas at once.
     let end = Timestamp::now();

@@ -172,30 +172,23 @@ impl Manager {
         if let Some(c) = self.engaged(&ClusterName::from(name)) {
             return Some(c);
         }
-        let provider = self
-            .inner
+        let resolved = self.provider()?.get(name)?;
+        self.engaged(resolved.name())
+    }
+
+    fn provider(&self) -> Option<Arc<dyn ClusterProvider>> {
+        self.inner
             .provider
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()?;
-        let resolved = provider.get(name)?;
-        self.engaged(resolved.name())
+            .clone()
     }
 
     /// A cluster to write into from a reconcile elsewhere: an engaged one, or one the provider
     /// knows that another replica of a sharded group engages (see
     /// [`crate::sharding::Sharded`]); never reconciled here because of this.
     pub fn reachable(&self, name: &str) -> Option<Arc<Cluster>> {
-        if let Some(c) = self.cluster(name) {
-            return Some(c);
-        }
-        let provider = self
-            .inner
-            .provider
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()?;
-        provider.get(name)
+        self.cluster(name).or_else(|| self.provider()?.get(name))
     }
 
     /// Names of the engaged clusters, sorted.
