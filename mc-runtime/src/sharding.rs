@@ -587,7 +587,9 @@ impl<P: ClusterProvider> ClusterProvider for Sharded<P> {
                             tick.reset_after(self.config.probe_period.min(Duration::from_millis(200)));
                         }
                         if let Some(f) = state.engaged.get_mut(&name) {
-                            // Same cluster, new configuration: we still hold the fence.
+                            // Same cluster, new configuration: we still hold the fence, and
+                            // the new instance keeps its reconcile deadline.
+                            cluster.hold_fence_until(Some(f.last_renewal + self.config.renew_deadline));
                             f.cluster = cluster.clone();
                             if let Err(e) = sink.engage(cluster).await { break Err(e); }
                         }
