@@ -259,40 +259,24 @@ async fn virtual_workspace_list(
                 // whether that workspace exists. Loaded with 1,000 workspaces it lags that long
                 // after the provider's workspace is Ready; kcp's own e2e tests create bindings in
                 // an eventually-loop, and so does this.
-                let deadline = Instant::now() + Duration::from_secs(300);
-                loop {
-                    let (code, b) = send(
-                        &c,
-                        http::Method::POST,
-                        &kcp(ws, "apibindings"),
-                        Some(binding.clone()),
-                    )
-                    .await?;
-                    if code == 200 {
-                        break;
-                    }
-                    if code != 403 || Instant::now() > deadline {
-                        return Err(anyhow!("binding in {ws}: {code} {b}"));
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
+                create_retrying(
+                    &c,
+                    &kcp(ws, "apibindings"),
+                    &binding,
+                    Duration::from_secs(300),
+                    |code| code == 403,
+                )
+                .await
+                .with_context(|| format!("binding in {ws}"))?;
                 let widgets = format!(
                     "/clusters/{ws}/apis/example.platform-mesh.io/v1/namespaces/default/widgets"
                 );
                 let widget = json!({"apiVersion": "example.platform-mesh.io/v1", "kind": "Widget",
                     "metadata": {"name": "w"}, "spec": {"color": "red"}});
-                let deadline = Instant::now() + Duration::from_secs(120);
-                loop {
-                    let (code, b) =
-                        send(&c, http::Method::POST, &widgets, Some(widget.clone())).await?;
-                    if code == 200 {
-                        break;
-                    }
-                    if Instant::now() > deadline {
-                        return Err(anyhow!("a Widget in {ws}: {code} {b}"));
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                // Served once the binding is bound.
+                create_retrying(&c, &widgets, &widget, Duration::from_secs(120), |_| true)
+                    .await
+                    .with_context(|| format!("a Widget in {ws}"))?;
                 i += writers.max(1);
             }
             anyhow::Ok(())
@@ -326,6 +310,28 @@ async fn virtual_workspace_list(
     }
     times.sort_by(f64::total_cmp);
     Ok((times, items))
+}
+
+/// POSTs `body` to `path` until it is created, trying again every 250 ms while `retry` accepts
+/// the refusal's code, for at most `within`.
+async fn create_retrying(
+    c: &kube::Client,
+    path: &str,
+    body: &Value,
+    within: Duration,
+    retry: impl Fn(u16) -> bool,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let (code, b) = send(c, http::Method::POST, path, Some(body.clone())).await?;
+        if code == 200 {
+            return Ok(());
+        }
+        if !retry(code) || Instant::now() > deadline {
+            return Err(anyhow!("{code} {b}"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 fn median(sorted: &[f64]) -> f64 {

@@ -361,13 +361,16 @@ fn at_exports(home: &kube::Config, base: &str) -> anyhow::Result<kube::Config> {
 /// initializer. On this server every workspace is engaged (the kinds are served natively
 /// everywhere) unless `--forbid-tenant-admin`; on a real kcp, the workspaces bound to the
 /// `core.platform-mesh.io` export (Accounts) and to the `providers.platform-mesh.io` export
-/// (Providers), as upstream's operators do.
+/// (Providers), as upstream's operators do. Of these, `part` picks: the initializer unless
+/// [`Part::Workspaces`], the managers unless [`Part::Singletons`], sharded by `sharding` for
+/// [`Part::Workspaces`].
 async fn start_workspace_controllers(
     metrics: &controllers::runtime::Metrics,
     kcp: Arc<Kcp>,
     access: WorkspaceAccess,
     security: controllers::security::SecurityOptions,
-    parts: WorkspaceParts<'_>,
+    part: Part<'_>,
+    sharding: &ShardingArgs,
     stop: &CancellationToken,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let (home, base) = home_of(&kcp).await?;
@@ -432,7 +435,7 @@ async fn start_workspace_controllers(
         }
     }
     let mut running = Vec::new();
-    if parts.initializer {
+    if !matches!(part, Part::Workspaces { .. }) {
         // The security type's initializer finishes new organisation and account workspaces
         // through kcp's initializing virtual workspace (this server's or a real kcp's).
         let initializer = controllers::security::SecurityInitializer::new(
@@ -442,17 +445,17 @@ async fn start_workspace_controllers(
         );
         running.push(tokio::spawn(initializer.run(stop.clone())));
     }
-    let Some(sharding) = parts.managers else {
+    if matches!(part, Part::Singletons) {
         return Ok(running);
-    };
+    }
     for (group, options, home, manager) in groups {
         let provider = PathAware::new(ApiExportProvider::new(home, options));
         let stop = stop.clone();
-        let sharded = match sharding {
-            Some((args, election, leases)) => args
+        let sharded = match part {
+            Part::Workspaces { election, leases } => sharding
                 .config(Some(election), group)?
                 .map(|config| (config, leases.clone())),
-            None => None,
+            _ => None,
         };
         running.push(tokio::spawn(async move {
             let stopped = match sharded {
@@ -472,16 +475,6 @@ async fn start_workspace_controllers(
         }));
     }
     Ok(running)
-}
-
-/// Which of the workspace controllers one call starts.
-struct WorkspaceParts<'a> {
-    /// The security initializer (one per installation: it runs where the leader runs).
-    initializer: bool,
-    /// The Account, AccountInfo and Provider managers: `None` not at all, `Some(None)`
-    /// unsharded, `Some(Some(..))` sharded with these flags, the election whose namespace and
-    /// timings the Leases take, and the cluster holding them.
-    managers: Option<Option<(&'a ShardingArgs, &'a LeaderElectionConfig, &'a kube::Client)>>,
 }
 
 /// Concurrent reconciles of each workspace controller.
@@ -550,26 +543,20 @@ pub async fn start(
             .await?;
             // Sharded, every replica runs the workspace controllers for its share, outside the
             // election; the leader runs the rest.
-            let (part, sharded) = if args.sharding.shard_replicas > 1 {
+            let sharded = args.sharding.shard_replicas > 1;
+            let mut shares = Vec::new();
+            if sharded {
                 ensure_namespace(&runtime, &config.namespace, &stop).await;
                 let part = Part::Workspaces {
                     election: &config,
                     leases: &runtime,
                 };
-                let running = run(args, own, restricted.as_deref(), part, &stop).await?;
-                (Part::Singletons, running)
-            } else {
-                (Part::All, Vec::new())
-            };
-            let singletons_only = matches!(part, Part::Singletons);
+                shares = run(args, own, restricted.as_deref(), part, &stop).await?;
+            }
             let elector = LeaderElector::new(runtime.clone(), config.clone()).with_status(status);
             let (args, own, stop) = (args.clone(), own.to_path_buf(), stop.clone());
             tokio::spawn(async move {
-                let part = if singletons_only {
-                    Part::Singletons
-                } else {
-                    Part::All
-                };
+                let part = if sharded { Part::Singletons } else { Part::All };
                 lead(
                     elector,
                     runtime,
@@ -578,7 +565,7 @@ pub async fn start(
                     &stop,
                 )
                 .await;
-                futures::future::join_all(sharded).await;
+                futures::future::join_all(shares).await;
             })
         }
     };
@@ -730,23 +717,16 @@ async fn run(
         allow_unverified_emails: args.security_allow_unverified_emails,
         ..Default::default()
     };
-    let parts = match part {
-        Part::All => WorkspaceParts {
-            initializer: true,
-            managers: Some(None),
-        },
-        Part::Singletons => WorkspaceParts {
-            initializer: true,
-            managers: None,
-        },
-        Part::Workspaces { election, leases } => WorkspaceParts {
-            initializer: false,
-            managers: Some(Some((&args.sharding, election, leases))),
-        },
-    };
-    let mut running =
-        start_workspace_controllers(&args.metrics, shared.clone(), access, security, parts, stop)
-            .await?;
+    let mut running = start_workspace_controllers(
+        &args.metrics,
+        shared.clone(),
+        access,
+        security,
+        part,
+        &args.sharding,
+        stop,
+    )
+    .await?;
     if matches!(part, Part::Workspaces { .. }) {
         return Ok(running);
     }
@@ -877,18 +857,6 @@ mod tests {
         assert!(e.to_string().contains("--leader-elect-retry-period"), "{e}");
         let e = config(&["--leader-elect-retry-period=soon"], true).unwrap_err();
         assert!(e.to_string().contains("not a positive duration"), "{e}");
-    }
-}
-
-#[cfg(test)]
-mod sharding_tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Serve {
-        #[command(flatten)]
-        controllers: ControllerArgs,
     }
 
     fn parse(args: &[&str]) -> Result<ControllerArgs, clap::Error> {

@@ -92,7 +92,8 @@ async fn all_ready(
     within: Duration,
 ) {
     let deadline = tokio::time::Instant::now() + within;
-    let mut last_report = tokio::time::Instant::now();
+    // Progress is printed every 10 s while waiting.
+    let mut next_report = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let (code, list) = send(
             client,
@@ -115,9 +116,9 @@ async fn all_ready(
             "{what}: {done} of {expected} Accounts Ready after {within:?} (list: {code} {})",
             list["message"]
         );
-        if last_report.elapsed() > Duration::from_secs(10) {
+        if tokio::time::Instant::now() >= next_report {
             eprintln!("{what}: {done} of {expected} Ready");
-            last_report = tokio::time::Instant::now();
+            next_report += Duration::from_secs(10);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -143,6 +143,15 @@ struct Fenced {
     lost: bool,
 }
 
+impl Fenced {
+    /// Records a renewal (or the acquisition) sent at `sent`: reconciles may start in the
+    /// cluster until `sent + deadline`.
+    fn renewed(&mut self, sent: Instant, deadline: Duration) {
+        self.last_renewal = sent;
+        self.cluster.hold_fence_until(Some(sent + deadline));
+    }
+}
+
 /// Fence Leases read or written at once in one round.
 const FENCE_CONCURRENCY: usize = 32;
 
@@ -389,16 +398,14 @@ impl<P: ClusterProvider> Sharded<P> {
             match outcome {
                 Ok(true) if sent.elapsed() < deadline => {
                     info!(cluster = %cluster.name(), identity = %me, "fence acquired; engaging");
-                    cluster.hold_fence_until(Some(sent + deadline));
-                    state.engaged.insert(
-                        cluster.name().clone(),
-                        Fenced {
-                            cluster: cluster.clone(),
-                            lock,
-                            last_renewal: sent,
-                            lost: false,
-                        },
-                    );
+                    let mut fenced = Fenced {
+                        cluster: cluster.clone(),
+                        lock,
+                        last_renewal: sent,
+                        lost: false,
+                    };
+                    fenced.renewed(sent, deadline);
+                    state.engaged.insert(cluster.name().clone(), fenced);
                     self.publish(state);
                     sink.engage(cluster).await?;
                 }
@@ -524,10 +531,7 @@ impl<P: ClusterProvider> Sharded<P> {
 async fn renew(name: &ClusterName, f: &mut Fenced, deadline: Duration) {
     let sent = Instant::now();
     match f.lock.try_acquire_or_renew().await {
-        Ok(true) => {
-            f.last_renewal = sent;
-            f.cluster.hold_fence_until(Some(sent + deadline));
-        }
+        Ok(true) => f.renewed(sent, deadline),
         Ok(false) => f.lost = true,
         Err(e) => warn!(cluster = %name, error = %e, "fence renewal failed"),
     }
@@ -589,8 +593,8 @@ impl<P: ClusterProvider> ClusterProvider for Sharded<P> {
                         if let Some(f) = state.engaged.get_mut(&name) {
                             // Same cluster, new configuration: we still hold the fence, and
                             // the new instance keeps its reconcile deadline.
-                            cluster.hold_fence_until(Some(f.last_renewal + self.config.renew_deadline));
                             f.cluster = cluster.clone();
+                            f.renewed(f.last_renewal, self.config.renew_deadline);
                             if let Err(e) = sink.engage(cluster).await { break Err(e); }
                         }
                     }

@@ -45,15 +45,21 @@ impl Server {
     pub fn start_replica(of: &Server, extra: &[&str]) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("data");
-        let pki = dir.join("pki");
-        std::fs::create_dir_all(&pki).expect("pki dir");
-        for entry in std::fs::read_dir(of.data_dir.join("pki")).expect("read pki") {
-            let entry = entry.expect("pki entry");
-            std::fs::copy(entry.path(), pki.join(entry.file_name())).expect("copy pki file");
-        }
+        of.copy_pki_to(&dir);
         let mut s = Server::spawn(&dir, "127.0.0.1:0", extra);
         s._tmp = Some(tmp);
         s
+    }
+
+    /// Copies this server's certificates and keys into the data directory `dir`, as replicas
+    /// share their secrets.
+    fn copy_pki_to(&self, dir: &Path) {
+        let pki = dir.join("pki");
+        std::fs::create_dir_all(&pki).expect("pki dir");
+        for entry in std::fs::read_dir(self.data_dir.join("pki")).expect("read pki") {
+            let entry = entry.expect("pki entry");
+            std::fs::copy(entry.path(), pki.join(entry.file_name())).expect("copy pki file");
+        }
     }
 
     /// A kube client with the admin kubeconfig.
@@ -84,12 +90,7 @@ impl Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("data");
         if let Some(of) = of {
-            let pki = dir.join("pki");
-            std::fs::create_dir_all(&pki).expect("pki dir");
-            for entry in std::fs::read_dir(of.data_dir.join("pki")).expect("read pki") {
-                let entry = entry.expect("pki entry");
-                std::fs::copy(entry.path(), pki.join(entry.file_name())).expect("copy pki file");
-            }
+            of.copy_pki_to(&dir);
         }
         let mut s = Server::spawn_logging(&dir, "127.0.0.1:0", extra, rust_log, Some(log));
         s._tmp = Some(tmp);
