@@ -14,58 +14,96 @@ use apiserver::client::ClientConfig;
 use http::Method;
 use serde_json::json;
 
-/// Knobs of one benchmark run.
-#[derive(Clone, Debug)]
+use crate::bench_report::{check_readme, measured_args, render, rows, write_readme, Row, Stamp};
+
+/// Knobs of one benchmark run (the arguments of `platform-mesh bench`).
+#[derive(Clone, Debug, clap::Args)]
 pub struct BenchOptions {
+    /// Seconds per load measurement.
+    #[arg(long, default_value_t = 5)]
     pub seconds: u64,
+    /// Concurrent connections for the GET measurement.
+    #[arg(long, default_value_t = 16)]
     pub connections: usize,
+    /// Objects in the LIST measurement.
+    #[arg(long, default_value_t = 10_000)]
     pub list_objects: usize,
+    /// Objects loaded before reading the RSS.
+    #[arg(long, default_value_t = 100_000)]
     pub rss_objects: usize,
+    /// Concurrent writers for the durable-create and loading measurements.
+    #[arg(long, default_value_t = 64)]
     pub writers: usize,
-    /// Workspaces created (and then deleted as one tree).
+    /// Workspaces created and then deleted as one tree.
+    #[arg(long, default_value_t = 10_000)]
     pub workspaces: usize,
-    /// Open-loop webhook review rates (reviews/s over 200 connections).
+    /// Open-loop webhook review rates, reviews/s over 200 connections.
+    #[arg(long, value_delimiter = ',', default_values_t = [2_000u64, 5_000, 10_000])]
     pub review_rates: Vec<u64>,
-    /// `--max-requests-inflight` of the overload server (driven by ten times as many clients).
+    /// `--max-requests-inflight` of the overloaded server (ten times as many clients drive it).
+    #[arg(long, default_value_t = 100)]
     pub overload_inflight: usize,
-    /// RSS the overloaded server must stay under.
+    /// RSS ceiling (MiB) the overloaded server must stay under.
+    #[arg(long, default_value_t = 256)]
     pub overload_rss_ceiling_mib: u64,
-    /// Objects the broker section brokers.
+    /// Objects the broker section creates in consumer workspaces.
+    #[arg(long, default_value_t = 10_000)]
     pub broker_objects: usize,
-    /// Consumer workspaces they come from.
+    /// Consumer workspaces of the broker section.
+    #[arg(long, default_value_t = 100)]
     pub broker_consumers: usize,
-    /// Objects created per second.
+    /// Objects per second the broker section creates.
+    #[arg(long, default_value_t = 500)]
     pub broker_rate: u64,
-    /// Watches of the etcd section's fan-out measurement (this and the next two are read only
-    /// by the etcd section, built with `--features etcd`).
+    /// Watches of the etcd section's fan-out measurement.
+    #[arg(long, default_value_t = 10_000)]
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub watchers: usize,
-    /// Workspaces they are spread over.
+    /// Workspaces the watchers are spread over (each write reaches watchers / workspaces).
+    #[arg(long, default_value_t = 100)]
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub watch_workspaces: usize,
     /// Writes per second during the fan-out measurement.
+    #[arg(long, default_value_t = 1_000)]
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub watch_rate: u64,
-    /// MiB of ConfigMaps the attacks section lists without reading.
+    /// MiB of ConfigMaps the attacks section lists ten times without reading.
+    #[arg(long, default_value_t = 170)]
     pub attack_list_mib: usize,
-    /// Roles the attacks section creates in one workspace.
+    /// Roles the attacks section creates in one workspace before loading it.
+    #[arg(long, default_value_t = 3_000)]
     pub attack_roles: usize,
-    /// ProviderMetadata of the views section (each offers 3 exports).
+    /// ProviderMetadata of the views section, each offering 3 APIExports.
+    #[arg(long, default_value_t = 1_000)]
     pub view_providers: usize,
-    /// APIBindings of the views section's contentconfigurations workspace.
+    /// APIBindings of the workspace whose contentconfigurations the views section lists.
+    #[arg(long, default_value_t = 100)]
     pub view_bindings: usize,
-    /// Workspaces the kcp section creates under one parent on each server.
+    /// Workspaces the kcp section creates under one parent, on kcp and on this server.
+    #[arg(long, default_value_t = 1_000)]
     pub kcp_workspaces: usize,
-    /// Workspaces of those the kcp section binds an export in and lists through it.
+    /// Workspaces of those the kcp section binds an export in and lists through its
+    /// virtual workspace.
+    #[arg(long, default_value_t = 1_000)]
     pub kcp_bound: usize,
-    /// ConfigMaps the claims section labels and relabels.
+    /// ConfigMaps the claims section labels and relabels in one workspace.
+    #[arg(long, default_value_t = 10_000)]
     pub claim_objects: usize,
     /// Workspaces the claims section creates with and without an initializer.
+    #[arg(long, default_value_t = 1_000)]
     pub claim_workspaces: usize,
-    /// Attacks to run (all when empty): see [`crate::bench_attacks::KINDS`].
+    /// Run only these attacks of the attacks section (comma-separated; all when empty).
+    #[arg(long = "attack", value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(crate::bench_attacks::KINDS))]
     pub attacks: Vec<String>,
-    /// Sections to run (all when empty): see [`SECTIONS`].
+    /// Run only these sections (comma-separated): serving, admission, workspaces, overload,
+    /// broker, etcd (needs `--features etcd`), attacks, views, claims; and, only when named, kube
+    /// (needs `--features etcd`) and kcp (beside the Go peers of `scripts/peers`).
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(SECTIONS))]
     pub only: Vec<String>,
+    /// Replace the README's tables of the sections that ran (between their `<!-- bench NAME -->`
+    /// markers) with this run's.
+    #[arg(long, value_name = "README")]
+    pub write_readme: Option<PathBuf>,
 }
 
 /// A child server process that is killed when dropped.
@@ -85,7 +123,19 @@ impl Drop for ChildServer {
 impl ChildServer {
     pub(crate) fn start(args: &[&str], data_dir: &Path) -> anyhow::Result<ChildServer> {
         let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
+        // `PLATFORM_MESH_BENCH_WRAP="heaptrack"` (or `perf record -g --`, words split on
+        // spaces) runs each server under a profiler; its RSS figures are then the wrapper's.
+        let wrap = std::env::var("PLATFORM_MESH_BENCH_WRAP").unwrap_or_default();
+        let mut words = wrap.split_whitespace();
+        let mut command = match words.next() {
+            Some(program) => {
+                let mut c = Command::new(program);
+                c.args(words).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        let mut child = command
             .args(args)
             .arg("--data-dir")
             .arg(data_dir)
@@ -284,8 +334,7 @@ pub(crate) fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
-/// Runs every measurement and prints the report.
-/// The parts of the benchmark, selectable with `--only`.
+/// The parts of the benchmark, selectable with `--only`, in the order they run.
 pub const SECTIONS: &[&str] = &[
     "serving",
     "admission",
@@ -300,105 +349,120 @@ pub const SECTIONS: &[&str] = &[
     "claims",
 ];
 
+/// Runs the sections asked for and prints their tables (and writes them into the README when
+/// asked to).
 pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     let tmp = std::env::temp_dir().join(format!("platform-mesh-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let stamp = Stamp::now(measured_args(&args));
     println!(
-        "platform-mesh bench: {cores} cores, {} s per load, {} connections",
-        opts.seconds, opts.connections
+        "platform-mesh bench: {} cores, {} s per load, {} connections",
+        stamp.cores, opts.seconds, opts.connections
     );
-    let wanted = |s: &str| opts.only.is_empty() || opts.only.iter().any(|o| o == s);
+    // The kube and kcp sections run only when named: they need the Go peers of `scripts/peers`
+    // (and kube the etcd backend).
+    let wanted = |s: &str| {
+        opts.only.iter().any(|o| o == s) || (opts.only.is_empty() && s != "kube" && s != "kcp")
+    };
+    if let Some(readme) = &opts.write_readme {
+        let sections: Vec<&str> = SECTIONS.iter().copied().filter(|s| wanted(s)).collect();
+        check_readme(readme, &sections)?;
+    }
     // Progress on stderr (the report is stdout): each section as it starts.
     let started = Instant::now();
-    let progress = |section: &str| {
+    let mut tables: Vec<(&str, Vec<Row>)> = Vec::new();
+    for &section in SECTIONS {
+        if !wanted(section) {
+            continue;
+        }
         eprintln!(
             "bench: {section} (after {:.0} s)",
             started.elapsed().as_secs_f64()
-        )
-    };
-    let mut rows = Vec::new();
-    if wanted("serving") {
-        progress("serving");
-        rows.extend(serving(&opts, &tmp).await?);
-    }
-    if wanted("admission") {
-        progress("admission");
-        rows.extend(admission(&opts, &tmp).await?);
-    }
-    if wanted("claims") {
-        progress("claims");
-        rows.extend(crate::bench_claims::claims(&opts, &tmp).await?);
-    }
-    if wanted("workspaces") {
-        progress("workspaces");
-        let t = workspace_tree(&tmp.join("workspaces"), opts.workspaces, opts.writers).await?;
-        rows.push(format!(
-            "| workspaces created, {} under one parent, {} clients | {:.0} workspaces/s ({:.1} s; all Ready after {:.1} s) | target 1,000/s (kcp: `--only kcp`) |",
-            opts.workspaces, opts.writers, t.created_per_second, t.create_seconds, t.ready_seconds
-        ));
-        rows.push(format!(
-            "| RSS per empty workspace | {:.1} KiB ({:.0} MiB before, {:.0} MiB after) | target 16 KiB (kcp: `--only kcp`) |",
-            t.rss_per_workspace / 1024.0,
-            t.rss_before as f64 / 1048576.0,
-            t.rss_after as f64 / 1048576.0
-        ));
-        rows.push(format!(
-            "| delete the {}-workspace tree | {:.1} s | target < 10 s (kcp: `--only kcp`) |",
-            opts.workspaces, t.delete_seconds
-        ));
-    }
-    if wanted("overload") {
-        progress("overload");
-        rows.extend(overload(&opts, &tmp).await?);
-    }
-    if wanted("broker") {
-        progress("broker");
-        rows.extend(crate::bench_broker::broker(&opts, &tmp).await?);
-    }
-    if wanted("etcd") {
-        progress("etcd");
-        #[cfg(feature = "etcd")]
-        rows.extend(crate::bench_scale::scale(&opts, &tmp).await?);
-        #[cfg(not(feature = "etcd"))]
-        if opts.only.iter().any(|o| o == "etcd") {
-            anyhow::bail!("the etcd section needs a binary built with --features etcd");
-        } else {
-            println!("(etcd section skipped: built without --features etcd)");
-        }
-    }
-    if wanted("attacks") {
-        progress("attacks");
-        rows.extend(crate::bench_attacks::attacks(&opts, &tmp).await?);
-    }
-    if wanted("views") {
-        progress("views");
-        rows.extend(crate::bench_views::views(&opts, &tmp).await?);
-    }
-    // Beside the real kube-apiserver: only when asked for (it needs the Go peers of
-    // `scripts/peers` and the etcd backend).
-    if opts.only.iter().any(|o| o == "kube") {
-        #[cfg(feature = "etcd")]
-        rows.extend(crate::bench_kube::kube(&opts, &tmp).await?);
-        #[cfg(not(feature = "etcd"))]
-        anyhow::bail!("the kube section needs a binary built with --features etcd");
-    }
-    // Beside the real kcp: only when asked for (it needs the Go peers of `scripts/peers`).
-    if opts.only.iter().any(|o| o == "kcp") {
-        rows.extend(crate::bench_kcp::kcp(&opts, &tmp).await?);
+        );
+        let rows = match section {
+            "serving" => serving(&opts, &tmp).await?,
+            "admission" => admission(&opts, &tmp).await?,
+            "claims" => crate::bench_claims::claims(&opts, &tmp).await?,
+            "workspaces" => workspaces(&opts, &tmp).await?,
+            "overload" => overload(&opts, &tmp).await?,
+            "broker" => crate::bench_broker::broker(&opts, &tmp).await?,
+            #[cfg(feature = "etcd")]
+            "etcd" => crate::bench_scale::scale(&opts, &tmp).await?,
+            #[cfg(not(feature = "etcd"))]
+            "etcd" if opts.only.is_empty() => {
+                println!("(etcd section skipped: built without --features etcd)");
+                continue;
+            }
+            #[cfg(feature = "etcd")]
+            "kube" => crate::bench_kube::kube(&opts, &tmp).await?,
+            #[cfg(not(feature = "etcd"))]
+            "etcd" | "kube" => {
+                anyhow::bail!("the {section} section needs a binary built with --features etcd")
+            }
+            "attacks" => crate::bench_attacks::attacks(&opts, &tmp).await?,
+            "views" => crate::bench_views::views(&opts, &tmp).await?,
+            "kcp" => crate::bench_kcp::kcp(&opts, &tmp).await?,
+            other => anyhow::bail!("no bench section {other}"),
+        };
+        tables.push((section, rows));
     }
     let _ = std::fs::remove_dir_all(&tmp);
-    println!();
-    println!("| measurement | platform-mesh | baseline / target |");
-    println!("|---|---|---|");
-    for r in rows {
-        println!("{r}");
+    for (section, rows) in &tables {
+        println!("\n{}", render(section, &stamp, rows));
+    }
+    if let Some(readme) = &opts.write_readme {
+        write_readme(readme, &stamp, &opts, &tables)
+            .with_context(|| format!("writing the tables into {}", readme.display()))?;
+        println!("\nwrote {} tables into {}", tables.len(), readme.display());
     }
     Ok(())
 }
 
+/// The rows of the workspaces section.
+pub(crate) fn workspace_labels(opts: &BenchOptions) -> Vec<String> {
+    vec![
+        format!(
+            "workspaces created, {} under one parent, {} clients",
+            opts.workspaces, opts.writers
+        ),
+        "RSS per empty workspace".to_string(),
+        format!("delete the {}-workspace tree", opts.workspaces),
+    ]
+}
+
+/// Workspaces created under one parent until Ready, the RSS they add, and the tree's deletion.
+async fn workspaces(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<Row>> {
+    let t = workspace_tree(&tmp.join("workspaces"), opts.workspaces, opts.writers).await?;
+    rows(
+        workspace_labels(opts),
+        vec![
+            (
+                format!(
+                    "{:.0} workspaces/s ({:.1} s; all Ready after {:.1} s)",
+                    t.created_per_second, t.create_seconds, t.ready_seconds
+                ),
+                "target 1,000/s (kcp: `--only kcp`)".to_string(),
+            ),
+            (
+                format!(
+                    "{:.1} KiB ({:.0} MiB before, {:.0} MiB after)",
+                    t.rss_per_workspace / 1024.0,
+                    t.rss_before as f64 / 1048576.0,
+                    t.rss_after as f64 / 1048576.0
+                ),
+                "target 16 KiB (kcp: `--only kcp`)".to_string(),
+            ),
+            (
+                format!("{:.1} s", t.delete_seconds),
+                "target < 10 s (kcp: `--only kcp`)".to_string(),
+            ),
+        ],
+    )
+}
+
 /// GET, LIST, durable creates and RSS.
-async fn serving(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>> {
+async fn serving(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<Row>> {
     // Baseline: bare hyper + rustls, fixed 1 KiB JSON.
     let bare = ChildServer::start(&["bench-bare-server"], &tmp.join("bare"))?;
     let bare_load = closed_loop(
@@ -501,78 +565,140 @@ async fn serving(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>>
     let raw = serde_json::to_vec(&object_1k(&format!("rss-{:06}", 0)))?.len() * opts.rss_objects;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss = server.rss_bytes();
+    let split = memory_split(&server).await;
     drop(server);
 
     let ratio = get_load.per_second() / bare_load.per_second();
-    let mut rows = vec![
+    let errors = if get_load.errors + bare_load.errors + creates.errors > 0 {
         format!(
-            "| GET 1 KiB object, {} connections | {:.0} req/s, p50 {}, p99 {} | bare hyper+rustls: {:.0} req/s, p99 {}; ratio {:.0}% (target >= 50%) |",
-            opts.connections,
-            get_load.per_second(),
-            ms(get_load.p50),
-            ms(get_load.p99),
-            bare_load.per_second(),
-            ms(bare_load.p99),
-            ratio * 100.0
-        ),
-        format!(
-            "| LIST {} x 1 KiB ({:.1} MiB JSON) | median {}, p99 {} | target < 100 ms |",
-            opts.list_objects,
-            list_bytes as f64 / 1048576.0,
-            ms(percentile(&list_times, 0.5)),
-            ms(percentile(&list_times, 0.99))
-        ),
-        format!(
-            "| LIST {} x 1 KiB gzipped (`Accept-Encoding: gzip`) | {:.2} MiB on the wire ({:.0}% of {:.1} MiB); median {} to the last byte, p99 {}; client unpacks in {} | plain, same run: median {} (on loopback, where bytes cost nothing) |",
-            opts.list_objects,
-            gzip_bytes as f64 / 1048576.0,
-            gzip_bytes as f64 * 100.0 / list_bytes.max(1) as f64,
-            list_bytes as f64 / 1048576.0,
-            ms(percentile(&gzip_times, 0.5)),
-            ms(percentile(&gzip_times, 0.99)),
-            ms(percentile(&unpack_times, 0.5)),
-            ms(percentile(&list_times, 0.5))
-        ),
-        format!(
-            "| durable creates, {} clients | {:.0} creates/s, p99 {} | target >= 3,000/s |",
-            opts.writers,
-            creates.per_second(),
-            ms(creates.p99)
-        ),
-        format!(
-            "| RSS after {} x 1 KiB objects | {:.0} MiB (idle {:.0} MiB; load took {:.1} s) | raw JSON {:.0} MiB; ratio {:.2}x (target <= 3x) |",
-            opts.rss_objects,
-            rss as f64 / 1048576.0,
-            idle_rss as f64 / 1048576.0,
-            load_secs,
-            raw as f64 / 1048576.0,
-            rss as f64 / raw as f64
-        ),
-    ];
-    if get_load.errors + bare_load.errors + creates.errors > 0 {
-        rows.push(format!(
-            "| errors | get {}, bare {}, creates {} | |",
+            "; errors: get {}, bare {}, creates {}",
             get_load.errors, bare_load.errors, creates.errors
-        ));
-    }
-    Ok(rows)
+        )
+    } else {
+        String::new()
+    };
+    rows(
+        serving_labels(opts),
+        vec![
+            (
+                format!(
+                    "{:.0} req/s, p50 {}, p99 {}{errors}",
+                    get_load.per_second(),
+                    ms(get_load.p50),
+                    ms(get_load.p99),
+                ),
+                format!(
+                    "bare hyper+rustls: {:.0} req/s, p99 {}; ratio {:.0}% (target >= 90%, p99 within 1.5x)",
+                    bare_load.per_second(),
+                    ms(bare_load.p99),
+                    ratio * 100.0
+                ),
+            ),
+            (
+                format!(
+                    "median {}, p99 {} ({:.1} MiB JSON)",
+                    ms(percentile(&list_times, 0.5)),
+                    ms(percentile(&list_times, 0.99)),
+                    list_bytes as f64 / 1048576.0,
+                ),
+                "target < 100 ms".to_string(),
+            ),
+            (
+                format!(
+                    "{:.2} MiB on the wire ({:.0}% of {:.1} MiB); median {} to the last byte, p99 {}; client unpacks in {}",
+                    gzip_bytes as f64 / 1048576.0,
+                    gzip_bytes as f64 * 100.0 / list_bytes.max(1) as f64,
+                    list_bytes as f64 / 1048576.0,
+                    ms(percentile(&gzip_times, 0.5)),
+                    ms(percentile(&gzip_times, 0.99)),
+                    ms(percentile(&unpack_times, 0.5)),
+                ),
+                format!(
+                    "plain, same run: median {} (on loopback, where bytes cost nothing)",
+                    ms(percentile(&list_times, 0.5))
+                ),
+            ),
+            (
+                format!("{:.0} creates/s, p99 {}", creates.per_second(), ms(creates.p99)),
+                "target >= 3,000/s".to_string(),
+            ),
+            (
+                format!(
+                    "{:.0} MiB (idle {:.0} MiB; load took {:.1} s){split}",
+                    rss as f64 / 1048576.0,
+                    idle_rss as f64 / 1048576.0,
+                    load_secs,
+                ),
+                format!(
+                    "raw JSON {:.0} MiB; ratio {:.2}x (target <= 1.5x)",
+                    raw as f64 / 1048576.0,
+                    rss as f64 / raw as f64
+                ),
+            ),
+        ],
+    )
+}
+
+/// What the server's watch cache holds, from its metrics: `; watch cache: …` (empty if the
+/// metrics cannot be read).
+async fn memory_split(server: &ChildServer) -> String {
+    let reply = async {
+        let mut conn = server.client()?.connect().await?;
+        anyhow::Ok(conn.get("/metrics").await?)
+    };
+    let text = match reply.await {
+        Ok(reply) if reply.status == 200 => String::from_utf8_lossy(&reply.body).to_string(),
+        _ => return String::new(),
+    };
+    let sample = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let mib = |part: &str| {
+        sample(&format!("platform_mesh_watch_cache_bytes{{part=\"{part}\"}}")) / 1048576.0
+    };
+    format!(
+        "; of it the watch cache's data: objects {:.0} MiB ({:.0} objects), event window {:.0} MiB more ({:.0} events, {:.0} of them decoded), its encoded frames {:.0} MiB; the store's (redb) page cache at most 32 MiB",
+        mib("objects"),
+        sample("platform_mesh_watch_cache_objects"),
+        mib("window"),
+        sample("platform_mesh_watch_cache_window_events"),
+        sample("platform_mesh_watch_cache_decoded_events"),
+        mib("frames"),
+    )
+}
+
+/// The rows of the serving section.
+pub(crate) fn serving_labels(opts: &BenchOptions) -> Vec<String> {
+    vec![
+        format!("GET 1 KiB object, {} connections", opts.connections),
+        format!("LIST {} x 1 KiB", opts.list_objects),
+        format!(
+            "LIST {} x 1 KiB gzipped (`Accept-Encoding: gzip`)",
+            opts.list_objects
+        ),
+        format!("durable creates, {} clients", opts.writers),
+        format!("RSS after {} x 1 KiB objects", opts.rss_objects),
+    ]
 }
 
 /// Validation throughput in-process; webhook review latency with 200 connections, closed loop
 /// (each connection sends its next review as soon as the last is answered) and open loop (reviews
 /// arrive at a fixed rate, as a kube-apiserver sends them), each beside the bare server.
-async fn admission(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>> {
-    let mut rows = Vec::new();
-    for (what, per_sec, baseline) in validation_throughput(Duration::from_secs(opts.seconds.min(3)))
-    {
-        rows.push(format!(
-            "| validation of a typical {what} (in-process) | {per_sec:.0} objects/s | JSON decode+encode of the same object: {baseline:.0}/s |"
+async fn admission(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<Row>> {
+    let mut figures = Vec::new();
+    for (_, per_sec, baseline) in validation_throughput(Duration::from_secs(opts.seconds.min(3))) {
+        figures.push((
+            format!("{per_sec:.0} objects/s"),
+            format!("JSON decode+encode of the same object: {baseline:.0}/s"),
         ));
     }
-    const CONNECTIONS: usize = 200;
     let bare = ChildServer::start(&["bench-bare-server"], &tmp.join("bare2"))?;
     let bare_client = bare.client()?;
-    let bare_closed = closed_loop(&bare_client, CONNECTIONS, opts.seconds, 200, |_, _| {
+    let bare_closed = closed_loop(&bare_client, REVIEW_CONNECTIONS, opts.seconds, 200, |_, _| {
         (Method::GET, "/".to_string(), None)
     })
     .await?;
@@ -581,7 +707,7 @@ async fn admission(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String
         bare_open.push(
             open_loop(
                 &bare_client,
-                CONNECTIONS,
+                REVIEW_CONNECTIONS,
                 rate,
                 opts.seconds,
                 200,
@@ -603,43 +729,77 @@ async fn admission(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String
     };
     let path = "/admission/validate?timeout=10s";
     let r = review.clone();
-    let closed = closed_loop(&client, CONNECTIONS, opts.seconds, 200, move |c, i| {
+    let closed = closed_loop(&client, REVIEW_CONNECTIONS, opts.seconds, 200, move |c, i| {
         let body = serde_json::from_slice(&r(c, i)).unwrap_or_default();
         (Method::POST, path.to_string(), Some(body))
     })
     .await?;
-    rows.push(format!(
-        "| webhook review, {CONNECTIONS} connections, closed loop | p50 {}, p99 {}, {:.0} reviews/s | bare server, same load: p50 {}, p99 {}, {:.0} req/s |",
-        ms(closed.p50),
-        ms(closed.p99),
-        closed.per_second(),
-        ms(bare_closed.p50),
-        ms(bare_closed.p99),
-        bare_closed.per_second()
-    ));
+    let closed = (
+        format!(
+            "p50 {}, p99 {}, {:.0} reviews/s",
+            ms(closed.p50),
+            ms(closed.p99),
+            closed.per_second()
+        ),
+        format!(
+            "bare server, same load: p50 {}, p99 {}, {:.0} req/s",
+            ms(bare_closed.p50),
+            ms(bare_closed.p99),
+            bare_closed.per_second()
+        ),
+    );
     for (&rate, bare) in opts.review_rates.iter().zip(&bare_open) {
         let r = review.clone();
         let open = open_loop(
             &client,
-            CONNECTIONS,
+            REVIEW_CONNECTIONS,
             rate,
             opts.seconds,
             200,
             move |c, i| (Method::POST, path.to_string(), r(c, i)),
         )
         .await?;
-        rows.push(format!(
-            "| webhook review, {CONNECTIONS} connections, open loop {rate} reviews/s | p50 {}, p99 {} ({} late, {} errors) | bare server, same load: p50 {}, p99 {}; target p99 < 2 ms |",
-            ms(open.p50),
-            ms(open.p99),
-            open.late,
-            open.errors,
-            ms(bare.p50),
-            ms(bare.p99),
+        figures.push((
+            format!(
+                "p50 {}, p99 {} ({} late, {} errors)",
+                ms(open.p50),
+                ms(open.p99),
+                open.late,
+                open.errors
+            ),
+            format!(
+                "bare server, same load: p50 {}, p99 {}; target p99 < 2 ms",
+                ms(bare.p50),
+                ms(bare.p99)
+            ),
         ));
     }
-    Ok(rows)
+    figures.push(closed);
+    rows(admission_labels(opts), figures)
 }
+
+/// Connections of the webhook measurements.
+const REVIEW_CONNECTIONS: usize = 200;
+
+/// The rows of the admission section.
+pub(crate) fn admission_labels(opts: &BenchOptions) -> Vec<String> {
+    let mut labels: Vec<String> = VALIDATED
+        .iter()
+        .map(|what| format!("validation of a typical {what} (in-process)"))
+        .collect();
+    for rate in &opts.review_rates {
+        labels.push(format!(
+            "webhook review, {REVIEW_CONNECTIONS} connections, open loop {rate} reviews/s"
+        ));
+    }
+    labels.push(format!(
+        "webhook review, {REVIEW_CONNECTIONS} connections, closed loop (saturation)"
+    ));
+    labels
+}
+
+/// The kinds whose validation is measured in-process.
+const VALIDATED: [&str; 2] = ["PlatformMesh", "AcceptAPI"];
 
 /// Latency of an open-loop load.
 struct OpenLoad {
@@ -723,7 +883,7 @@ where
 /// closed-loop clients as the limit, each creating 1 KiB objects in the durable store (a write
 /// waits for its group commit, so requests pile up inside the server). It must answer 429 to the
 /// excess, keep its RSS under the ceiling, and serve normally again once the load drops.
-async fn overload(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>> {
+async fn overload(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<Row>> {
     let limit = opts.overload_inflight;
     let server = ChildServer::start(
         &["serve", "--max-requests-inflight", &limit.to_string()],
@@ -765,29 +925,53 @@ async fn overload(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>
     } else {
         "OVER"
     };
-    Ok(vec![
+    rows(
+        overload_labels(opts),
+        vec![
+            (
+                format!(
+                    "{:.0} ok/s, {:.0} 429/s, peak RSS {:.0} MiB ({verdict} the {} MiB ceiling)",
+                    over.ok_per_second(),
+                    over.throttled_per_second(),
+                    over_peak as f64 / 1048576.0,
+                    opts.overload_rss_ceiling_mib,
+                ),
+                format!(
+                    "{limit} clients: {:.0} ok/s, p99 {}, peak RSS {:.0} MiB (idle {:.0} MiB)",
+                    normal.ok_per_second(),
+                    ms(normal.p99_ok),
+                    normal_peak as f64 / 1048576.0,
+                    idle_rss as f64 / 1048576.0,
+                ),
+            ),
+            (
+                format!(
+                    "{:.0} ok/s, {} 429s, {} other errors, p99 {}",
+                    after.ok_per_second(),
+                    after.throttled,
+                    after.other,
+                    ms(after.p99_ok),
+                ),
+                format!(
+                    "before: {:.0} ok/s, p99 {}",
+                    normal.ok_per_second(),
+                    ms(normal.p99_ok),
+                ),
+            ),
+        ],
+    )
+}
+
+/// The rows of the overload section.
+pub(crate) fn overload_labels(opts: &BenchOptions) -> Vec<String> {
+    let limit = opts.overload_inflight;
+    vec![
         format!(
-            "| overload: {} clients creating 1 KiB objects (redb), --max-requests-inflight {limit} | {:.0} ok/s, {:.0} 429/s, peak RSS {:.0} MiB ({verdict} the {} MiB ceiling) | {limit} clients: {:.0} ok/s, p99 {}, peak RSS {:.0} MiB (idle {:.0} MiB) |",
-            limit * 10,
-            over.ok_per_second(),
-            over.throttled_per_second(),
-            over_peak as f64 / 1048576.0,
-            opts.overload_rss_ceiling_mib,
-            normal.ok_per_second(),
-            ms(normal.p99_ok),
-            normal_peak as f64 / 1048576.0,
-            idle_rss as f64 / 1048576.0,
+            "overload: {} clients creating 1 KiB objects (redb), --max-requests-inflight {limit}",
+            limit * 10
         ),
-        format!(
-            "| after the overload, {limit} clients | {:.0} ok/s, {} 429s, {} other errors, p99 {} | before: {:.0} ok/s, p99 {} |",
-            after.ok_per_second(),
-            after.throttled,
-            after.other,
-            ms(after.p99_ok),
-            normal.ok_per_second(),
-            ms(normal.p99_ok),
-        ),
-    ])
+        format!("after the overload, {limit} clients"),
+    ]
 }
 
 /// Answers by status of a closed-loop load.
@@ -1028,10 +1212,10 @@ fn validation_throughput(each: Duration) -> Vec<(&'static str, f64, f64)> {
     apiserver::rules::register(&mut strategies);
     let strategies = strategies.build();
     let mut out = Vec::new();
-    for (what, obj) in [
-        ("PlatformMesh", typical_platform_mesh()),
-        ("AcceptAPI", typical_accept_api()),
-    ] {
+    for (what, obj) in VALIDATED
+        .into_iter()
+        .zip([typical_platform_mesh(), typical_accept_api()])
+    {
         let Some(resource) = registry
             .resources()
             .iter()

@@ -33,6 +33,7 @@ use http_body_util::Full;
 use serde_json::json;
 
 use crate::bench::{ms, percentile, rss_of, BenchOptions, ChildServer};
+use crate::bench_report::{rows, Row};
 
 const TOKENS: &str = "alice-token,alice,alice-uid,\"tenants\"\nbob-token,bob,bob-uid,\"tenants\"\n";
 /// The RSS every attack must stay under, with default flags.
@@ -400,11 +401,11 @@ fn unread_get(path: &str) -> anyhow::Result<http::Request<Full<Bytes>>> {
 pub(crate) async fn attacks(
     opts: &BenchOptions,
     tmp: &std::path::Path,
-) -> anyhow::Result<Vec<String>> {
-    let mut rows = Vec::new();
+) -> anyhow::Result<Vec<Row>> {
+    let mut figures = Vec::new();
     let mut quiet: Option<Duration> = None;
     for (n, kind) in KINDS.iter().enumerate() {
-        if !opts.attacks.is_empty() && !opts.attacks.iter().any(|a| a == kind) {
+        if !runs(opts, kind) {
             continue;
         }
         let dir = tmp.join(format!("attacks-{n}"));
@@ -657,17 +658,45 @@ pub(crate) async fn attacks(
         } else {
             "OVER"
         };
-        rows.push(format!(
-            "| attack: {kind} ({said}) | peak RSS {:.0} MiB ({verdict} the {CEILING_MIB} MiB ceiling); bob's p99 in B {} ({:.1}× quiet, {} errors); /readyz {}/{} answered | quiet p99 {} (bob's client thread {}, alice's at nice 19); ceiling {CEILING_MIB} MiB, 10× quiet p99 |",
-            watched.peak_rss as f64 / 1048576.0,
-            ms(watched.bob_p99),
-            watched.bob_p99.as_secs_f64() / quiet_p99.as_secs_f64().max(1e-6),
-            watched.bob_errors,
-            watched.readyz_ok,
-            watched.readyz_total,
-            ms(quiet_p99),
-            watched.probe,
+        figures.push((
+            format!(
+                "{said}; peak RSS {:.0} MiB ({verdict} the {CEILING_MIB} MiB ceiling); bob's p99 in B {} ({:.1}× quiet, {} errors); /readyz {}/{} answered",
+                watched.peak_rss as f64 / 1048576.0,
+                ms(watched.bob_p99),
+                watched.bob_p99.as_secs_f64() / quiet_p99.as_secs_f64().max(1e-6),
+                watched.bob_errors,
+                watched.readyz_ok,
+                watched.readyz_total,
+            ),
+            format!(
+                "quiet p99 {} (bob's client thread {}, alice's at nice 19); ceiling {CEILING_MIB} MiB, 10× quiet p99",
+                ms(quiet_p99),
+                watched.probe,
+            ),
         ));
     }
-    Ok(rows)
+    rows(labels(opts), figures)
+}
+
+/// Whether the attacks section runs `kind`.
+fn runs(opts: &BenchOptions, kind: &str) -> bool {
+    opts.attacks.is_empty() || opts.attacks.iter().any(|a| a == kind)
+}
+
+/// The rows of the attacks section: one per attack run.
+pub(crate) fn labels(opts: &BenchOptions) -> Vec<String> {
+    KINDS
+        .iter()
+        .filter(|kind| runs(opts, kind))
+        .map(|kind| match *kind {
+            "watches" => "watches that never read, while a 512 KiB ConfigMap is updated in a loop".to_string(),
+            "large-updates" => "a 1 MiB ConfigMap updated in a loop".to_string(),
+            "unread-lists" => format!("10 unread LISTs of {} MiB", opts.attack_list_mib),
+            "many-roles" => format!(
+                "{} Roles in A, then GETs in A from 8 connections",
+                opts.attack_roles
+            ),
+            _ => "JSON patches of 40 doubling copies from 4 connections".to_string(),
+        })
+        .collect()
 }

@@ -22,6 +22,7 @@ use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use serde_json::json;
 
+use crate::bench_report::{rows, Row};
 use crate::bench::{ms, percentile, rss_of, BenchOptions, ChildServer};
 
 const KIND: &str = "Certificate.v1alpha1.example.platform-mesh.io";
@@ -229,7 +230,7 @@ async fn timed(
 }
 
 /// Runs the broker measurement; returns report rows.
-pub async fn broker(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<String>> {
+pub async fn broker(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<Row>> {
     let (n, consumers, rate) = (
         opts.broker_objects,
         opts.broker_consumers.max(1),
@@ -387,19 +388,51 @@ pub async fn broker(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<Strin
     };
     drop(broker);
     let per_s = |r: &Run| r.delivered as f64 / r.seconds.max(1e-9);
-    Ok(vec![
+    rows(
+        labels(opts),
+        vec![
+            (
+                format!(
+                    "{:.0} objects/s delivered ({} of {n}; {} on each provider; {} sends late)",
+                    per_s(&brokered),
+                    brokered.delivered,
+                    per_provider,
+                    brokered.late
+                ),
+                format!("direct creates, no broker: {:.0} objects/s", per_s(&base)),
+            ),
+            (
+                format!("{} / {}", ms(brokered.p50), ms(brokered.p99)),
+                format!(
+                    "direct create → watch event: {} / {}; target p99 < 200 ms",
+                    ms(base.p50),
+                    ms(base.p99)
+                ),
+            ),
+            (
+                format!(
+                    "{:.0} MiB ({:.0} MiB after warm-up)",
+                    rss as f64 / 1048576.0,
+                    rss_idle as f64 / 1048576.0
+                ),
+                "—".to_string(),
+            ),
+        ],
+    )
+}
+
+/// The rows of the broker section.
+pub(crate) fn labels(opts: &BenchOptions) -> Vec<String> {
+    let (n, consumers, rate) = (
+        opts.broker_objects,
+        opts.broker_consumers.max(1),
+        opts.broker_rate,
+    );
+    vec![
         format!(
-            "| broker: {n} objects from {consumers} consumer workspaces to 2 providers, offered {rate}/s | {:.0} objects/s delivered ({} of {n}; {} on each provider; {} sends late) | direct creates, no broker: {:.0} objects/s |",
-            per_s(&brokered), brokered.delivered, per_provider, brokered.late, per_s(&base)
+            "broker: {n} objects from {consumers} consumer workspaces to 2 providers, offered {rate}/s"
         ),
-        format!(
-            "| broker: consumer create → provider copy, p50 / p99 | {} / {} | direct create → watch event: {} / {}; target p99 < 200 ms |",
-            ms(brokered.p50), ms(brokered.p99), ms(base.p50), ms(base.p99)
-        ),
-        format!(
-            "| broker RSS after {n} objects | {:.0} MiB ({:.0} MiB after warm-up) | — |",
-            rss as f64 / 1048576.0,
-            rss_idle as f64 / 1048576.0
-        ),
-    ])
+        "broker: consumer create → provider copy, p50 / p99".to_string(),
+        format!("broker RSS after {n} objects"),
+    ]
 }

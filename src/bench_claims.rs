@@ -15,6 +15,7 @@ use anyhow::{anyhow, Context};
 use serde_json::{json, Value};
 
 use crate::bench::{BenchOptions, ChildServer};
+use crate::bench_report::{rows, Row};
 
 async fn send(
     client: &kube::Client,
@@ -154,7 +155,11 @@ async fn labelled(client: &kube::Client, cluster_path: &str) -> anyhow::Result<u
     }))
 }
 
-async fn relabel(client: &kube::Client, n: usize, writers: usize) -> anyhow::Result<Vec<String>> {
+async fn relabel(
+    client: &kube::Client,
+    n: usize,
+    writers: usize,
+) -> anyhow::Result<Vec<(String, String)>> {
     workspace(
         client,
         "root:providers",
@@ -237,19 +242,28 @@ async fn relabel(client: &kube::Client, n: usize, writers: usize) -> anyhow::Res
             n.div_ceil(2)
         ));
     }
+    let dash = || "–".to_string();
     Ok(vec![
-        format!(
-            "| write {n} ConfigMaps into a workspace ({writers} clients; baseline) | {:.0} objects/s ({write_seconds:.1} s) | – |",
-            n as f64 / write_seconds
+        (
+            format!(
+                "{:.0} objects/s ({write_seconds:.1} s)",
+                n as f64 / write_seconds
+            ),
+            dash(),
         ),
-        format!(
-            "| accept a claim on them (`matchAll`): all {n} labelled, until PermissionClaimsApplied | {:.0} objects/s ({accept_seconds:.2} s) | – |",
-            n as f64 / accept_seconds
+        (
+            format!(
+                "{:.0} objects/s ({accept_seconds:.2} s)",
+                n as f64 / accept_seconds
+            ),
+            dash(),
         ),
-        format!(
-            "| the binding's selector narrowed to `team=a`: {} unlabelled, until PermissionClaimsApplied | {:.0} objects/s ({narrow_seconds:.2} s) | – |",
-            n - n.div_ceil(2),
-            n as f64 / narrow_seconds
+        (
+            format!(
+                "{:.0} objects/s ({narrow_seconds:.2} s)",
+                n as f64 / narrow_seconds
+            ),
+            dash(),
         ),
     ])
 }
@@ -315,7 +329,7 @@ async fn initialized(
     client: &kube::Client,
     n: usize,
     writers: usize,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<Vec<(String, String)>> {
     workspace(client, "root", "plain", json!({"name": "universal"})).await?;
     workspace(client, "root", "gated", json!({"name": "universal"})).await?;
     all_ready(client, "root", "plain", 1).await?;
@@ -373,19 +387,34 @@ async fn initialized(
         ));
     }
     Ok(vec![
-        format!(
-            "| {n} workspaces created until Ready, no initializer ({writers} clients; baseline) | {:.0} workspaces/s ({plain:.1} s) | – |",
-            n as f64 / plain
+        (
+            format!("{:.0} workspaces/s ({plain:.1} s)", n as f64 / plain),
+            "–".to_string(),
         ),
-        format!(
-            "| {n} workspaces created until Ready, one initializer finishing each through its virtual workspace | {:.0} workspaces/s ({gated:.1} s) | – |",
-            n as f64 / gated
+        (
+            format!("{:.0} workspaces/s ({gated:.1} s)", n as f64 / gated),
+            "–".to_string(),
         ),
     ])
 }
 
+/// The rows of the claims section.
+pub(crate) fn labels(opts: &BenchOptions) -> Vec<String> {
+    let (n, w, writers) = (opts.claim_objects, opts.claim_workspaces, opts.writers);
+    vec![
+        format!("write {n} ConfigMaps into a workspace ({writers} clients; baseline)"),
+        format!("accept a claim on them (`matchAll`): all {n} labelled, until PermissionClaimsApplied"),
+        format!(
+            "the binding's selector narrowed to `team=a`: {} unlabelled, until PermissionClaimsApplied",
+            n - n.div_ceil(2)
+        ),
+        format!("{w} workspaces created until Ready, no initializer ({writers} clients; baseline)"),
+        format!("{w} workspaces created until Ready, one initializer finishing each through its virtual workspace"),
+    ]
+}
+
 /// The `claims` section.
-pub async fn claims(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<Vec<String>> {
+pub async fn claims(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<Vec<Row>> {
     std::fs::create_dir_all(tmp)?;
     let server = ChildServer::start(&["serve", "--no-controllers"], &tmp.join("claims"))?;
     let kubeconfig =
@@ -394,14 +423,14 @@ pub async fn claims(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Resul
     config.cluster_url =
         controllers::platformmesh::kcp::base_address(&config.cluster_url.to_string()).parse()?;
     let client = kube::Client::try_from(config)?;
-    let mut rows = relabel(&client, opts.claim_objects, opts.writers)
+    let mut figures = relabel(&client, opts.claim_objects, opts.writers)
         .await
         .context("relabelling")?;
-    rows.extend(
+    figures.extend(
         initialized(&client, opts.claim_workspaces, opts.writers)
             .await
             .context("initializers")?,
     );
     drop(server);
-    Ok(rows)
+    rows(labels(opts), figures)
 }

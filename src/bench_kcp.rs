@@ -10,7 +10,8 @@ use anyhow::{anyhow, Context};
 use serde_json::{json, Value};
 
 use crate::bench::{rss_of, BenchOptions, ChildServer};
-use crate::peers::{Kcp, KCP_VERSION};
+use crate::bench_report::{rows, Row};
+use crate::peers::Kcp;
 
 /// What one server did.
 struct Figures {
@@ -338,7 +339,7 @@ fn median(sorted: &[f64]) -> f64 {
     sorted.get(sorted.len() / 2).copied().unwrap_or_default()
 }
 
-pub async fn kcp(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<Vec<String>> {
+pub async fn kcp(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<Vec<Row>> {
     std::fs::create_dir_all(tmp)?;
     let n = opts.kcp_workspaces;
     let bound = n.min(opts.kcp_bound);
@@ -379,33 +380,41 @@ pub async fn kcp(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<V
     )
     .await
     .context("kcp")?;
-    let kcp = format!("kcp {KCP_VERSION}");
-    let row = |what: String, a: String, b: String| format!("| {what} | {a} | {kcp}: {b} |");
-    Ok(vec![
-        row(
-            format!("workspaces created, {n} under one parent, {writers} clients"),
-            format!("{:.0} workspaces/s (all Ready after {:.1} s)", ours.flat_per_second, ours.flat_ready_seconds),
-            format!("{:.0} workspaces/s (all Ready after {:.1} s)", theirs.flat_per_second, theirs.flat_ready_seconds),
-        ),
-        row(
-            "workspaces created as a tree, 10 levels of 11, each level Ready before the next".into(),
-            format!("{:.0} workspaces/s", ours.tree_per_second),
-            format!("{:.0} workspaces/s", theirs.tree_per_second),
-        ),
-        row(
-            "RSS per empty workspace".into(),
-            format!("{:.1} KiB", ours.rss_per_workspace / 1024.0),
-            format!("{:.1} KiB", theirs.rss_per_workspace / 1024.0),
-        ),
-        row(
-            format!("delete the tree ({} workspaces)", n + 111),
-            format!("{:.1} s", ours.delete_seconds),
-            format!("{:.1} s", theirs.delete_seconds),
-        ),
-        row(
-            format!("APIExport virtual workspace LIST across {bound} bound workspaces ({} items), 20 lists", ours.vw_items),
-            format!("median {:.1} ms, max {:.1} ms", median(&ours.vw_list_ms), ours.vw_list_ms.last().copied().unwrap_or_default()),
-            format!("median {:.1} ms, max {:.1} ms ({} items)", median(&theirs.vw_list_ms), theirs.vw_list_ms.last().copied().unwrap_or_default(), theirs.vw_items),
-        ),
-    ])
+    let median_max = |f: &Figures| {
+        format!(
+            "median {:.1} ms, max {:.1} ms ({} items)",
+            median(&f.vw_list_ms),
+            f.vw_list_ms.last().copied().unwrap_or_default(),
+            f.vw_items
+        )
+    };
+    let both = |f: &dyn Fn(&Figures) -> String| (f(&ours), f(&theirs));
+    rows(
+        labels(opts),
+        vec![
+            both(&|f| {
+                format!(
+                    "{:.0} workspaces/s (all Ready after {:.1} s)",
+                    f.flat_per_second, f.flat_ready_seconds
+                )
+            }),
+            both(&|f| format!("{:.0} workspaces/s", f.tree_per_second)),
+            both(&|f| format!("{:.1} KiB", f.rss_per_workspace / 1024.0)),
+            both(&|f| format!("{:.1} s", f.delete_seconds)),
+            both(&median_max),
+        ],
+    )
+}
+
+/// The rows of the kcp section.
+pub(crate) fn labels(opts: &BenchOptions) -> Vec<String> {
+    let n = opts.kcp_workspaces;
+    let bound = n.min(opts.kcp_bound);
+    vec![
+        format!("workspaces created, {n} under one parent, {} clients", opts.writers),
+        "workspaces created as a tree, 10 levels of 11, each level Ready before the next".to_string(),
+        "RSS per empty workspace".to_string(),
+        format!("delete the tree ({} workspaces)", n + 111),
+        format!("APIExport virtual-workspace LIST across {bound} bound workspaces, 20 lists"),
+    ]
 }

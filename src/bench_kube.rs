@@ -17,14 +17,12 @@ use serde_json::json;
 use crate::bench::{closed_loop, load_objects, ms, object_1k, percentile, rss_of, BenchOptions};
 use crate::bench::{ChildServer, Load};
 use crate::bench_scale::{follow_watch, micros_ms, now_micros};
+use crate::bench_report::{kube_labels, rows, Row, KUBE_FANOUT_RATE as FANOUT_RATE};
+use crate::bench_report::KUBE_WATCHERS as WATCHERS;
 use crate::peers::{KubeApiserver, KUBERNETES_VERSION};
 
-/// Watches of the fan-out measurement, as the issue asks.
-const WATCHERS: usize = 1_000;
 /// Watches per HTTP/2 connection (below every server's stream limit).
 const PER_CONNECTION: usize = 100;
-/// Writes per second while the watchers follow.
-const FANOUT_RATE: u64 = 20;
 
 /// What one server did.
 struct Figures {
@@ -38,7 +36,7 @@ struct Figures {
     rss_mib: f64,
 }
 
-pub async fn kube(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<Vec<String>> {
+pub async fn kube(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<Vec<Row>> {
     std::fs::create_dir_all(tmp)?;
     let peer = KubeApiserver::start(&tmp.join("kube"))?;
     let kube = measure(&peer.client()?, peer.pid(), opts).await?;
@@ -62,42 +60,6 @@ pub async fn kube(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<
 
     let k = format!("kube-apiserver {KUBERNETES_VERSION} (same machine, its etcd)");
     let ratio = |a: f64, b: f64| format!("{:.2}x", a / b);
-    let mut rows = vec![
-        format!(
-            "| side by side: GET 1 KiB object, {} connections | redb {:.0} req/s (p99 {}); etcd {:.0} req/s (p99 {}) | {k}: {:.0} req/s (p99 {}); redb/kube {}, etcd/kube {} |",
-            opts.connections,
-            on_redb.get.per_second(),
-            ms(on_redb.get.p99),
-            on_etcd.get.per_second(),
-            ms(on_etcd.get.p99),
-            kube.get.per_second(),
-            ms(kube.get.p99),
-            ratio(on_redb.get.per_second(), kube.get.per_second()),
-            ratio(on_etcd.get.per_second(), kube.get.per_second()),
-        ),
-        format!(
-            "| side by side: LIST {} x 1 KiB | redb median {} (p99 {}); etcd median {} (p99 {}) | kube-apiserver: median {} (p99 {}) |",
-            opts.list_objects,
-            ms(on_redb.list_p50),
-            ms(on_redb.list_p99),
-            ms(on_etcd.list_p50),
-            ms(on_etcd.list_p99),
-            ms(kube.list_p50),
-            ms(kube.list_p99),
-        ),
-        format!(
-            "| side by side: creates, {} clients | redb {:.0}/s (p99 {}); etcd {:.0}/s (p99 {}) | kube-apiserver: {:.0}/s (p99 {}); redb/kube {}, etcd/kube {} |",
-            opts.writers,
-            on_redb.creates.per_second(),
-            ms(on_redb.creates.p99),
-            on_etcd.creates.per_second(),
-            ms(on_etcd.creates.p99),
-            kube.creates.per_second(),
-            ms(kube.creates.p99),
-            ratio(on_redb.creates.per_second(), kube.creates.per_second()),
-            ratio(on_etcd.creates.per_second(), kube.creates.per_second()),
-        ),
-    ];
     let fanout = |f: &Figures| {
         format!(
             "{} of {} events, delay p50 {}, p99 {}, max {}",
@@ -108,24 +70,80 @@ pub async fn kube(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<
             micros_ms(&f.fanout, 1.0)
         )
     };
-    rows.push(format!(
-        "| side by side: watch fan-out, {WATCHERS} watchers, {FANOUT_RATE} writes/s | redb {}; etcd {} | kube-apiserver: {} |",
-        fanout(&on_redb),
-        fanout(&on_etcd),
-        fanout(&kube)
-    ));
-    rows.push(format!(
-        "| side by side: RSS after the run | redb {:.0} MiB; etcd {:.0} MiB | kube-apiserver: {:.0} MiB (etcd not counted for either) |",
-        on_redb.rss_mib, on_etcd.rss_mib, kube.rss_mib
-    ));
     let errors = [&kube, &on_redb, &on_etcd]
         .iter()
         .map(|f| f.get.errors + f.creates.errors)
         .sum::<usize>();
-    if errors > 0 {
-        rows.push(format!("| side by side: errors | {errors} | |"));
-    }
-    Ok(rows)
+    let errors = if errors > 0 {
+        format!("; {errors} errors in all")
+    } else {
+        String::new()
+    };
+    rows(
+        kube_labels(opts),
+        vec![
+            (
+                format!(
+                    "redb {:.0} req/s (p99 {}); etcd {:.0} req/s (p99 {})",
+                    on_redb.get.per_second(),
+                    ms(on_redb.get.p99),
+                    on_etcd.get.per_second(),
+                    ms(on_etcd.get.p99),
+                ),
+                format!(
+                    "{k}: {:.0} req/s (p99 {}); redb/kube {}, etcd/kube {}",
+                    kube.get.per_second(),
+                    ms(kube.get.p99),
+                    ratio(on_redb.get.per_second(), kube.get.per_second()),
+                    ratio(on_etcd.get.per_second(), kube.get.per_second()),
+                ),
+            ),
+            (
+                format!(
+                    "redb median {} (p99 {}); etcd median {} (p99 {})",
+                    ms(on_redb.list_p50),
+                    ms(on_redb.list_p99),
+                    ms(on_etcd.list_p50),
+                    ms(on_etcd.list_p99),
+                ),
+                format!(
+                    "kube-apiserver: median {} (p99 {})",
+                    ms(kube.list_p50),
+                    ms(kube.list_p99),
+                ),
+            ),
+            (
+                format!(
+                    "redb {:.0}/s (p99 {}); etcd {:.0}/s (p99 {})",
+                    on_redb.creates.per_second(),
+                    ms(on_redb.creates.p99),
+                    on_etcd.creates.per_second(),
+                    ms(on_etcd.creates.p99),
+                ),
+                format!(
+                    "kube-apiserver: {:.0}/s (p99 {}); redb/kube {}, etcd/kube {}",
+                    kube.creates.per_second(),
+                    ms(kube.creates.p99),
+                    ratio(on_redb.creates.per_second(), kube.creates.per_second()),
+                    ratio(on_etcd.creates.per_second(), kube.creates.per_second()),
+                ),
+            ),
+            (
+                format!("redb {}; etcd {}", fanout(&on_redb), fanout(&on_etcd)),
+                format!("kube-apiserver: {}", fanout(&kube)),
+            ),
+            (
+                format!(
+                    "redb {:.0} MiB; etcd {:.0} MiB{errors}",
+                    on_redb.rss_mib, on_etcd.rss_mib
+                ),
+                format!(
+                    "kube-apiserver: {:.0} MiB (etcd not counted for either)",
+                    kube.rss_mib
+                ),
+            ),
+        ],
+    )
 }
 
 /// The same load against one server.

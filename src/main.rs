@@ -15,6 +15,7 @@ mod bench_claims;
 mod bench_kcp;
 #[cfg(feature = "etcd")]
 mod bench_kube;
+mod bench_report;
 #[cfg(feature = "etcd")]
 mod bench_scale;
 mod bench_views;
@@ -111,86 +112,7 @@ enum Command {
     /// status and related resources back.
     Broker(Box<broker::BrokerArgs>),
     /// Measure the server against a bare hyper+rustls server (prints a report).
-    Bench {
-        /// Seconds per load measurement.
-        #[arg(long, default_value_t = 5)]
-        seconds: u64,
-        /// Concurrent connections for the GET measurement.
-        #[arg(long, default_value_t = 16)]
-        connections: usize,
-        /// Objects in the LIST measurement.
-        #[arg(long, default_value_t = 10_000)]
-        list_objects: usize,
-        /// Objects loaded before reading the RSS.
-        #[arg(long, default_value_t = 100_000)]
-        rss_objects: usize,
-        /// Concurrent writers for the durable-create and loading measurements.
-        #[arg(long, default_value_t = 64)]
-        writers: usize,
-        /// Workspaces created and then deleted as one tree.
-        #[arg(long, default_value_t = 10_000)]
-        workspaces: usize,
-        /// Open-loop webhook review rates, reviews/s over 200 connections.
-        #[arg(long, value_delimiter = ',', default_values_t = [2_000u64, 5_000, 10_000])]
-        review_rates: Vec<u64>,
-        /// `--max-requests-inflight` of the overloaded server (ten times as many clients drive it).
-        #[arg(long, default_value_t = 100)]
-        overload_inflight: usize,
-        /// RSS ceiling (MiB) the overloaded server must stay under.
-        #[arg(long, default_value_t = 256)]
-        overload_rss_ceiling_mib: u64,
-        /// Objects the broker section creates in consumer workspaces.
-        #[arg(long, default_value_t = 10_000)]
-        broker_objects: usize,
-        /// Consumer workspaces of the broker section.
-        #[arg(long, default_value_t = 100)]
-        broker_consumers: usize,
-        /// Objects per second the broker section creates.
-        #[arg(long, default_value_t = 500)]
-        broker_rate: u64,
-        /// Watches of the etcd section's fan-out measurement.
-        #[arg(long, default_value_t = 10_000)]
-        watchers: usize,
-        /// Workspaces the watchers are spread over (each write reaches watchers / workspaces).
-        #[arg(long, default_value_t = 100)]
-        watch_workspaces: usize,
-        /// Writes per second during the fan-out measurement.
-        #[arg(long, default_value_t = 1_000)]
-        watch_rate: u64,
-        /// MiB of ConfigMaps the attacks section lists ten times without reading.
-        #[arg(long, default_value_t = 170)]
-        attack_list_mib: usize,
-        /// Roles the attacks section creates in one workspace before loading it.
-        #[arg(long, default_value_t = 3_000)]
-        attack_roles: usize,
-        /// ProviderMetadata of the views section, each offering 3 APIExports.
-        #[arg(long, default_value_t = 1_000)]
-        view_providers: usize,
-        /// APIBindings of the workspace whose contentconfigurations the views section lists.
-        #[arg(long, default_value_t = 100)]
-        view_bindings: usize,
-        /// Workspaces the kcp section creates under one parent, on kcp and on this server.
-        #[arg(long, default_value_t = 1_000)]
-        kcp_workspaces: usize,
-        /// Workspaces of those the kcp section binds an export in and lists through its
-        /// virtual workspace.
-        #[arg(long, default_value_t = 1_000)]
-        kcp_bound: usize,
-        /// ConfigMaps the claims section labels and relabels in one workspace.
-        #[arg(long, default_value_t = 10_000)]
-        claim_objects: usize,
-        /// Workspaces the claims section creates with and without an initializer.
-        #[arg(long, default_value_t = 1_000)]
-        claim_workspaces: usize,
-        /// Run only these attacks of the attacks section (comma-separated; all when empty).
-        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench_attacks::KINDS))]
-        attack: Vec<String>,
-        /// Run only these sections (comma-separated): serving, admission, workspaces, overload,
-        /// broker, etcd (needs `--features etcd`), attacks, views, claims; and, only when named, kube
-        /// (needs `--features etcd`) and kcp (beside the Go peers of `scripts/peers`).
-        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(bench::SECTIONS))]
-        only: Vec<String>,
-    },
+    Bench(Box<bench::BenchOptions>),
     /// The benchmark's baseline server (a fixed 1 KiB JSON over hyper+rustls).
     #[command(hide = true)]
     BenchBareServer {
@@ -791,61 +713,9 @@ fn main() -> anyhow::Result<()> {
                 result
             })
         }
-        Command::Bench {
-            seconds,
-            connections,
-            list_objects,
-            rss_objects,
-            writers,
-            workspaces,
-            review_rates,
-            overload_inflight,
-            overload_rss_ceiling_mib,
-            broker_objects,
-            broker_consumers,
-            broker_rate,
-            watchers,
-            watch_workspaces,
-            watch_rate,
-            attack_list_mib,
-            attack_roles,
-            view_providers,
-            view_bindings,
-            kcp_workspaces,
-            kcp_bound,
-            claim_objects,
-            claim_workspaces,
-            attack,
-            only,
-        } => {
+        Command::Bench(opts) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(bench::run(bench::BenchOptions {
-                seconds,
-                connections,
-                list_objects,
-                rss_objects,
-                writers,
-                workspaces,
-                review_rates,
-                overload_inflight,
-                overload_rss_ceiling_mib,
-                broker_objects,
-                broker_consumers,
-                broker_rate,
-                watchers,
-                watch_workspaces,
-                watch_rate,
-                attack_list_mib,
-                attack_roles,
-                view_providers,
-                view_bindings,
-                kcp_workspaces,
-                kcp_bound,
-                claim_objects,
-                claim_workspaces,
-                attacks: attack,
-                only,
-            }))
+            runtime.block_on(bench::run(*opts))
         }
         Command::Broker(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

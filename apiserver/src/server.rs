@@ -801,9 +801,16 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
         StoreKind::Etcd(etcd) => Arc::new(crate::storage::EtcdStore::connect(etcd.clone()).await?),
     };
     crate::storage::spawn_compactor(store.clone(), 10_000, Duration::from_secs(60));
-    let store: Arc<dyn crate::storage::Store> = match &opts.watch_cache {
-        Some(cache) => Arc::new(crate::storage::CachedStore::new(store, cache.clone())),
-        None => store,
+    let (store, extra_metrics) = match &opts.watch_cache {
+        Some(cache) => {
+            let cached = crate::storage::CachedStore::new(store, cache.clone());
+            let metrics = crate::metrics::watch_cache_metrics(
+                cached.downgrade(),
+                opts.extra_metrics.clone(),
+            );
+            (Arc::new(cached) as Arc<dyn crate::storage::Store>, Some(metrics))
+        }
+        None => (store, opts.extra_metrics.clone()),
     };
     let host = if address.ip().is_unspecified() {
         "127.0.0.1".to_string()
@@ -848,7 +855,7 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
             },
             max_objects_per_workspace: opts.max_objects_per_workspace,
             request_timeout: opts.request_timeout,
-            extra_metrics: opts.extra_metrics.clone(),
+            extra_metrics,
             budgets: opts.budgets,
             views: opts.views.clone(),
             extension: opts.extension.clone(),

@@ -84,6 +84,36 @@ struct WindowLog {
     bytes: usize,
 }
 
+/// A [`CachedStore`] that may be gone.
+#[derive(Clone)]
+pub struct WeakCachedStore(std::sync::Weak<Shared>);
+
+impl WeakCachedStore {
+    /// The cache, while anything else holds it.
+    pub fn upgrade(&self) -> Option<CachedStore> {
+        self.0.upgrade().map(|shared| CachedStore { shared })
+    }
+}
+
+/// The bytes a [`CachedStore`] holds, by part.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Objects of every loaded type.
+    pub objects: usize,
+    /// Their keys and stored values.
+    pub object_bytes: usize,
+    /// Events in the windows.
+    pub window_events: usize,
+    /// The windows' values and previous values that only the windows hold (a value still
+    /// current is the object's, counted in `object_bytes`).
+    pub window_bytes: usize,
+    /// Events of the windows whose objects a watcher has decoded (the decoded form is kept
+    /// with the event).
+    pub decoded_events: usize,
+    /// Encoded watch frames the windows' events remember.
+    pub frame_bytes: usize,
+}
+
 /// A store whose watches and latest lists are served from memory.
 #[derive(Clone)]
 pub struct CachedStore {
@@ -114,6 +144,8 @@ struct TypeState {
     /// Set when the cache was dropped by a reset: it no longer receives events.
     dead: bool,
     objects: BTreeMap<Arc<str>, KeyValue>,
+    /// Bytes of `objects`' keys and values.
+    object_bytes: usize,
     window: VecDeque<Event>,
     /// Every event of this type after this revision is in `window`.
     window_start: Revision,
@@ -186,14 +218,17 @@ impl TypeState {
     fn apply(&mut self, event: Event, window: usize) {
         match event.kind {
             EventType::Delete => {
-                self.objects.remove(&event.key);
+                if let Some(old) = self.objects.remove(&event.key) {
+                    self.object_bytes -= old.key.len() + old.value.len();
+                }
             }
             EventType::Create | EventType::Update => {
                 let create_revision = match (event.kind, self.objects.get(&event.key)) {
                     (EventType::Update, Some(old)) => old.create_revision,
                     _ => event.revision,
                 };
-                self.objects.insert(
+                self.object_bytes += event.key.len() + event.value.len();
+                let replaced = self.objects.insert(
                     event.key.clone(),
                     KeyValue {
                         key: event.key.clone(),
@@ -202,6 +237,9 @@ impl TypeState {
                         mod_revision: event.revision,
                     },
                 );
+                if let Some(old) = replaced {
+                    self.object_bytes -= old.key.len() + old.value.len();
+                }
             }
         }
         self.all.retain(|w| w.offer(&event));
@@ -252,6 +290,37 @@ impl CachedStore {
         *self.shared.seen.borrow()
     }
 
+    /// A handle that does not keep the cache alive.
+    pub fn downgrade(&self) -> WeakCachedStore {
+        WeakCachedStore(Arc::downgrade(&self.shared))
+    }
+
+    /// What the cache holds now, in bytes of stored data (not of the memory around it).
+    pub fn footprint(&self) -> Footprint {
+        let caches: Vec<Arc<TypeCache>> = lock(&self.shared.types).values().cloned().collect();
+        let mut f = Footprint::default();
+        for cache in caches {
+            let st = lock(&cache.state);
+            f.objects += st.objects.len();
+            f.object_bytes += st.object_bytes;
+            f.window_events += st.window.len();
+            for e in &st.window {
+                // A value that is still current is the object's own bytes, not a copy.
+                let current = st
+                    .objects
+                    .get(&e.key)
+                    .is_some_and(|kv| kv.value.as_ptr() == e.value.as_ptr());
+                if !current {
+                    f.window_bytes += e.value.len();
+                }
+                f.window_bytes += e.prev_value.as_ref().map_or(0, |p| p.len());
+                f.frame_bytes += e.memo.frame_bytes();
+                f.decoded_events += usize::from(e.memo.decoded());
+            }
+        }
+        f
+    }
+
     /// The loaded cache of a resource type; `None` if it cannot be loaded (the caller then
     /// reads the backing store).
     async fn type_cache(&self, prefix: &str) -> Option<Arc<TypeCache>> {
@@ -265,6 +334,7 @@ impl CachedStore {
                         pending: Some(Vec::new()),
                         dead: false,
                         objects: BTreeMap::new(),
+                        object_bytes: 0,
                         window: VecDeque::new(),
                         window_start: 0,
                         all: Vec::new(),
@@ -325,6 +395,10 @@ impl CachedStore {
         }
         let window = self.shared.options.window;
         let mut st = lock(&cache.state);
+        st.object_bytes = objects
+            .values()
+            .map(|kv| kv.key.len() + kv.value.len())
+            .sum();
         st.objects = objects;
         st.window_start = at;
         for event in st.pending.take().unwrap_or_default() {

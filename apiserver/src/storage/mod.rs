@@ -32,7 +32,7 @@ mod conformance;
 #[cfg(test)]
 mod differential;
 
-pub use cache::{CacheOptions, CachedStore};
+pub use cache::{CacheOptions, CachedStore, Footprint};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdOptions, EtcdStore, EtcdTls};
 pub use memory::MemoryStore;
@@ -110,6 +110,17 @@ struct MemoSlots {
 }
 
 impl Memo {
+    /// Whether the event's object or previous object has been decoded.
+    pub fn decoded(&self) -> bool {
+        self.0.value.get().is_some_and(Option::is_some)
+            || self.0.prev.get().is_some_and(Option::is_some)
+    }
+
+    /// Bytes of the frames made so far.
+    pub fn frame_bytes(&self) -> usize {
+        self.0.frames.iter().filter_map(|f| f.get()).map(Bytes::len).sum()
+    }
+
     /// The frame in `slot`, made by `make` the first time. Slots past [`MEMO_FRAMES`] are not
     /// remembered.
     pub fn frame<E>(
