@@ -658,7 +658,9 @@ async fn memory_split(server: &ChildServer) -> String {
             .unwrap_or(0.0)
     };
     let mib = |part: &str| {
-        sample(&format!("platform_mesh_watch_cache_bytes{{part=\"{part}\"}}")) / 1048576.0
+        sample(&format!(
+            "platform_mesh_watch_cache_bytes{{part=\"{part}\"}}"
+        )) / 1048576.0
     };
     format!(
         "; of it the watch cache's data: objects {:.0} MiB ({:.0} objects), event window {:.0} MiB more ({:.0} events, {:.0} of them decoded), its encoded frames {:.0} MiB; the store's (redb) page cache at most 32 MiB",
@@ -698,9 +700,13 @@ async fn admission(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<Row>> 
     }
     let bare = ChildServer::start(&["bench-bare-server"], &tmp.join("bare2"))?;
     let bare_client = bare.client()?;
-    let bare_closed = closed_loop(&bare_client, REVIEW_CONNECTIONS, opts.seconds, 200, |_, _| {
-        (Method::GET, "/".to_string(), None)
-    })
+    let bare_closed = closed_loop(
+        &bare_client,
+        REVIEW_CONNECTIONS,
+        opts.seconds,
+        200,
+        |_, _| (Method::GET, "/".to_string(), None),
+    )
     .await?;
     let mut bare_open = Vec::new();
     for &rate in &opts.review_rates {
@@ -729,10 +735,16 @@ async fn admission(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<Row>> 
     };
     let path = "/admission/validate?timeout=10s";
     let r = review.clone();
-    let closed = closed_loop(&client, REVIEW_CONNECTIONS, opts.seconds, 200, move |c, i| {
-        let body = serde_json::from_slice(&r(c, i)).unwrap_or_default();
-        (Method::POST, path.to_string(), Some(body))
-    })
+    let closed = closed_loop(
+        &client,
+        REVIEW_CONNECTIONS,
+        opts.seconds,
+        200,
+        move |c, i| {
+            let body = serde_json::from_slice(&r(c, i)).unwrap_or_default();
+            (Method::POST, path.to_string(), Some(body))
+        },
+    )
     .await?;
     let closed = (
         format!(

@@ -689,7 +689,8 @@ pub(crate) fn labels(opts: &BenchOptions) -> Vec<String> {
         .iter()
         .filter(|kind| runs(opts, kind))
         .map(|kind| match *kind {
-            "watches" => "watches that never read, while a 512 KiB ConfigMap is updated in a loop".to_string(),
+            "watches" => "watches that never read, while a 512 KiB ConfigMap is updated in a loop"
+                .to_string(),
             "large-updates" => "a 1 MiB ConfigMap updated in a loop".to_string(),
             "unread-lists" => format!("10 unread LISTs of {} MiB", opts.attack_list_mib),
             "many-roles" => format!(
@@ -698,5 +699,6 @@ pub(crate) fn labels(opts: &BenchOptions) -> Vec<String> {
             ),
             _ => "JSON patches of 40 doubling copies from 4 connections".to_string(),
         })
+        .map(|what| format!("attack: {what}"))
         .collect()
 }

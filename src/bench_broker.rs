@@ -22,8 +22,8 @@ use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use serde_json::json;
 
-use crate::bench_report::{rows, Row};
 use crate::bench::{ms, percentile, rss_of, BenchOptions, ChildServer};
+use crate::bench_report::{rows, Row};
 
 const KIND: &str = "Certificate.v1alpha1.example.platform-mesh.io";
 

@@ -411,8 +411,12 @@ pub(crate) fn labels(opts: &BenchOptions) -> Vec<String> {
     let n = opts.kcp_workspaces;
     let bound = n.min(opts.kcp_bound);
     vec![
-        format!("workspaces created, {n} under one parent, {} clients", opts.writers),
-        "workspaces created as a tree, 10 levels of 11, each level Ready before the next".to_string(),
+        format!(
+            "workspaces created, {n} under one parent, {} clients",
+            opts.writers
+        ),
+        "workspaces created as a tree, 10 levels of 11, each level Ready before the next"
+            .to_string(),
         "RSS per empty workspace".to_string(),
         format!("delete the tree ({} workspaces)", n + 111),
         format!("APIExport virtual-workspace LIST across {bound} bound workspaces, 20 lists"),

@@ -16,9 +16,9 @@ use serde_json::json;
 
 use crate::bench::{closed_loop, load_objects, ms, object_1k, percentile, rss_of, BenchOptions};
 use crate::bench::{ChildServer, Load};
-use crate::bench_scale::{follow_watch, micros_ms, now_micros};
-use crate::bench_report::{kube_labels, rows, Row, KUBE_FANOUT_RATE as FANOUT_RATE};
 use crate::bench_report::KUBE_WATCHERS as WATCHERS;
+use crate::bench_report::{kube_labels, rows, Row, KUBE_FANOUT_RATE as FANOUT_RATE};
+use crate::bench_scale::{follow_watch, micros_ms, now_micros};
 use crate::peers::{KubeApiserver, KUBERNETES_VERSION};
 
 /// Watches per HTTP/2 connection (below every server's stream limit).

@@ -88,11 +88,7 @@ pub fn kube_labels(opts: &BenchOptions) -> Vec<String> {
 
 /// The rows of the etcd section (here: that section is built only with the etcd feature).
 pub fn etcd_labels(opts: &BenchOptions) -> Vec<String> {
-    let (watchers, spaces, rate) = (
-        opts.watchers,
-        opts.watch_workspaces.max(1),
-        opts.watch_rate,
-    );
+    let (watchers, spaces, rate) = (opts.watchers, opts.watch_workspaces.max(1), opts.watch_rate);
     vec![
         format!("creates of 1 KiB ConfigMaps on etcd, {} clients", opts.connections),
         "CPU per create through the server (µs)".to_string(),
@@ -189,8 +185,8 @@ fn current_commit() -> String {
     let Some(commit) = git(&["rev-parse", "--short=7", "HEAD"]) else {
         return "unknown".to_string();
     };
-    let changed = git(&["status", "--porcelain", "--untracked-files=no"])
-        .is_some_and(|s| !s.is_empty());
+    let changed =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     if changed {
         format!("{commit}+changes")
     } else {
@@ -242,7 +238,9 @@ fn cell(s: &str) -> String {
 /// Why a README's bench blocks cannot be read or replaced.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadmeError {
-    #[error("the README has no `{0}` line to replace; add the section's markers where its table goes")]
+    #[error(
+        "the README has no `{0}` line to replace; add the section's markers where its table goes"
+    )]
     NoBlock(String),
     #[error("the README's `{0}` has no matching end marker")]
     Unterminated(String),
@@ -464,7 +462,10 @@ mod tests {
         assert!(replaced.starts_with("intro\n\n") && replaced.ends_with("\n\nafter\n"));
         let read = blocks(&replaced).expect("blocks read");
         assert_eq!(read.len(), 1);
-        assert_eq!(read[0].command, "platform-mesh bench --only serving --seconds 3");
+        assert_eq!(
+            read[0].command,
+            "platform-mesh bench --only serving --seconds 3"
+        );
         assert_eq!(read[0].measurements, vec!["GET a|b".to_string()]);
         assert_eq!((read[0].cores, read[0].commit.as_str()), (2, "abc1234"));
         assert!(matches!(
@@ -475,10 +476,16 @@ mod tests {
 
     #[test]
     fn only_and_the_readme_path_are_not_measured_arguments() {
-        let args: Vec<String> = ["--only", "kcp", "--kcp-workspaces", "200", "--write-readme=R"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let args: Vec<String> = [
+            "--only",
+            "kcp",
+            "--kcp-workspaces",
+            "200",
+            "--write-readme=R",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         assert_eq!(measured_args(&args), vec!["--kcp-workspaces", "200"]);
     }
 
@@ -497,7 +504,8 @@ mod tests {
         for b in &found {
             let opts = options_of(&b.command);
             assert!(
-                b.command.starts_with(&format!("platform-mesh bench --only {} ", b.section))
+                b.command
+                    .starts_with(&format!("platform-mesh bench --only {} ", b.section))
                     || b.command == format!("platform-mesh bench --only {}", b.section),
                 "README: the {} table's command is {}",
                 b.section,
@@ -520,11 +528,14 @@ mod tests {
                         c.is_ascii_digit()
                     }
                 });
-            assert!(date_ok, "README: the {} table's date is {}", b.section, b.date);
+            assert!(
+                date_ok,
+                "README: the {} table's date is {}",
+                b.section, b.date
+            );
             assert!(b.cores > 0);
             assert!(
-                b.commit.len() >= 7
-                    && b.commit.chars().all(|c| c.is_ascii_hexdigit()),
+                b.commit.len() >= 7 && b.commit.chars().all(|c| c.is_ascii_hexdigit()),
                 "README: the {} table was measured at {}, not at a commit",
                 b.section,
                 b.commit

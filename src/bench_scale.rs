@@ -18,8 +18,8 @@ use http_body_util::{BodyExt, Full};
 use serde_json::json;
 
 use crate::bench::{closed_loop, ms, object_1k, rss_of, BenchOptions, ChildServer};
-use crate::bench_report::{etcd_labels, rows, Row};
 use crate::bench_broker::{post, wait_ready};
+use crate::bench_report::{etcd_labels, rows, Row};
 
 /// Microseconds since the epoch, as written into each object.
 pub(crate) fn now_micros() -> u64 {

@@ -9,6 +9,7 @@ use controllers::broker::parse_kind;
 use controllers::broker::wiring::{kubeconfig_cluster, kubeconfig_clusters, Broker, BrokerOptions};
 use controllers::providers::FixedClusters;
 use controllers::runtime::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus};
+use controllers::runtime::sharding::{Sharded, ShardingConfig};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 
@@ -75,6 +76,17 @@ pub struct BrokerArgs {
     /// Name of the Lease: upstream's leader-election id.
     #[arg(long, default_value = "c8c3e66c.platform-mesh.io")]
     leader_election_id: String,
+    /// How many replicas share the consumer clusters. With more than 1, every replica brokers
+    /// the objects of its share of the consumers, chosen by rendezvous hashing over the live
+    /// replicas and fenced by a Lease per cluster (`<leader-election-id>-consumers-shard-…`), so
+    /// two replicas never reconcile in one consumer cluster at once; the Migration controller
+    /// runs on the replica holding the --leader-election-id Lease. The Leases are where
+    /// --leader-elect keeps its Lease.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    shard_replicas: u16,
+    /// This replica's name among the shards (default: the host name and a random suffix).
+    #[arg(long)]
+    shard_identity: Option<String>,
 }
 
 /// Reads the flags into the broker's clusters.
@@ -164,6 +176,7 @@ async fn options(args: &BrokerArgs) -> anyhow::Result<BrokerOptions> {
         kinds,
         workers: args.workers,
         metrics: Default::default(),
+        migrations_apart: false,
     })
 }
 
@@ -175,7 +188,8 @@ pub async fn run(
     let metrics = controllers::runtime::Metrics::default();
     let status = LeaderStatus::default();
     // Checked before anything starts: a flag that cannot work fails at once.
-    let election = match args.leader_elect {
+    let sharded = args.shard_replicas > 1;
+    let election = match args.leader_elect || sharded {
         true => Some(lease_client(&args).await?),
         false => None,
     };
@@ -209,12 +223,28 @@ pub async fn run(
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_default();
-        let config = LeaderElectionConfig::new(
-            &namespace,
-            &args.leader_election_id,
-            &format!("{host}_{}", uuid::Uuid::new_v4()),
-        );
+        let identity = format!("{host}_{}", uuid::Uuid::new_v4());
+        let config = LeaderElectionConfig::new(&namespace, &args.leader_election_id, &identity);
         crate::operator::ensure_namespace(&client, &namespace, &stop).await;
+        if sharded {
+            let identity = args.shard_identity.clone().unwrap_or(identity);
+            eprintln!(
+                "platform-mesh broker is running for {} as shard {identity} of {}",
+                args.watch_kinds.join(", "),
+                args.shard_replicas
+            );
+            let elector = LeaderElector::new(client.clone(), config).with_status(status.clone());
+            return sharded_until(
+                &args,
+                &metrics,
+                client,
+                &namespace,
+                &identity,
+                elector,
+                stop.clone(),
+            )
+            .await;
+        }
         let elector = LeaderElector::new(client, config).with_status(status.clone());
         while let Some(leadership) = elector.acquire(&stop).await {
             eprintln!(
@@ -264,13 +294,68 @@ async fn broker_until(
     broker.run(stop).await.map_err(anyhow::Error::msg)
 }
 
+/// Runs this replica's share of the broker until `stop` is cancelled: its consumer clusters,
+/// and the Migration controller while it holds the leader Lease.
+async fn sharded_until(
+    args: &BrokerArgs,
+    metrics: &controllers::runtime::Metrics,
+    leases: kube::Client,
+    namespace: &str,
+    identity: &str,
+    elector: LeaderElector,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut opts = options(args).await?;
+    opts.metrics = metrics.clone();
+    opts.migrations_apart = true;
+    let config = ShardingConfig {
+        expected_peers: usize::from(args.shard_replicas),
+        ..ShardingConfig::new(
+            namespace,
+            identity,
+            &format!("{}-consumers", args.leader_election_id),
+        )
+    };
+    opts.consumers = Arc::new(Sharded::new(opts.consumers, leases, config));
+    let broker = Broker::new(opts).map_err(anyhow::Error::msg)?;
+    let migrations = broker.migrations();
+    // The leader's part stops with the broker's, also when the broker fails.
+    let lead_stop = stop.child_token();
+    let lead = async {
+        let Some(migrations) = migrations else {
+            return Ok(());
+        };
+        while let Some(leadership) = elector.acquire(&lead_stop).await {
+            eprintln!("platform-mesh broker leads and runs the Migration controller");
+            let worked = migrations.run(leadership.lost()).await;
+            if let Err(e) = leadership.release().await {
+                tracing::warn!(error = %e, "releasing the lease failed");
+            }
+            worked.map_err(anyhow::Error::msg)?;
+            if lead_stop.is_cancelled() {
+                break;
+            }
+            tracing::warn!("leadership lost: the Migration controller stopped; campaigning again");
+        }
+        Ok(())
+    };
+    let run = async {
+        let ran = broker.run(stop.clone()).await;
+        lead_stop.cancel();
+        ran
+    };
+    let (brokered, led) = tokio::join!(run, lead);
+    brokered.map_err(anyhow::Error::msg)?;
+    led
+}
+
 /// The client and namespace of the leader-election Lease.
 async fn lease_client(args: &BrokerArgs) -> anyhow::Result<(kube::Client, String)> {
     let path = match (&args.coordination_kubeconfig, &args.kcp_kubeconfig) {
         (Some(path), _) => path.clone(),
         (None, Some(path)) => path.clone(),
         (None, None) => bail!(
-            "--leader-elect keeps its Lease in the coordination cluster: give --coordination-kubeconfig (or --kcp-kubeconfig)"
+            "--leader-elect and --shard-replicas keep their Leases in the coordination cluster: give --coordination-kubeconfig (or --kcp-kubeconfig)"
         ),
     };
     let kc = Kubeconfig::read_from(&path).with_context(|| format!("reading kubeconfig {path}"))?;

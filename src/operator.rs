@@ -181,8 +181,10 @@ pub const WORKSPACE_CONTROLLERS_KUBECONFIG: &str = "workspace-controllers.kubeco
 /// Leader election among replicas, with kube-controller-manager's flags.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LeaderElectionArgs {
-    /// Run the controllers only while this replica holds a Lease, so that of several replicas on
-    /// one etcd one reconciles at a time (default: true with --etcd-servers, else false).
+    /// Run each controller group only while this replica holds its Lease, so that of several
+    /// replicas on one etcd one reconciles it at a time: the workspace controllers (Account,
+    /// AccountInfo, Provider) on `<name>-workspaces`, the rest on `<name>` (default: true with
+    /// --etcd-servers, else false).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub leader_elect: Option<bool>,
     /// How long the other replicas wait after the leader's last renewal before taking over.
@@ -541,8 +543,12 @@ pub async fn start(
                 "runtime",
             )
             .await?;
-            // Sharded, every replica runs the workspace controllers for its share, outside the
-            // election; the leader runs the rest.
+            // The workspace controllers (upstream's account-operator) and the rest (upstream's
+            // platform-mesh-operator) are led apart, as upstream's two operators each have
+            // their Lease. Sharded, every replica runs the workspace controllers for its
+            // share, outside any election; otherwise the holder of `<lease>-workspaces` runs
+            // them, so two replicas can each lead one half. The leader of `<lease>` runs the
+            // rest.
             let sharded = args.sharding.shard_replicas > 1;
             let mut shares = Vec::new();
             if sharded {
@@ -552,16 +558,37 @@ pub async fn start(
                     leases: &runtime,
                 };
                 shares = run(args, own, restricted.as_deref(), part, &stop).await?;
+            } else {
+                let workspaces = LeaderElectionConfig {
+                    name: format!("{}-workspaces", config.name),
+                    ..config.clone()
+                };
+                let elector = LeaderElector::new(runtime.clone(), workspaces.clone());
+                let (args, own, stop) = (args.clone(), own.to_path_buf(), stop.clone());
+                let (runtime, restricted) = (runtime.clone(), restricted.clone());
+                shares.push(tokio::spawn(async move {
+                    let part = Part::Workspaces {
+                        election: &workspaces,
+                        leases: &runtime,
+                    };
+                    lead(
+                        elector,
+                        runtime.clone(),
+                        &workspaces,
+                        (&args, &own, restricted.as_deref(), part),
+                        &stop,
+                    )
+                    .await;
+                }));
             }
             let elector = LeaderElector::new(runtime.clone(), config.clone()).with_status(status);
             let (args, own, stop) = (args.clone(), own.to_path_buf(), stop.clone());
             tokio::spawn(async move {
-                let part = if sharded { Part::Singletons } else { Part::All };
                 lead(
                     elector,
                     runtime,
                     &config,
-                    (&args, &own, restricted.as_deref(), part),
+                    (&args, &own, restricted.as_deref(), Part::Singletons),
                     &stop,
                 )
                 .await;

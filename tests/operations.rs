@@ -111,8 +111,12 @@ impl Broker {
                 probes = Some(a.trim().to_string());
             }
         }
-        // Keep draining stderr.
-        std::thread::spawn(move || while rx.recv().is_ok() {});
+        // Keep draining stderr, into the test's (shown when it fails).
+        std::thread::spawn(move || {
+            while let Ok(line) = rx.recv() {
+                eprintln!("[broker] {line}");
+            }
+        });
         Broker {
             child,
             metrics: metrics.expect("metrics"),
@@ -303,6 +307,210 @@ async fn two_brokers_elect_one_leader_and_the_other_takes_over() {
     wait_for(60, "the other broker leading", || async {
         (leads(follower).await == Some(true)).then_some(())
     })
+    .await;
+}
+
+/// Lists `path` of the server as the admin: the items.
+async fn items(server: &Server, path: &str) -> Vec<serde_json::Value> {
+    let mut c = server.client().connect().await.expect("connect");
+    let r = c.get(path).await.expect("list");
+    assert_eq!(r.status.as_u16(), 200, "{path}: {}", r.json());
+    r.json()["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_brokers_split_the_consumers_and_the_survivor_takes_over() {
+    const CONSUMERS: usize = 12;
+    let server = Server::start_with(&["--no-controllers"]);
+    let mut conn = server.client().connect().await.expect("connect");
+    let consumers: Vec<String> = (0..CONSUMERS).map(|i| format!("consumer-{i:02}")).collect();
+    let mut names = consumers.clone();
+    names.extend(["provider".to_string(), "coordination".to_string()]);
+    for ws in &names {
+        let r = conn
+            .send(
+                Method::POST,
+                "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces",
+                Some("application/json"),
+                json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws}})
+                    .to_string()
+                    .into_bytes(),
+            )
+            .await
+            .expect("workspace");
+        assert_eq!(r.status.as_u16(), 201);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = |ws: &str| {
+        let out = dir.path().join(format!("{ws}.kubeconfig"));
+        common::stdout_of(
+            bin()
+                .args([
+                    "certs",
+                    "kubeconfig",
+                    "--user",
+                    "broker",
+                    "--group",
+                    "system:masters",
+                ])
+                .args(["--workspace", &format!("root:{ws}"), "--out"])
+                .arg(&out)
+                .arg("--data-dir")
+                .arg(&server.data_dir),
+            "certs kubeconfig",
+        );
+        out.to_string_lossy().into_owned()
+    };
+    for ws in &names {
+        wait_for(30, &format!("root:{ws} Ready"), || {
+            let client = server.client();
+            async move {
+                let mut c = client.connect().await.expect("connect");
+                let r = c
+                    .get(&format!("/clusters/root:{ws}/api/v1/namespaces/default"))
+                    .await
+                    .expect("get");
+                (r.status.as_u16() == 200).then_some(())
+            }
+        })
+        .await;
+    }
+    let accept = conn
+        .send(
+            Method::POST,
+            "/clusters/root:provider/apis/broker.platform-mesh.io/v1alpha1/namespaces/default/acceptapis",
+            Some("application/json"),
+            json!({"apiVersion": "broker.platform-mesh.io/v1alpha1", "kind": "AcceptAPI",
+                "metadata": {"name": "configmaps"},
+                "spec": {"gvr": {"group": "", "version": "v1", "resource": "configmaps"}, "filters": []}})
+            .to_string()
+            .into_bytes(),
+        )
+        .await
+        .expect("acceptapi");
+    assert_eq!(accept.status.as_u16(), 201, "{}", accept.json());
+    let consumer_files: Vec<String> = consumers.iter().map(|c| kubeconfig(c)).collect();
+    let (provider, coordination) = (kubeconfig("provider"), kubeconfig("coordination"));
+    let consumer_list = consumer_files.join(",");
+    let brokers: Vec<Broker> = ["shard-a", "shard-b"]
+        .iter()
+        .map(|identity| {
+            Broker::start(&[
+                "--watch-kind",
+                "ConfigMap.v1.core",
+                "--consumer-kubeconfig",
+                &consumer_list,
+                "--provider-kubeconfig",
+                &provider,
+                "--coordination-kubeconfig",
+                &coordination,
+                "--shard-replicas",
+                "2",
+                "--shard-identity",
+                identity,
+            ])
+        })
+        .collect();
+    let create_everywhere = |round: usize| {
+        let client = server.client();
+        let consumers = consumers.clone();
+        async move {
+            let mut c = client.connect().await.expect("connect");
+            for ws in &consumers {
+                let r = c
+                    .send(
+                        Method::POST,
+                        &format!("/clusters/root:{ws}/api/v1/namespaces/default/configmaps"),
+                        Some("application/json"),
+                        json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": format!("order-{round}")}, "data": {"a": "b"}})
+                        .to_string()
+                        .into_bytes(),
+                    )
+                    .await
+                    .expect("configmap");
+                assert_eq!(r.status.as_u16(), 201, "{}", r.json());
+            }
+        }
+    };
+    // Copies in the provider, by the consumer object they belong to.
+    let copies = || async {
+        items(&server, "/clusters/root:provider/api/v1/configmaps")
+            .await
+            .iter()
+            .filter_map(|o| {
+                let a = &o["metadata"]["annotations"];
+                Some(format!(
+                    "{} {}",
+                    a["broker.platform-mesh.io/consumer-cluster"].as_str()?,
+                    a["broker.platform-mesh.io/consumer-name"].as_str()?
+                ))
+            })
+            .collect::<std::collections::BTreeSet<String>>()
+    };
+    // The fence Leases of the consumer clusters, by holder.
+    let holders = || async {
+        let mut by_holder = std::collections::BTreeMap::<String, usize>::new();
+        for lease in items(
+            &server,
+            "/clusters/root:coordination/apis/coordination.k8s.io/v1/namespaces/default/leases",
+        )
+        .await
+        {
+            let name = lease["metadata"]["name"].as_str().unwrap_or_default();
+            if name.starts_with("c8c3e66c.platform-mesh.io-consumers-shard-") {
+                let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
+                *by_holder.entry(holder.to_string()).or_default() += 1;
+            }
+        }
+        by_holder
+    };
+    create_everywhere(0).await;
+    wait_for(90, "a copy of every consumer's first object", || async {
+        (copies().await.len() == CONSUMERS).then_some(())
+    })
+    .await;
+    // Both replicas hold a share, together every consumer cluster (12 clusters over 2 replicas:
+    // all on one by chance has a probability of 2 in 4,096).
+    let shares = wait_for(
+        60,
+        "the consumer clusters split between both replicas",
+        || async {
+            let h = holders().await;
+            (h.values().sum::<usize>() == CONSUMERS && h.len() == 2).then_some(h)
+        },
+    )
+    .await;
+    assert!(
+        shares.keys().all(|h| h == "shard-a" || h == "shard-b"),
+        "{shares:?}"
+    );
+    // Exactly one runs the Migration controller.
+    let leading = wait_for(60, "one leader among the replicas", || async {
+        let mut flags = Vec::new();
+        for b in &brokers {
+            flags.push(leads(b).await?);
+        }
+        (flags.iter().filter(|l| **l).count() == 1).then_some(flags)
+    })
+    .await;
+    assert_eq!(leading.len(), 2);
+    // One replica dies without giving anything up; the other takes its consumers over.
+    let mut brokers = brokers;
+    drop(brokers.remove(0));
+    create_everywhere(1).await;
+    wait_for(120, "a copy of every consumer's second object", || async {
+        (copies().await.len() == 2 * CONSUMERS).then_some(())
+    })
+    .await;
+    wait_for(
+        60,
+        "every consumer cluster held by the survivor",
+        || async {
+            let h = holders().await;
+            (h.get("shard-b") == Some(&CONSUMERS)).then_some(())
+        },
+    )
     .await;
 }
 

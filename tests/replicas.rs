@@ -344,10 +344,17 @@ async fn a_replica_reaches_an_etcd_that_verifies_clients() {
 }
 
 const LEASE: &str = "platform-mesh-controllers";
+/// The workspace controllers' own Lease (upstream's account-operator has its own too).
+const WORKSPACES_LEASE: &str = "platform-mesh-controllers-workspaces";
 
 /// The Lease's holder (empty once released) and transitions, once it exists.
 async fn lease_holder(client: &kube::Client) -> Option<(String, i32)> {
-    let spec = lease_spec(client).await?;
+    holder_of(client, LEASE).await
+}
+
+/// The holder and transitions of Lease `name`, once it exists.
+async fn holder_of(client: &kube::Client, name: &str) -> Option<(String, i32)> {
+    let spec = lease_spec_named(client, name).await?;
     Some((
         spec.holder_identity.unwrap_or_default(),
         spec.lease_transitions.unwrap_or(0),
@@ -358,12 +365,20 @@ async fn lease_holder(client: &kube::Client) -> Option<(String, i32)> {
 async fn lease_spec(
     client: &kube::Client,
 ) -> Option<k8s_openapi::api::coordination::v1::LeaseSpec> {
+    lease_spec_named(client, LEASE).await
+}
+
+/// Lease `name`, `None` while there is none; any answer but NotFound fails the test.
+async fn lease_spec_named(
+    client: &kube::Client,
+    name: &str,
+) -> Option<k8s_openapi::api::coordination::v1::LeaseSpec> {
     use k8s_openapi::api::coordination::v1::Lease;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
     leases
-        .get_opt(LEASE)
+        .get_opt(name)
         .await
-        .unwrap_or_else(|e| panic!("reading Lease {LEASE}: {e}"))?
+        .unwrap_or_else(|e| panic!("reading Lease {name}: {e}"))?
         .spec
 }
 
@@ -433,6 +448,13 @@ async fn one_replica_runs_the_controllers_and_another_takes_over_when_it_dies() 
     .await;
     let (first, transitions) = lease_holder(&ka).await.expect("lease");
     assert_eq!(transitions, 0);
+    // The workspace controllers campaign for a Lease of their own; alone, A holds it too.
+    eventually("A, alone, leads the workspace controllers", || async {
+        holder_of(&ka, WORKSPACES_LEASE)
+            .await
+            .is_some_and(|(holder, _)| holder == first)
+    })
+    .await;
 
     let b = Server::start_replica(&a, &flags);
     let kb = b.kube().await;
@@ -472,6 +494,12 @@ async fn one_replica_runs_the_controllers_and_another_takes_over_when_it_dies() 
     })
     .await;
     assert_eq!(lease_holder(&kb).await.map(|(_, t)| t), Some(1));
+    eventually("B takes the workspace controllers' Lease over", || async {
+        holder_of(&kb, WORKSPACES_LEASE)
+            .await
+            .is_some_and(|(holder, _)| !holder.is_empty() && holder != first)
+    })
+    .await;
     organisation_gets_ready(&kb, "bravo").await;
 
     // A leader stopped by SIGTERM gives the Lease up before it exits, so the next one need not

@@ -804,11 +804,12 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
     let (store, extra_metrics) = match &opts.watch_cache {
         Some(cache) => {
             let cached = crate::storage::CachedStore::new(store, cache.clone());
-            let metrics = crate::metrics::watch_cache_metrics(
-                cached.downgrade(),
-                opts.extra_metrics.clone(),
-            );
-            (Arc::new(cached) as Arc<dyn crate::storage::Store>, Some(metrics))
+            let metrics =
+                crate::metrics::watch_cache_metrics(cached.downgrade(), opts.extra_metrics.clone());
+            (
+                Arc::new(cached) as Arc<dyn crate::storage::Store>,
+                Some(metrics),
+            )
         }
         None => (store, opts.extra_metrics.clone()),
     };

@@ -123,3 +123,15 @@ pub trait ClusterProvider: Send + Sync + 'static {
     /// in a hierarchy of clusters).
     fn get(&self, name: &str) -> Option<Arc<Cluster>>;
 }
+
+/// A shared provider is a provider, so one chosen at run time can be wrapped (e.g. sharded).
+#[async_trait::async_trait]
+impl ClusterProvider for Arc<dyn ClusterProvider> {
+    async fn run(&self, sink: ClusterSink, stop: CancellationToken) -> Result<(), ProviderError> {
+        (**self).run(sink, stop).await
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<Cluster>> {
+        (**self).get(name)
+    }
+}

@@ -60,18 +60,21 @@ pub fn owner_of<'a>(cluster: &str, peers: &'a [String]) -> Option<&'a str> {
 }
 
 /// A Lease name for a cluster's fence: `<prefix>-shard-<cluster>` made DNS-safe; names that had
-/// to change (e.g. `root:orgs`) or are too long get a hash suffix so they stay unique.
+/// to change (e.g. `root:orgs`, or a kubeconfig path) or are too long get a hash suffix so they
+/// stay unique. Dots become dashes too: a dot beside a dash would end a DNS label badly.
 ///
 /// ```
 /// use mc_runtime::sharding::fence_lease_name;
 /// assert_eq!(fence_lease_name("pm", "abc"), "pm-shard-abc");
 /// assert!(fence_lease_name("pm", "root:orgs").starts_with("pm-shard-root-orgs-"));
+/// let path = fence_lease_name("pm", "/tmp/.x/a.kubeconfig+ctx");
+/// assert!(path.starts_with("pm-shard--tmp--x-a-kubeconfig-ctx-"), "{path}");
 /// ```
 pub fn fence_lease_name(prefix: &str, cluster: &str) -> String {
     let cleaned: String = cluster
         .chars()
         .map(|c| match c {
-            'a'..='z' | '0'..='9' | '-' | '.' => c,
+            'a'..='z' | '0'..='9' | '-' => c,
             'A'..='Z' => c.to_ascii_lowercase(),
             _ => '-',
         })

@@ -118,7 +118,12 @@ impl Memo {
 
     /// Bytes of the frames made so far.
     pub fn frame_bytes(&self) -> usize {
-        self.0.frames.iter().filter_map(|f| f.get()).map(Bytes::len).sum()
+        self.0
+            .frames
+            .iter()
+            .filter_map(|f| f.get())
+            .map(Bytes::len)
+            .sum()
     }
 
     /// The frame in `slot`, made by `make` the first time. Slots past [`MEMO_FRAMES`] are not

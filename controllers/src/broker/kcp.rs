@@ -210,6 +210,7 @@ pub fn options(
         kinds,
         workers,
         metrics: Default::default(),
+        migrations_apart: false,
     })
 }
 
@@ -257,5 +258,6 @@ pub fn staging_options(
         kinds,
         workers,
         metrics: Default::default(),
+        migrations_apart: false,
     })
 }

@@ -9,6 +9,12 @@
 //!
 //! An AcceptAPI change wakes every consumer object of its API, so objects move as soon as what
 //! providers accept changes.
+//!
+//! Sharded replicas ([`BrokerOptions::migrations_apart`]) each run the consumers manager over
+//! their share of the consumer clusters, the providers and AcceptAPI managers over all (their
+//! events only wake consumer objects this replica has engaged; requests for other clusters are
+//! dropped, and the AcceptAPI status they write is the same from every replica), and the
+//! Migration controller on one replica at a time ([`Migrations`]).
 
 use std::sync::Arc;
 
@@ -53,6 +59,10 @@ pub struct BrokerOptions {
     /// Where the broker's managers count reconciles and queues (`controller_runtime_*`,
     /// `workqueue_*`).
     pub metrics: crate::runtime::Metrics,
+    /// The Migration controller is left out of [`Broker::run`], for a replica to run it with
+    /// [`Broker::migrations`] while it leads: sharded replicas each broker their share of the
+    /// consumers, and a Migration must have one writer.
+    pub migrations_apart: bool,
 }
 
 /// A reconciler for watches that only forward events elsewhere; never called.
@@ -78,7 +88,92 @@ pub struct Broker {
     pub accept_apis: Manager,
     /// The AcceptAPI registry.
     pub registry: Registry,
+    /// What the Migration controller needs, when it runs apart.
+    migrations: Option<Migrations>,
     options: BrokerOptions,
+}
+
+/// The Migration controller's parts, shared with the rest of the broker.
+#[derive(Clone)]
+struct MigrationParts {
+    consumers: Manager,
+    providers: Manager,
+    configurations: Configurations,
+    compute: Option<kube::Client>,
+    discovery: Discovery,
+}
+
+impl MigrationParts {
+    /// Adds the Migration controller to `coordination`; its events wake the consumer object
+    /// being moved.
+    fn add_to(&self, coordination: &Manager) -> Result<(), String> {
+        let to_consumers = self.consumers.clone();
+        coordination
+            .add(
+                Controller::new(
+                    MIGRATION_CONTROLLER,
+                    MigrationReconciler {
+                        configurations: self.configurations.clone(),
+                        providers: self.providers.clone(),
+                        compute: self.compute.clone(),
+                        discovery: self.discovery.clone(),
+                    },
+                )
+                .for_::<Migration>()
+                .with_event_filter(move |obj| {
+                    let kind = obj
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(CONSUMER_KIND));
+                    if let (Some(kind), Some((_, req))) = (kind, consumer_request(obj)) {
+                        to_consumers.enqueue(&format!("broker-{kind}"), req);
+                    }
+                    true
+                }),
+            )
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The Migration controller of a broker whose migrations run apart
+/// ([`BrokerOptions::migrations_apart`]).
+#[derive(Clone)]
+pub struct Migrations {
+    parts: MigrationParts,
+    coordination: (crate::runtime::ClusterName, kube::Client),
+    metrics: crate::runtime::Metrics,
+}
+
+impl Migrations {
+    /// Runs the Migration controller on a manager of its own until `stop` is cancelled; called
+    /// once per leadership.
+    pub async fn run(&self, stop: CancellationToken) -> Result<(), String> {
+        let manager = Manager::with_metrics(ManagerOptions::default(), self.metrics.sharing());
+        // The configurations' controller again, here: a changed configuration wakes the
+        // Migrations through the manager that runs them (the registry is shared, so the
+        // broker's own copy of this controller writes the same entries).
+        manager
+            .add(
+                Controller::new(
+                    "broker-migrationconfiguration",
+                    ConfigurationReconciler {
+                        configurations: self.parts.configurations.clone(),
+                        coordination: manager.clone(),
+                    },
+                )
+                .for_::<MigrationConfiguration>(),
+            )
+            .map_err(|e| e.to_string())?;
+        self.parts.add_to(&manager)?;
+        let (name, client) = self.coordination.clone();
+        let clusters: Arc<dyn ClusterProvider> =
+            Arc::new(FixedClusters::new(Some(Cluster::new(name, client))));
+        manager
+            .run(clusters, async move { stop.cancelled().await })
+            .await
+            .map_err(|e| e.to_string())
+    }
 }
 
 impl Broker {
@@ -170,7 +265,15 @@ impl Broker {
                 }
             });
         }
-        if options.coordination.is_some() {
+        let parts = MigrationParts {
+            consumers: consumers.clone(),
+            providers: providers.clone(),
+            configurations: configurations.clone(),
+            compute: options.compute.clone(),
+            discovery: discovery.clone(),
+        };
+        let mut migrations = None;
+        if let Some(c) = &options.coordination {
             coordination
                 .add(
                     Controller::new(
@@ -183,32 +286,15 @@ impl Broker {
                     .for_::<MigrationConfiguration>(),
                 )
                 .map_err(err)?;
-            let to_consumers = consumers.clone();
-            coordination
-                .add(
-                    Controller::new(
-                        MIGRATION_CONTROLLER,
-                        MigrationReconciler {
-                            configurations,
-                            providers: providers.clone(),
-                            compute: options.compute.clone(),
-                            discovery,
-                        },
-                    )
-                    .for_::<Migration>()
-                    .with_event_filter(move |obj| {
-                        let kind = obj
-                            .metadata
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get(CONSUMER_KIND));
-                        if let (Some(kind), Some((_, req))) = (kind, consumer_request(obj)) {
-                            to_consumers.enqueue(&format!("broker-{kind}"), req);
-                        }
-                        true
-                    }),
-                )
-                .map_err(err)?;
+            if options.migrations_apart {
+                migrations = Some(Migrations {
+                    parts,
+                    coordination: (c.name().clone(), c.client()),
+                    metrics: options.metrics.sharing(),
+                });
+            } else {
+                parts.add_to(&coordination)?;
+            }
         }
         Ok(Broker {
             consumers,
@@ -216,8 +302,14 @@ impl Broker {
             coordination,
             accept_apis,
             registry,
+            migrations,
             options,
         })
+    }
+
+    /// The Migration controller, when it runs apart from [`Broker::run`].
+    pub fn migrations(&self) -> Option<Migrations> {
+        self.migrations.clone()
     }
 
     /// Runs every manager until `stop` is cancelled (or one of them fails).

@@ -276,6 +276,7 @@ impl Env {
             kinds: vec![brokered],
             workers: 2,
             metrics: Default::default(),
+            migrations_apart: false,
         })
         .expect("broker");
         let s = stop.clone();
