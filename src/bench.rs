@@ -4,6 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -109,12 +110,22 @@ pub struct BenchOptions {
 /// A child server process that is killed when dropped.
 pub(crate) struct ChildServer {
     child: Child,
+    /// The child leads its own process group.
+    grouped: bool,
     address: SocketAddr,
     data_dir: PathBuf,
 }
 
 impl Drop for ChildServer {
     fn drop(&mut self) {
+        // Under a profiler (see `PLATFORM_MESH_BENCH_WRAP`) the server is the wrapper's child;
+        // the wrapper leads a process group of its own, which goes as a whole.
+        if self.grouped {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.child.id())])
+                .stderr(Stdio::null())
+                .status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -135,6 +146,10 @@ impl ChildServer {
             }
             None => Command::new(&exe),
         };
+        if !wrap.is_empty() {
+            // Its own process group, which the drop kills with the server in it.
+            command.process_group(0);
+        }
         let mut child = command
             .args(args)
             .arg("--data-dir")
@@ -173,6 +188,7 @@ impl ChildServer {
         };
         Ok(ChildServer {
             child,
+            grouped: !wrap.is_empty(),
             address,
             data_dir: data_dir.to_path_buf(),
         })
