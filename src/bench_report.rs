@@ -282,14 +282,12 @@ pub fn write_readme(
     for (section, rows) in tables {
         readme = splice(&readme, section, &render(section, stamp, rows))?;
     }
-    for b in blocks(&readme)? {
-        if tables.iter().any(|(s, _)| *s == b.section) {
-            anyhow::ensure!(
-                b.measurements == labels(&b.section, opts),
-                "the {} table does not read back with its rows",
-                b.section
-            );
-        }
+    for (section, _) in tables {
+        let b = block_of(&readme, section)?;
+        anyhow::ensure!(
+            b.measurements == labels(section, opts),
+            "the {section} table does not read back with its rows"
+        );
     }
     std::fs::write(path, readme)?;
     Ok(())
@@ -309,6 +307,19 @@ pub struct Block {
     pub heading: String,
     /// The first cell of every row.
     pub measurements: Vec<String>,
+}
+
+/// The bench block of `section` in `readme`.
+fn block_of(readme: &str, section: &str) -> Result<Block, ReadmeError> {
+    let begin = begin_marker(section);
+    let start = readme
+        .find(&begin)
+        .ok_or_else(|| ReadmeError::NoBlock(begin.clone()))?
+        + begin.len();
+    let len = readme[start..]
+        .find(&end_marker(section))
+        .ok_or(ReadmeError::Unterminated(begin))?;
+    parse_block(section, &readme[start..start + len])
 }
 
 /// Every bench block of `readme`, in order.
@@ -472,6 +483,37 @@ mod tests {
             splice("no blocks", "kcp", &block),
             Err(ReadmeError::NoBlock(_))
         ));
+    }
+
+    /// A run writes its sections while others' blocks are still empty.
+    #[test]
+    fn a_run_fills_its_blocks_beside_empty_ones() {
+        let dir = std::env::temp_dir().join(format!("bench-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("README.md");
+        std::fs::write(
+            &path,
+            "<!-- bench views -->\n<!-- /bench views -->\n\n<!-- bench kcp -->\n<!-- /bench kcp -->\n",
+        )
+        .expect("write");
+        let opts = options_of("platform-mesh bench");
+        let rows = labels("views", &opts)
+            .into_iter()
+            .map(|measurement| Row {
+                measurement,
+                ours: "1 ms".into(),
+                baseline: "2 ms".into(),
+            })
+            .collect();
+        let stamp = Stamp::now(Vec::new());
+        check_readme(&path, &["views", "kcp"]).expect("markers found");
+        write_readme(&path, &stamp, &opts, &[("views", rows)]).expect("written");
+        let written = std::fs::read_to_string(&path).expect("read");
+        let views = block_of(&written, "views").expect("views block");
+        assert_eq!(views.measurements, labels("views", &opts));
+        assert!(written.contains("<!-- bench kcp -->\n<!-- /bench kcp -->"));
+        assert!(check_readme(&path, &["claims"]).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
