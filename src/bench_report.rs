@@ -323,6 +323,7 @@ fn block_of(readme: &str, section: &str) -> Result<Block, ReadmeError> {
 }
 
 /// Every bench block of `readme`, in order.
+#[cfg(test)]
 pub fn blocks(readme: &str) -> Result<Vec<Block>, ReadmeError> {
     let mut found = Vec::new();
     let mut rest = readme;
