@@ -84,11 +84,18 @@ fn num(name: &str, default: usize) -> usize {
     arg(name).and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// The admin's config, addressing the server's base (the kubeconfig names root's workspace;
+/// requests here name their cluster themselves).
 async fn admin_config(kubeconfig: &Path) -> kube::Config {
     let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-    kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
-        .expect("config")
+        .expect("config");
+    config.cluster_url =
+        controllers::platformmesh::kcp::base_address(&config.cluster_url.to_string())
+            .parse()
+            .expect("the server's base address");
+    config
 }
 
 #[tokio::main]
