@@ -184,11 +184,15 @@ async fn leads(b: &Broker) -> Option<bool> {
         .map(|v| v == "1")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_brokers_elect_one_leader_and_the_other_takes_over() {
-    let server = Server::start_with(&["--no-controllers"]);
+/// Workspaces `names` under root, each Ready, and for each a kubeconfig file (in `dir`) of a
+/// `system:masters` user in it: the files' paths, in order.
+async fn broker_workspaces(
+    server: &Server,
+    dir: &std::path::Path,
+    names: &[String],
+) -> Vec<String> {
     let mut conn = server.client().connect().await.expect("connect");
-    for ws in ["consumer", "provider", "coordination"] {
+    for ws in names {
         let r = conn
             .send(
                 Method::POST,
@@ -202,9 +206,9 @@ async fn two_brokers_elect_one_leader_and_the_other_takes_over() {
             .expect("workspace");
         assert_eq!(r.status.as_u16(), 201);
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = |ws: &str| {
-        let out = dir.path().join(format!("{ws}.kubeconfig"));
+    let mut files = Vec::new();
+    for ws in names {
+        let out = dir.join(format!("{ws}.kubeconfig"));
         common::stdout_of(
             bin()
                 .args([
@@ -221,14 +225,7 @@ async fn two_brokers_elect_one_leader_and_the_other_takes_over() {
                 .arg(&server.data_dir),
             "certs kubeconfig",
         );
-        out.to_string_lossy().into_owned()
-    };
-    let (consumer, provider, coordination) = (
-        kubeconfig("consumer"),
-        kubeconfig("provider"),
-        kubeconfig("coordination"),
-    );
-    for ws in ["consumer", "provider", "coordination"] {
+        files.push(out.to_string_lossy().into_owned());
         wait_for(30, &format!("root:{ws} Ready"), || {
             let client = server.client();
             async move {
@@ -242,15 +239,44 @@ async fn two_brokers_elect_one_leader_and_the_other_takes_over() {
         })
         .await;
     }
+    files
+}
+
+/// An AcceptAPI in `root:provider` accepting every ConfigMap.
+async fn accept_configmaps(server: &Server) {
+    let mut conn = server.client().connect().await.expect("connect");
+    let accept = conn
+        .send(
+            Method::POST,
+            "/clusters/root:provider/apis/broker.platform-mesh.io/v1alpha1/namespaces/default/acceptapis",
+            Some("application/json"),
+            json!({"apiVersion": "broker.platform-mesh.io/v1alpha1", "kind": "AcceptAPI",
+                "metadata": {"name": "configmaps"},
+                "spec": {"gvr": {"group": "", "version": "v1", "resource": "configmaps"}, "filters": []}})
+            .to_string()
+            .into_bytes(),
+        )
+        .await
+        .expect("acceptapi");
+    assert_eq!(accept.status.as_u16(), 201, "{}", accept.json());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_elect_one_leader_and_the_other_takes_over() {
+    let server = Server::start_with(&["--no-controllers"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let names = ["consumer", "provider", "coordination"].map(String::from);
+    let files = broker_workspaces(&server, dir.path(), &names).await;
+    let (consumer, provider, coordination) = (&files[0], &files[1], &files[2]);
     let args = [
         "--watch-kind",
         "ConfigMap.v1.core",
         "--consumer-kubeconfig",
-        &consumer,
+        consumer,
         "--provider-kubeconfig",
-        &provider,
+        provider,
         "--coordination-kubeconfig",
-        &coordination,
+        coordination,
         "--leader-elect",
     ];
     let mut a = Broker::start(&args);
@@ -277,20 +303,7 @@ async fn two_brokers_elect_one_leader_and_the_other_takes_over() {
         (&mut b, &mut a)
     };
     // The leader's managers report: an AcceptAPI in the provider is reconciled.
-    let accept = conn
-        .send(
-            Method::POST,
-            "/clusters/root:provider/apis/broker.platform-mesh.io/v1alpha1/namespaces/default/acceptapis",
-            Some("application/json"),
-            json!({"apiVersion": "broker.platform-mesh.io/v1alpha1", "kind": "AcceptAPI",
-                "metadata": {"name": "configmaps"},
-                "spec": {"gvr": {"group": "", "version": "v1", "resource": "configmaps"}, "filters": []}})
-            .to_string()
-            .into_bytes(),
-        )
-        .await
-        .expect("acceptapi");
-    assert_eq!(accept.status.as_u16(), 201, "{}", accept.json());
+    accept_configmaps(&server).await;
     let metrics = leader.metrics.clone();
     wait_for(60, "controller-runtime metrics of the leader", || {
         let metrics = metrics.clone();
@@ -322,75 +335,17 @@ async fn items(server: &Server, path: &str) -> Vec<serde_json::Value> {
 async fn sharded_brokers_split_the_consumers_and_the_survivor_takes_over() {
     const CONSUMERS: usize = 12;
     let server = Server::start_with(&["--no-controllers"]);
-    let mut conn = server.client().connect().await.expect("connect");
     let consumers: Vec<String> = (0..CONSUMERS).map(|i| format!("consumer-{i:02}")).collect();
     let mut names = consumers.clone();
     names.extend(["provider".to_string(), "coordination".to_string()]);
-    for ws in &names {
-        let r = conn
-            .send(
-                Method::POST,
-                "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces",
-                Some("application/json"),
-                json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": ws}})
-                    .to_string()
-                    .into_bytes(),
-            )
-            .await
-            .expect("workspace");
-        assert_eq!(r.status.as_u16(), 201);
-    }
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = |ws: &str| {
-        let out = dir.path().join(format!("{ws}.kubeconfig"));
-        common::stdout_of(
-            bin()
-                .args([
-                    "certs",
-                    "kubeconfig",
-                    "--user",
-                    "broker",
-                    "--group",
-                    "system:masters",
-                ])
-                .args(["--workspace", &format!("root:{ws}"), "--out"])
-                .arg(&out)
-                .arg("--data-dir")
-                .arg(&server.data_dir),
-            "certs kubeconfig",
-        );
-        out.to_string_lossy().into_owned()
-    };
-    for ws in &names {
-        wait_for(30, &format!("root:{ws} Ready"), || {
-            let client = server.client();
-            async move {
-                let mut c = client.connect().await.expect("connect");
-                let r = c
-                    .get(&format!("/clusters/root:{ws}/api/v1/namespaces/default"))
-                    .await
-                    .expect("get");
-                (r.status.as_u16() == 200).then_some(())
-            }
-        })
-        .await;
-    }
-    let accept = conn
-        .send(
-            Method::POST,
-            "/clusters/root:provider/apis/broker.platform-mesh.io/v1alpha1/namespaces/default/acceptapis",
-            Some("application/json"),
-            json!({"apiVersion": "broker.platform-mesh.io/v1alpha1", "kind": "AcceptAPI",
-                "metadata": {"name": "configmaps"},
-                "spec": {"gvr": {"group": "", "version": "v1", "resource": "configmaps"}, "filters": []}})
-            .to_string()
-            .into_bytes(),
-        )
-        .await
-        .expect("acceptapi");
-    assert_eq!(accept.status.as_u16(), 201, "{}", accept.json());
-    let consumer_files: Vec<String> = consumers.iter().map(|c| kubeconfig(c)).collect();
-    let (provider, coordination) = (kubeconfig("provider"), kubeconfig("coordination"));
+    let files = broker_workspaces(&server, dir.path(), &names).await;
+    accept_configmaps(&server).await;
+    let (consumer_files, provider, coordination) = (
+        &files[..CONSUMERS],
+        &files[CONSUMERS],
+        &files[CONSUMERS + 1],
+    );
     let consumer_list = consumer_files.join(",");
     let brokers: Vec<Broker> = ["shard-a", "shard-b"]
         .iter()
@@ -401,9 +356,9 @@ async fn sharded_brokers_split_the_consumers_and_the_survivor_takes_over() {
                 "--consumer-kubeconfig",
                 &consumer_list,
                 "--provider-kubeconfig",
-                &provider,
+                provider,
                 "--coordination-kubeconfig",
-                &coordination,
+                coordination,
                 "--shard-replicas",
                 "2",
                 "--shard-identity",
