@@ -370,7 +370,12 @@ pub const SECTIONS: &[&str] = &[
 pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
     let tmp = std::env::temp_dir().join(format!("platform-mesh-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    let args: Vec<String> = std::env::args().skip(2).collect();
+    // The arguments after the subcommand (global flags may come before it).
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .skip_while(|a| a != "bench")
+        .skip(1)
+        .collect();
     let stamp = Stamp::now(measured_args(&args));
     println!(
         "platform-mesh bench: {} cores, {} s per load, {} connections",

@@ -41,74 +41,11 @@ impl ExtraMetrics {
     pub fn new(register: impl Fn(&mut Registry) + Send + Sync + 'static) -> Self {
         ExtraMetrics(Arc::new(register))
     }
-}
 
-/// Which part of the watch cache a byte count is about.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CachePart {
-    part: &'static str,
-}
-
-/// `extra` and the watch cache's footprint: `platform_mesh_watch_cache_bytes` by part (objects,
-/// window, frames) and `platform_mesh_watch_cache_objects`, sampled every second while the cache
-/// lives.
-pub fn watch_cache_metrics(
-    cache: crate::storage::cache::WeakCachedStore,
-    extra: Option<ExtraMetrics>,
-) -> ExtraMetrics {
-    let bytes = Family::<CachePart, Gauge>::default();
-    let objects: Gauge = Gauge::default();
-    let window_events: Gauge = Gauge::default();
-    let decoded: Gauge = Gauge::default();
-    {
-        let (bytes, objects) = (bytes.clone(), objects.clone());
-        let (window_events, decoded) = (window_events.clone(), decoded.clone());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                let Some(f) = cache.upgrade().map(|c| c.footprint()) else {
-                    return;
-                };
-                let gauge = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
-                for (part, v) in [
-                    ("objects", f.object_bytes),
-                    ("window", f.window_bytes),
-                    ("frames", f.frame_bytes),
-                ] {
-                    bytes.get_or_create(&CachePart { part }).set(gauge(v));
-                }
-                objects.set(gauge(f.objects));
-                window_events.set(gauge(f.window_events));
-                decoded.set(gauge(f.decoded_events));
-            }
-        });
+    /// Registers these metrics with `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        (self.0)(registry)
     }
-    ExtraMetrics::new(move |registry| {
-        if let Some(ExtraMetrics(register)) = &extra {
-            register(registry);
-        }
-        registry.register(
-            "platform_mesh_watch_cache_bytes",
-            "Bytes of stored data the watch cache holds, by part: current objects, what only the event windows hold, the windows' encoded watch frames",
-            bytes.clone(),
-        );
-        registry.register(
-            "platform_mesh_watch_cache_objects",
-            "Current objects the watch cache holds",
-            objects.clone(),
-        );
-        registry.register(
-            "platform_mesh_watch_cache_window_events",
-            "Events in the watch cache's windows",
-            window_events.clone(),
-        );
-        registry.register(
-            "platform_mesh_watch_cache_decoded_events",
-            "Events of the windows whose decoded objects are kept with them",
-            decoded.clone(),
-        );
-    })
 }
 
 impl std::fmt::Debug for ExtraMetrics {

@@ -804,8 +804,10 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
     let (store, extra_metrics) = match &opts.watch_cache {
         Some(cache) => {
             let cached = crate::storage::CachedStore::new(store, cache.clone());
-            let metrics =
-                crate::metrics::watch_cache_metrics(cached.downgrade(), opts.extra_metrics.clone());
+            let metrics = crate::storage::cache::footprint_metrics(
+                cached.downgrade(),
+                opts.extra_metrics.clone(),
+            );
             (
                 Arc::new(cached) as Arc<dyn crate::storage::Store>,
                 Some(metrics),

@@ -34,6 +34,12 @@ use std::time::Duration;
 use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::{mpsc, watch};
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use crate::metrics::ExtraMetrics;
+
 use super::{
     start_bound, Encoder, Event, EventType, KeyValue, ListOptions, ListPage, Result, Revision,
     StorageError, Store,
@@ -541,6 +547,71 @@ async fn reset(shared: &Shared) {
         .await
         .unwrap_or_else(|_| shared.store.current_revision());
     shared.seen.send_replace(current);
+}
+
+/// Which part of the watch cache a byte count is about.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CachePart {
+    part: &'static str,
+}
+
+/// `extra` and the watch cache's footprint: `platform_mesh_watch_cache_bytes` by part (objects,
+/// window, frames) and `platform_mesh_watch_cache_objects`, sampled every second while the cache
+/// lives.
+pub fn footprint_metrics(cache: WeakCachedStore, extra: Option<ExtraMetrics>) -> ExtraMetrics {
+    let bytes = Family::<CachePart, Gauge>::default();
+    let objects: Gauge = Gauge::default();
+    let window_events: Gauge = Gauge::default();
+    let decoded: Gauge = Gauge::default();
+    {
+        let (bytes, objects) = (bytes.clone(), objects.clone());
+        let (window_events, decoded) = (window_events.clone(), decoded.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let Some(f) = cache.upgrade().map(|c| c.footprint()) else {
+                    return;
+                };
+                let gauge = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+                for (part, v) in [
+                    ("objects", f.object_bytes),
+                    ("window", f.window_bytes),
+                    ("frames", f.frame_bytes),
+                ] {
+                    bytes.get_or_create(&CachePart { part }).set(gauge(v));
+                }
+                objects.set(gauge(f.objects));
+                window_events.set(gauge(f.window_events));
+                decoded.set(gauge(f.decoded_events));
+            }
+        });
+    }
+    ExtraMetrics::new(move |registry| {
+        if let Some(extra) = &extra {
+            extra.register(registry);
+        }
+        registry.register(
+            "platform_mesh_watch_cache_bytes",
+            "Bytes of stored data the watch cache holds, by part: current objects, what only the event windows hold, the windows' encoded watch frames",
+            bytes.clone(),
+        );
+        registry.register(
+            "platform_mesh_watch_cache_objects",
+            "Current objects the watch cache holds",
+            objects.clone(),
+        );
+        registry.register(
+            "platform_mesh_watch_cache_window_events",
+            "Events in the watch cache's windows",
+            window_events.clone(),
+        );
+        registry.register(
+            "platform_mesh_watch_cache_decoded_events",
+            "Events of the windows whose decoded objects are kept with them",
+            decoded.clone(),
+        );
+    })
 }
 
 /// One cached watch: replayed window events, then live ones.
