@@ -93,6 +93,18 @@ pub struct Broker {
     options: BrokerOptions,
 }
 
+/// Wakes, through `consumers`, the consumer object the Migration `obj` moves.
+fn wake_moved(consumers: &Manager, obj: &kube::api::DynamicObject) {
+    let kind = obj
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONSUMER_KIND));
+    if let (Some(kind), Some((_, req))) = (kind, consumer_request(obj)) {
+        consumers.enqueue(&format!("broker-{kind}"), req);
+    }
+}
+
 /// The Migration controller's parts, shared with the rest of the broker.
 #[derive(Clone)]
 struct MigrationParts {
@@ -121,14 +133,7 @@ impl MigrationParts {
                 )
                 .for_::<Migration>()
                 .with_event_filter(move |obj| {
-                    let kind = obj
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(CONSUMER_KIND));
-                    if let (Some(kind), Some((_, req))) = (kind, consumer_request(obj)) {
-                        to_consumers.enqueue(&format!("broker-{kind}"), req);
-                    }
+                    wake_moved(&to_consumers, obj);
                     true
                 }),
             )
@@ -287,6 +292,20 @@ impl Broker {
                 )
                 .map_err(err)?;
             if options.migrations_apart {
+                // The Migration controller runs on one replica, but a Migration's events must
+                // wake the consumer object where it is brokered: every replica watches them and
+                // wakes its own (requests for consumers it has not engaged are dropped).
+                let to_consumers = consumers.clone();
+                coordination
+                    .add(
+                        Controller::new("broker-migration-wakes", Forwarder)
+                            .for_::<Migration>()
+                            .with_event_filter(move |obj| {
+                                wake_moved(&to_consumers, obj);
+                                false
+                            }),
+                    )
+                    .map_err(err)?;
                 migrations = Some(Migrations {
                     parts,
                     coordination: (c.name().clone(), c.client()),

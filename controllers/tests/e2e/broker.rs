@@ -243,6 +243,12 @@ struct Env {
 
 impl Env {
     async fn start(kind: &str, providers: &[&str]) -> Env {
+        Env::start_with(kind, providers, false).await
+    }
+
+    /// `migrations_apart`: the Migration controller runs on a manager of its own, as a sharded
+    /// replica runs it while it leads.
+    async fn start_with(kind: &str, providers: &[&str], migrations_apart: bool) -> Env {
         let mut servers = Vec::new();
         let mut clients = Vec::new();
         for _ in 0..providers.len() + 2 {
@@ -276,9 +282,13 @@ impl Env {
             kinds: vec![brokered],
             workers: 2,
             metrics: Default::default(),
-            migrations_apart: false,
+            migrations_apart,
         })
         .expect("broker");
+        if let Some(migrations) = broker.migrations() {
+            let s = stop.clone();
+            tokio::spawn(async move { migrations.run(s).await });
+        }
         let s = stop.clone();
         tokio::spawn(async move { broker.run(s).await });
         Env {
@@ -551,8 +561,13 @@ struct VmMove {
     migrations: Api<DynamicObject>,
 }
 
-async fn vm_moved_to_arm64(stages: Value) -> VmMove {
-    let env = Env::start("VM.v1alpha1.example.platform-mesh.io", &["x86", "arm64"]).await;
+async fn vm_moved_to_arm64(stages: Value, migrations_apart: bool) -> VmMove {
+    let env = Env::start_with(
+        "VM.v1alpha1.example.platform-mesh.io",
+        &["x86", "arm64"],
+        migrations_apart,
+    )
+    .await;
     let vm_api = vms();
     for c in [
         env.consumer.clone(),
@@ -617,14 +632,24 @@ async fn vm_moved_to_arm64(stages: Value) -> VmMove {
     .await
     .expect("x86 status");
 
-    consumer
-        .patch(
-            "test-vm",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"arch": "arm64"}})),
-        )
-        .await
-        .expect("patch");
+    // The broker writes the VM meanwhile (finalizer, status): a merge patch can lose the race
+    // more often than the server retries it and get 409, as from kube-apiserver; a client then
+    // tries again.
+    let mut tries = 0;
+    loop {
+        match consumer
+            .patch(
+                "test-vm",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"arch": "arm64"}})),
+            )
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 409 && tries < 20 => tries += 1,
+            Err(e) => panic!("patch: {e}"),
+        }
+    }
     let migrations: Api<DynamicObject> = Api::namespaced_with(
         env.coordination.clone(),
         "default",
@@ -657,6 +682,16 @@ async fn the_migration(migrations: &Api<DynamicObject>) -> Option<DynamicObject>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
+    two_stage_migration(false).await;
+}
+
+/// The same with the Migration controller on a manager of its own, as sharded brokers run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_migrates_with_the_migration_controller_apart() {
+    two_stage_migration(true).await;
+}
+
+async fn two_stage_migration(migrations_apart: bool) {
     let VmMove {
         env,
         consumer,
@@ -671,7 +706,7 @@ async fn a_vm_migrates_from_x86_to_arm64_in_two_stages() {
         {"name": "switch-over",
          "templates": {"switch": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"ready": "no"}}},
          "successConditions": ["to.status.status == 'Available'", "switch.data.ready == 'yes'"]}
-    ]))
+    ]), migrations_apart)
     .await;
     // Every state the Migration passes through, as a watch sees its writes (a state held for a
     // single write, such as InitialCompleted, is seen too).
@@ -855,7 +890,7 @@ async fn a_migration_whose_condition_can_never_hold_fails_and_the_vm_stays() {
         {"name": "copy-disk",
          "templates": {"disk": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"phase": "copying"}}},
          "successConditions": ["disk.data.phase"]}
-    ]))
+    ]), false)
     .await;
     eventually(WAIT, "the Migration Failed", || async {
         the_migration(&migrations)
