@@ -451,3 +451,59 @@ async fn metrics_count_requests() {
         "{text}"
     );
 }
+
+/// Patches without a resourceVersion racing on one object all land, as on kube-apiserver (its
+/// GuaranteedUpdate reads again and re-applies a patch whose write lost the race); a patch
+/// naming a stale resourceVersion is refused with 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_patches_without_a_resource_version_all_land() {
+    let (_s, client, _d) = server().await;
+    let mut c = client.connect().await.expect("connect");
+    let created = create_cm(&mut c, "raced", json!({})).await;
+    let stale = created["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("resourceVersion")
+        .to_string();
+    let item = "/api/v1/namespaces/default/configmaps/raced";
+    const WRITERS: usize = 8;
+    const EACH: usize = 25;
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = client.connect().await.expect("connect");
+            let mut codes = Vec::new();
+            for i in 0..EACH {
+                let patch = json!({"data": {format!("w{w}-{i}"): "x"}}).to_string();
+                let r = c
+                    .send(
+                        Method::PATCH,
+                        item,
+                        Some("application/merge-patch+json"),
+                        patch,
+                    )
+                    .await
+                    .expect("patch");
+                codes.push(r.status.as_u16());
+            }
+            codes
+        }));
+    }
+    for t in tasks {
+        let codes = t.await.expect("writer");
+        assert!(codes.iter().all(|c| *c == 200), "{codes:?}");
+    }
+    let r = c.get(item).await.expect("get");
+    let data = r.json()["data"].as_object().cloned().unwrap_or_default();
+    assert_eq!(data.len(), 1 + WRITERS * EACH, "{data:?}");
+    let r = c
+        .send(
+            Method::PATCH,
+            item,
+            Some("application/merge-patch+json"),
+            json!({"metadata": {"resourceVersion": stale}, "data": {"late": "x"}}).to_string(),
+        )
+        .await
+        .expect("patch");
+    assert_eq!(r.status.as_u16(), 409, "{}", r.json());
+}

@@ -492,7 +492,11 @@ impl GenericStore {
                         let mut answer = objects::encoder(new);
                         return Ok(written(Stored::Object(answer(event.revision).into())));
                     }
-                    Err(StorageError::Conflict { .. }) if !precondition => continue,
+                    // Written meanwhile: read again and recompute, as kube-apiserver's
+                    // GuaranteedUpdate does; a resourceVersion precondition that no longer
+                    // holds is refused then, one that still holds (a patch without one
+                    // carries the current) goes on.
+                    Err(StorageError::Conflict { .. }) => continue,
                     Err(e) => return Err(storage_status(w.gr(), w.name, e)),
                 }
             }
@@ -507,9 +511,8 @@ impl GenericStore {
                         .await;
                     return Ok(written(Stored::Object(kv.value)));
                 }
-                Err(StorageError::Conflict { .. } | StorageError::NotFound(_)) if !precondition => {
-                    continue
-                }
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(StorageError::NotFound(_)) if !precondition => continue,
                 Err(e) => return Err(storage_status(w.gr(), w.name, e)),
             }
         }
