@@ -134,8 +134,8 @@ impl Drop for ChildServer {
 impl ChildServer {
     pub(crate) fn start(args: &[&str], data_dir: &Path) -> anyhow::Result<ChildServer> {
         let exe = std::env::current_exe()?;
-        // `PLATFORM_MESH_BENCH_WRAP="heaptrack"` (or `perf record -g --`, words split on
-        // spaces) runs each server under a profiler; its RSS figures are then the wrapper's.
+        // `PLATFORM_MESH_BENCH_WRAP="perf record -e cpu-clock -g --"` (words split on spaces)
+        // runs each server under a profiler; its RSS figures are then the wrapper's.
         let wrap = std::env::var("PLATFORM_MESH_BENCH_WRAP").unwrap_or_default();
         let mut words = wrap.split_whitespace();
         let mut command = match words.next() {
