@@ -34,9 +34,10 @@ use std::time::Duration;
 use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::{mpsc, watch};
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 
 use crate::metrics::ExtraMetrics;
 
@@ -555,62 +556,69 @@ struct CachePart {
     part: &'static str,
 }
 
-/// `extra` and the watch cache's footprint: `platform_mesh_watch_cache_bytes` by part (objects,
-/// window, frames) and `platform_mesh_watch_cache_objects`, sampled every second while the cache
-/// lives.
-pub fn footprint_metrics(cache: WeakCachedStore, extra: Option<ExtraMetrics>) -> ExtraMetrics {
-    let bytes = Family::<CachePart, Gauge>::default();
-    let objects: Gauge = Gauge::default();
-    let window_events: Gauge = Gauge::default();
-    let decoded: Gauge = Gauge::default();
-    {
-        let (bytes, objects) = (bytes.clone(), objects.clone());
-        let (window_events, decoded) = (window_events.clone(), decoded.clone());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                let Some(f) = cache.upgrade().map(|c| c.footprint()) else {
-                    return;
-                };
-                let gauge = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
-                for (part, v) in [
-                    ("objects", f.object_bytes),
-                    ("window", f.window_bytes),
-                    ("frames", f.frame_bytes),
-                ] {
-                    bytes.get_or_create(&CachePart { part }).set(gauge(v));
-                }
-                objects.set(gauge(f.objects));
-                window_events.set(gauge(f.window_events));
-                decoded.set(gauge(f.decoded_events));
-            }
-        });
+/// The watch cache's footprint as metrics, measured when `/metrics` is read (so nothing is
+/// spent on it between scrapes).
+#[derive(Clone)]
+struct FootprintCollector(WeakCachedStore);
+
+impl std::fmt::Debug for FootprintCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FootprintCollector")
     }
+}
+
+impl Collector for FootprintCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(f) = self.0.upgrade().map(|c| c.footprint()) else {
+            return Ok(());
+        };
+        let gauge = |v: usize| ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
+        let mut bytes = encoder.encode_descriptor(
+            "platform_mesh_watch_cache_bytes",
+            "Bytes of stored data the watch cache holds, by part: current objects, what only the event windows hold, the windows' encoded watch frames",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (part, v) in [
+            ("objects", f.object_bytes),
+            ("window", f.window_bytes),
+            ("frames", f.frame_bytes),
+        ] {
+            gauge(v).encode(bytes.encode_family(&CachePart { part })?)?;
+        }
+        for (name, help, v) in [
+            (
+                "platform_mesh_watch_cache_objects",
+                "Current objects the watch cache holds",
+                f.objects,
+            ),
+            (
+                "platform_mesh_watch_cache_window_events",
+                "Events in the watch cache's windows",
+                f.window_events,
+            ),
+            (
+                "platform_mesh_watch_cache_decoded_events",
+                "Events of the windows whose decoded objects are kept with them",
+                f.decoded_events,
+            ),
+        ] {
+            gauge(v).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// `extra` and the watch cache's footprint: `platform_mesh_watch_cache_bytes` by part (objects,
+/// window, frames), `platform_mesh_watch_cache_objects`, `…_window_events` and
+/// `…_decoded_events`, while the cache lives.
+pub fn footprint_metrics(cache: WeakCachedStore, extra: Option<ExtraMetrics>) -> ExtraMetrics {
+    let collector = FootprintCollector(cache);
     ExtraMetrics::new(move |registry| {
         if let Some(extra) = &extra {
             extra.register(registry);
         }
-        registry.register(
-            "platform_mesh_watch_cache_bytes",
-            "Bytes of stored data the watch cache holds, by part: current objects, what only the event windows hold, the windows' encoded watch frames",
-            bytes.clone(),
-        );
-        registry.register(
-            "platform_mesh_watch_cache_objects",
-            "Current objects the watch cache holds",
-            objects.clone(),
-        );
-        registry.register(
-            "platform_mesh_watch_cache_window_events",
-            "Events in the watch cache's windows",
-            window_events.clone(),
-        );
-        registry.register(
-            "platform_mesh_watch_cache_decoded_events",
-            "Events of the windows whose decoded objects are kept with them",
-            decoded.clone(),
-        );
+        registry.register_collector(Box::new(collector.clone()));
     })
 }
 
@@ -924,6 +932,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The footprint metrics say what the cache holds at the moment `/metrics` is read.
+    #[tokio::test]
+    async fn the_footprint_metrics_are_measured_when_read() {
+        let (store, cache) = cached(options(100, 100));
+        let mut registry = prometheus_client::registry::Registry::default();
+        footprint_metrics(cache.downgrade(), None).register(&mut registry);
+        store.create("/g/r/c1/ns1/a", tagged("aa")).await.unwrap();
+        load(&cache, "/g/r/").await;
+        // A second write: its event is in the window, its old value only there.
+        let kv = cache.get("/g/r/c1/ns1/a").await.unwrap().expect("object");
+        store
+            .update("/g/r/c1/ns1/a", kv.mod_revision, tagged("bbb"))
+            .await
+            .unwrap();
+        load(&cache, "/g/r/").await;
+        let f = cache.footprint();
+        assert_eq!((f.objects, f.window_events), (1, 1), "{f:?}");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "platform_mesh_watch_cache_objects 1".to_string(),
+            "platform_mesh_watch_cache_window_events 1".to_string(),
+            format!(
+                "platform_mesh_watch_cache_bytes{{part=\"objects\"}} {}",
+                f.object_bytes
+            ),
+            format!(
+                "platform_mesh_watch_cache_bytes{{part=\"window\"}} {}",
+                f.window_bytes
+            ),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        assert_eq!(f.object_bytes, "/g/r/c1/ns1/a".len() + "bbb@".len() + 1);
+        assert_eq!(f.window_bytes, "aa@".len() + 1);
     }
 
     #[tokio::test]
