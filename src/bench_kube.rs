@@ -59,7 +59,27 @@ pub async fn kube(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<
     drop(peer);
 
     let k = format!("kube-apiserver {KUBERNETES_VERSION} (same machine, its etcd)");
-    let ratio = |a: f64, b: f64| format!("{:.2}x", a / b);
+    // A closed-loop load on each server: ours, then kube-apiserver's with our ratios to it.
+    let throughput = |load: fn(&Figures) -> &Load, unit: &str, kube_name: &str| {
+        let (redb, etcd, theirs) = (load(&on_redb), load(&on_etcd), load(&kube));
+        let ratio = |l: &Load| format!("{:.2}x", l.per_second() / theirs.per_second());
+        (
+            format!(
+                "redb {:.0}{unit} (p99 {}); etcd {:.0}{unit} (p99 {})",
+                redb.per_second(),
+                ms(redb.p99),
+                etcd.per_second(),
+                ms(etcd.p99),
+            ),
+            format!(
+                "{kube_name}: {:.0}{unit} (p99 {}); redb/kube {}, etcd/kube {}",
+                theirs.per_second(),
+                ms(theirs.p99),
+                ratio(redb),
+                ratio(etcd),
+            ),
+        )
+    };
     let fanout = |f: &Figures| {
         format!(
             "{} of {} events, delay p50 {}, p99 {}, max {}",
@@ -82,22 +102,7 @@ pub async fn kube(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<
     rows(
         kube_labels(opts),
         vec![
-            (
-                format!(
-                    "redb {:.0} req/s (p99 {}); etcd {:.0} req/s (p99 {})",
-                    on_redb.get.per_second(),
-                    ms(on_redb.get.p99),
-                    on_etcd.get.per_second(),
-                    ms(on_etcd.get.p99),
-                ),
-                format!(
-                    "{k}: {:.0} req/s (p99 {}); redb/kube {}, etcd/kube {}",
-                    kube.get.per_second(),
-                    ms(kube.get.p99),
-                    ratio(on_redb.get.per_second(), kube.get.per_second()),
-                    ratio(on_etcd.get.per_second(), kube.get.per_second()),
-                ),
-            ),
+            throughput(|f| &f.get, " req/s", &k),
             (
                 format!(
                     "redb median {} (p99 {}); etcd median {} (p99 {})",
@@ -112,22 +117,7 @@ pub async fn kube(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result<
                     ms(kube.list_p99),
                 ),
             ),
-            (
-                format!(
-                    "redb {:.0}/s (p99 {}); etcd {:.0}/s (p99 {})",
-                    on_redb.creates.per_second(),
-                    ms(on_redb.creates.p99),
-                    on_etcd.creates.per_second(),
-                    ms(on_etcd.creates.p99),
-                ),
-                format!(
-                    "kube-apiserver: {:.0}/s (p99 {}); redb/kube {}, etcd/kube {}",
-                    kube.creates.per_second(),
-                    ms(kube.creates.p99),
-                    ratio(on_redb.creates.per_second(), kube.creates.per_second()),
-                    ratio(on_etcd.creates.per_second(), kube.creates.per_second()),
-                ),
-            ),
+            throughput(|f| &f.creates, "/s", "kube-apiserver"),
             (
                 format!("redb {}; etcd {}", fanout(&on_redb), fanout(&on_etcd)),
                 format!("kube-apiserver: {}", fanout(&kube)),

@@ -6,6 +6,7 @@
 //! A section's rows are named by its `labels` function (from the options alone), so the names
 //! of the rows a run would print are known without running it.
 
+use std::ops::Range;
 use std::path::Path;
 use std::process::Command;
 
@@ -250,15 +251,27 @@ pub enum ReadmeError {
 
 /// `readme` with the block of `section` replaced by `block` (from [`render`]).
 pub fn splice(readme: &str, section: &str, block: &str) -> Result<String, ReadmeError> {
+    let (whole, _) = block_span(readme, section)?;
+    Ok(format!(
+        "{}{block}{}",
+        &readme[..whole.start],
+        &readme[whole.end..]
+    ))
+}
+
+/// Where the (first) block of `section` is in `readme`: from its begin marker to past its end
+/// marker, and its body between the two.
+fn block_span(readme: &str, section: &str) -> Result<(Range<usize>, Range<usize>), ReadmeError> {
     let (begin, end) = (begin_marker(section), end_marker(section));
     let start = readme
         .find(&begin)
         .ok_or_else(|| ReadmeError::NoBlock(begin.clone()))?;
-    let stop = readme[start..]
+    let body = start + begin.len();
+    let body_end = readme[body..]
         .find(&end)
-        .map(|i| start + i + end.len())
+        .map(|i| body + i)
         .ok_or(ReadmeError::Unterminated(begin))?;
-    Ok(format!("{}{block}{}", &readme[..start], &readme[stop..]))
+    Ok((start..body_end + end.len(), body..body_end))
 }
 
 /// Fails unless the README at `path` has a block for every one of `sections` (checked before a
@@ -266,7 +279,7 @@ pub fn splice(readme: &str, section: &str, block: &str) -> Result<String, Readme
 pub fn check_readme(path: &Path, sections: &[&str]) -> anyhow::Result<()> {
     let readme = std::fs::read_to_string(path)?;
     for section in sections {
-        splice(&readme, section, "")?;
+        block_span(&readme, section)?;
     }
     Ok(())
 }
@@ -311,39 +324,21 @@ pub struct Block {
 
 /// The bench block of `section` in `readme`.
 fn block_of(readme: &str, section: &str) -> Result<Block, ReadmeError> {
-    let begin = begin_marker(section);
-    let start = readme
-        .find(&begin)
-        .ok_or_else(|| ReadmeError::NoBlock(begin.clone()))?
-        + begin.len();
-    let len = readme[start..]
-        .find(&end_marker(section))
-        .ok_or(ReadmeError::Unterminated(begin))?;
-    parse_block(section, &readme[start..start + len])
+    let (_, body) = block_span(readme, section)?;
+    parse_block(section, &readme[body])
 }
 
 /// Every bench block of `readme`, in order.
 #[cfg(test)]
 pub fn blocks(readme: &str) -> Result<Vec<Block>, ReadmeError> {
-    let mut found = Vec::new();
-    let mut rest = readme;
-    while let Some(at) = rest.find("<!-- bench ") {
-        let after = &rest[at + "<!-- bench ".len()..];
-        let section = after
-            .split(" -->")
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        let end = end_marker(&section);
-        let body_end = after
-            .find(&end)
-            .ok_or_else(|| ReadmeError::Unterminated(begin_marker(&section)))?;
-        let body = &after[after.find('\n').unwrap_or(0)..body_end];
-        found.push(parse_block(&section, body)?);
-        rest = &after[body_end + end.len()..];
-    }
-    Ok(found)
+    const BEGIN: &str = "<!-- bench ";
+    readme
+        .match_indices(BEGIN)
+        .map(|(at, _)| {
+            let rest = &readme[at + BEGIN.len()..];
+            block_of(readme, rest.split(" -->").next().unwrap_or_default().trim())
+        })
+        .collect()
 }
 
 fn parse_block(section: &str, body: &str) -> Result<Block, ReadmeError> {
