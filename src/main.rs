@@ -248,7 +248,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = apiserver::storage::cache::DEFAULT_WINDOW_BYTES)]
     watch_cache_window_bytes: usize,
     /// Bytes of events one watcher may fall behind before it is cut off (429 in the stream).
-    #[arg(long, default_value_t = apiserver::storage::cache::DEFAULT_WATCHER_BUFFER_BYTES)]
+    #[arg(long, default_value_t = apiserver::storage::cache::DEFAULT_MAX_LAG_BYTES)]
     watch_buffer_bytes: usize,
     /// Bearer tokens: CSV lines `token,user,uid,"group1,group2"`.
     #[arg(long)]
@@ -356,7 +356,7 @@ impl ServeArgs {
         };
         if let Some(cache) = opts.watch_cache.as_mut() {
             cache.window_bytes = self.watch_cache_window_bytes;
-            cache.watcher_buffer_bytes = self.watch_buffer_bytes;
+            cache.max_lag_bytes = self.watch_buffer_bytes;
         }
         opts.token_auth_file = self.token_auth_file;
         opts.service_account_key_file = self.service_account_key_file;

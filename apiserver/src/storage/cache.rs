@@ -4,10 +4,12 @@
 //! - One watch on the whole backing store feeds every cache, in revision order. `seen` is the
 //!   revision it has processed through; every cache holds every change up to it.
 //! - One cache per resource type (key prefix `/<group>/<resource>/`), built on first use from a
-//!   list at `seen`: the current objects, a window of the latest events, and its watchers indexed
-//!   by logical cluster, so an event only reaches the watchers that can want it.
-//! - An event is stored once and shared by every watcher that receives it, together with its
-//!   [`Memo`], where the serving layer keeps the encoded frame and the decoded object.
+//!   list at `seen`: the current objects and a window of the latest events.
+//! - The window is the type's one event log. Watchers do not get copies of events: each reads
+//!   the log through its own cursor, and is woken after each event of its logical cluster (an
+//!   index per cluster with watchers points at the cluster's events in the log), or of the type
+//!   for a watch across clusters. An event is stored once, with its [`Memo`], where the serving
+//!   layer keeps the encoded frame and the decoded object, whatever the number of watchers.
 //! - A watch from a revision the window still covers is served from memory; an older one is
 //!   passed to the backing store, which serves it from its history. Below the store's compacted
 //!   revision both answer `Compacted`, as the store alone would.
@@ -15,9 +17,11 @@
 //!   waits until `seen` reaches it, and then answers from memory; so a list on one replica sees
 //!   every write acknowledged by any replica before it started. If the cache does not catch up
 //!   in time the list goes to the backing store.
-//! - Each watcher has a bounded queue; one that falls more than `watcher_buffer` events, or more
-//!   than `watcher_buffer_bytes` bytes of events, behind is cut off with
-//!   [`StorageError::TooSlow`] instead of holding ever more events for it.
+//! - A watcher that falls more than `max_lag` events, or more than `max_lag_bytes` bytes of
+//!   events, behind the end of the log it reads (its cluster's events, or its type's), or whose
+//!   unread events have left the window, is cut off with [`StorageError::TooSlow`], as
+//!   kube-apiserver's cacher cuts off a watcher whose queue stays full. Falling behind costs the
+//!   cache nothing, so the cut is made when the watcher next reads.
 //! - The windows of all types together hold at most `window_bytes` of events (oldest dropped
 //!   first, whichever type they belong to), so large objects written in a loop cannot grow the
 //!   server's memory: a watch from before the window falls to the store or gets 410.
@@ -27,12 +31,12 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -52,12 +56,12 @@ pub struct CacheOptions {
     /// Events kept per resource type for watches that start in the past.
     pub window: usize,
     /// How many events a watcher may fall behind before it is cut off.
-    pub watcher_buffer: usize,
+    pub max_lag: usize,
     /// Bytes of events (key, value and previous value) the windows of all types hold together.
     pub window_bytes: usize,
-    /// Bytes of events a watcher may fall behind before it is cut off (a watcher with an empty
-    /// queue always takes the next event, however large).
-    pub watcher_buffer_bytes: usize,
+    /// Bytes of events a watcher may fall behind before it is cut off (a watcher with nothing
+    /// else to read always takes the next event, however large).
+    pub max_lag_bytes: usize,
     /// How long a latest list waits for the cache to catch up before it reads the store.
     pub consistent_wait: Duration,
 }
@@ -66,23 +70,36 @@ impl Default for CacheOptions {
     fn default() -> Self {
         CacheOptions {
             window: 10_000,
-            watcher_buffer: 1024,
+            max_lag: 1024,
             window_bytes: DEFAULT_WINDOW_BYTES,
-            watcher_buffer_bytes: DEFAULT_WATCHER_BUFFER_BYTES,
+            max_lag_bytes: DEFAULT_MAX_LAG_BYTES,
             consistent_wait: Duration::from_secs(3),
+        }
+    }
+}
+
+impl CacheOptions {
+    fn lag(&self) -> Lag {
+        Lag {
+            events: self.max_lag,
+            bytes: self.max_lag_bytes,
         }
     }
 }
 
 /// Default [`CacheOptions::window_bytes`].
 pub const DEFAULT_WINDOW_BYTES: usize = 128 * 1024 * 1024;
-/// Default [`CacheOptions::watcher_buffer_bytes`].
-pub const DEFAULT_WATCHER_BUFFER_BYTES: usize = 2 * 1024 * 1024;
+/// Default [`CacheOptions::max_lag_bytes`].
+pub const DEFAULT_MAX_LAG_BYTES: usize = 2 * 1024 * 1024;
 
 /// What an event costs the memory of whoever holds it.
 fn weight(event: &Event) -> usize {
     event.key.len() + event.value.len() + event.prev_value.as_ref().map_or(0, |p| p.len())
 }
+
+/// How many events one read of a watcher takes from its type's log at most (bounds the time a
+/// reader holds the type's lock and the events it holds outside the log).
+const READ_BATCH: usize = 256;
 
 /// Every event in some type's window, oldest first, with its weight: the budget of all windows.
 #[derive(Default)]
@@ -140,7 +157,7 @@ struct Shared {
 }
 
 struct TypeCache {
-    state: Mutex<TypeState>,
+    state: RwLock<TypeState>,
     /// False while loading; true once loaded. Dropped (closed) if loading failed.
     ready: watch::Sender<Option<bool>>,
 }
@@ -153,55 +170,120 @@ struct TypeState {
     objects: BTreeMap<Arc<str>, KeyValue>,
     /// Bytes of `objects`' keys and values.
     object_bytes: usize,
+    /// The latest events of the type, oldest first, for watches that start in the past.
     window: VecDeque<Event>,
     /// Every event of this type after this revision is in `window`.
     window_start: Revision,
-    /// Watchers of every cluster.
-    all: Vec<Watcher>,
-    /// Watchers of one logical cluster (the key segment after the type prefix).
-    clusters: HashMap<Arc<str>, Vec<Watcher>>,
+    /// The feed of the watchers across clusters.
+    all: Feed,
+    /// The feed of each logical cluster (the key segment after the type prefix) that has
+    /// watchers, so that an event wakes only the watchers that can want it.
+    clusters: HashMap<Arc<str>, Feed>,
 }
 
-/// The cache's end of one watch.
-struct Watcher {
-    tx: mpsc::Sender<Event>,
-    prefix: Arc<str>,
-    /// Set when the watcher was cut off for falling behind.
-    cut: Arc<AtomicBool>,
-    /// Bytes of events queued and not yet taken by the watch.
-    queued: Arc<AtomicUsize>,
-    /// The most `queued` may reach (see [`CacheOptions::watcher_buffer_bytes`]).
-    max_queued: usize,
+/// The events a group of watchers has yet to read: one log, shared by the group, that each
+/// watcher reads through its own cursor (a sequence number). An event is held once whatever
+/// the number of watchers, and only until the slowest has read it or has fallen further behind
+/// than its allowance (then it is cut off when it next reads).
+struct Feed {
+    /// Events with the bytes of the feed's events through each, oldest first.
+    entries: VecDeque<(Event, u64)>,
+    /// The sequence number of the first entry (each event takes the next).
+    first_seq: u64,
+    /// Bytes of every event of the feed so far.
+    bytes: u64,
+    /// Wakes the watchers after each event (the value: the next sequence number).
+    wake: watch::Sender<u64>,
+    /// Each watcher's cursor: the sequence number of the first event it has not read.
+    readers: Vec<Arc<AtomicU64>>,
 }
 
-impl Watcher {
-    /// Queues `event` if the watcher wants it; false once the watcher is gone or cut off.
-    fn offer(&self, event: &Event) -> bool {
-        if !event.key.starts_with(&*self.prefix) {
-            return !self.tx.is_closed();
+impl Feed {
+    fn new() -> Self {
+        Feed {
+            entries: VecDeque::new(),
+            first_seq: 0,
+            bytes: 0,
+            wake: watch::channel(0).0,
+            readers: Vec::new(),
         }
-        let w = weight(event);
-        let queued = self.queued.load(Ordering::Acquire);
-        if queued > 0 && queued.saturating_add(w) > self.max_queued {
-            self.cut.store(true, Ordering::Release);
-            return false;
+    }
+
+    /// The sequence number the next event will take.
+    fn end_seq(&self) -> u64 {
+        self.first_seq + self.entries.len() as u64
+    }
+
+    /// Adds a reader at the end of the feed.
+    fn join(&mut self) -> (Arc<AtomicU64>, watch::Receiver<u64>) {
+        let cursor = Arc::new(AtomicU64::new(self.end_seq()));
+        self.readers.push(cursor.clone());
+        (cursor, self.wake.subscribe())
+    }
+
+    /// Removes a reader; the feed forgets its events once nobody reads it.
+    fn leave(&mut self, cursor: &Arc<AtomicU64>) {
+        self.readers.retain(|c| !Arc::ptr_eq(c, cursor));
+        if self.readers.is_empty() {
+            self.first_seq = self.end_seq();
+            self.entries.clear();
         }
-        match self.tx.try_send(event.clone()) {
-            Ok(()) => {
-                self.queued.fetch_add(w, Ordering::AcqRel);
-                true
+    }
+
+    /// Appends an event (if anyone reads the feed), drops what nobody may still read, and wakes
+    /// the readers.
+    fn push(&mut self, event: &Event, lag: Lag) {
+        if self.readers.is_empty() {
+            return;
+        }
+        self.bytes += weight(event) as u64;
+        self.entries.push_back((event.clone(), self.bytes));
+        let end = self.end_seq();
+        let slowest = self
+            .readers
+            .iter()
+            .map(|c| c.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(end);
+        while let Some((first, through)) = self.entries.front() {
+            let unread = self.entries.len();
+            let unread_bytes = self.bytes - (through - weight(first) as u64);
+            if self.first_seq < slowest || lag.exceeded(unread, unread_bytes) {
+                self.entries.pop_front();
+                self.first_seq += 1;
+            } else {
+                break;
             }
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.cut.store(true, Ordering::Release);
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
         }
+        self.wake.send_replace(end);
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// How far behind its feed a watcher may fall before it is cut off.
+#[derive(Clone, Copy)]
+struct Lag {
+    events: usize,
+    bytes: usize,
+}
+
+impl Lag {
+    /// Whether `events` unread events of `bytes` bytes are too many (a watcher that has nothing
+    /// else to read always takes the next event, however large).
+    fn exceeded(self, events: usize, bytes: u64) -> bool {
+        events > self.events || (events > 1 && bytes > self.bytes as u64)
+    }
+}
+
+fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     // Every critical section leaves the state consistent before anything can panic.
+    m.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -222,7 +304,20 @@ fn cluster_of<'a>(key: &'a str, type_prefix: &str) -> Option<&'a str> {
 }
 
 impl TypeState {
-    fn apply(&mut self, event: Event, window: usize) {
+    fn new() -> Self {
+        TypeState {
+            pending: Some(Vec::new()),
+            dead: false,
+            objects: BTreeMap::new(),
+            object_bytes: 0,
+            window: VecDeque::new(),
+            window_start: 0,
+            all: Feed::new(),
+            clusters: HashMap::new(),
+        }
+    }
+
+    fn apply(&mut self, event: Event, window: usize, lag: Lag) {
         match event.kind {
             EventType::Delete => {
                 if let Some(old) = self.objects.remove(&event.key) {
@@ -249,15 +344,12 @@ impl TypeState {
                 }
             }
         }
-        self.all.retain(|w| w.offer(&event));
+        self.all.push(&event, lag);
         let prefix_len = type_prefix(&event.key).map_or(0, str::len);
-        if let Some(cluster) = cluster_of(&event.key, &event.key[..prefix_len]) {
-            if let Some(watchers) = self.clusters.get_mut(cluster) {
-                watchers.retain(|w| w.offer(&event));
-                if watchers.is_empty() {
-                    self.clusters.remove(cluster);
-                }
-            }
+        if let Some(feed) = cluster_of(&event.key, &event.key[..prefix_len])
+            .and_then(|cluster| self.clusters.get_mut(cluster))
+        {
+            feed.push(&event, lag);
         }
         self.window.push_back(event);
         while self.window.len() > window {
@@ -307,7 +399,7 @@ impl CachedStore {
         let caches: Vec<Arc<TypeCache>> = lock(&self.shared.types).values().cloned().collect();
         let mut f = Footprint::default();
         for cache in caches {
-            let st = lock(&cache.state);
+            let st = read(&cache.state);
             f.objects += st.objects.len();
             f.object_bytes += st.object_bytes;
             f.window_events += st.window.len();
@@ -337,16 +429,7 @@ impl CachedStore {
                 (cache.clone(), None)
             } else {
                 let cache = Arc::new(TypeCache {
-                    state: Mutex::new(TypeState {
-                        pending: Some(Vec::new()),
-                        dead: false,
-                        objects: BTreeMap::new(),
-                        object_bytes: 0,
-                        window: VecDeque::new(),
-                        window_start: 0,
-                        all: Vec::new(),
-                        clusters: HashMap::new(),
-                    }),
+                    state: RwLock::new(TypeState::new()),
                     ready: watch::channel(Some(false)).0,
                 });
                 types.insert(Arc::from(prefix), cache.clone());
@@ -400,8 +483,8 @@ impl CachedStore {
             cache.ready.send_replace(None);
             return;
         }
-        let window = self.shared.options.window;
-        let mut st = lock(&cache.state);
+        let (window, lag) = (self.shared.options.window, self.shared.options.lag());
+        let mut st = write(&cache.state);
         st.object_bytes = objects
             .values()
             .map(|kv| kv.key.len() + kv.value.len())
@@ -410,7 +493,7 @@ impl CachedStore {
         st.window_start = at;
         for event in st.pending.take().unwrap_or_default() {
             if event.revision > at {
-                st.apply(event, window);
+                st.apply(event, window, lag);
             }
         }
         drop(st);
@@ -478,14 +561,14 @@ fn dispatch(shared: &Shared, event: Event) {
         Some((prefix, cache)) => {
             let w = weight(&event);
             let applied = {
-                let mut st = lock(&cache.state);
+                let mut st = write(&cache.state);
                 let applied = match st.pending.as_mut() {
                     Some(pending) => {
                         pending.push(event);
                         false
                     }
                     None => {
-                        st.apply(event, shared.options.window);
+                        st.apply(event, shared.options.window, shared.options.lag());
                         true
                     }
                 };
@@ -523,7 +606,7 @@ fn keep_within_budget(
         };
         log.bytes -= w;
         if let Some(cache) = types.get(&p) {
-            lock(&cache.state).evict_through(r);
+            write(&cache.state).evict_through(r);
         }
     }
 }
@@ -536,10 +619,11 @@ async fn reset(shared: &Shared) {
         types.drain().map(|(_, c)| c).collect()
     };
     for cache in dropped {
-        let mut st = lock(&cache.state);
-        // Dropping the senders ends every watcher.
+        let mut st = write(&cache.state);
+        // Every watcher wakes, finds the cache dead and ends.
         st.dead = true;
-        st.all.clear();
+        st.all.wake.send_modify(|_| {});
+        st.all.entries.clear();
         st.clusters.clear();
     }
     let current = shared
@@ -622,55 +706,127 @@ pub fn footprint_metrics(cache: WeakCachedStore, extra: Option<ExtraMetrics>) ->
     })
 }
 
-/// One cached watch: replayed window events, then live ones.
+/// One cached watch: the window's events after its start revision, then its feed, read from
+/// its cursor.
 struct CachedWatch {
-    replay: std::vec::IntoIter<Event>,
-    rx: mpsc::Receiver<Event>,
-    cut: Arc<AtomicBool>,
-    /// Bytes queued for this watch (shared with its [`Watcher`]).
-    queued: Arc<AtomicUsize>,
+    cache: Weak<TypeCache>,
+    prefix: Arc<str>,
+    /// The cluster whose feed it reads; `None`: the type's feed across clusters.
+    cluster: Option<Arc<str>>,
+    /// Its position in the feed (shared with the feed, which trims what every reader has read).
+    cursor: Arc<AtomicU64>,
+    /// Wakes it after each event of its feed; `None` once it has let go of the feed.
+    wake: Option<watch::Receiver<u64>>,
+    /// Events taken from the feed (or replayed), not yet yielded.
+    ready: VecDeque<Event>,
+    /// The revision of the last event yielded.
     last: Revision,
     done: bool,
-    buffer: usize,
 }
 
 impl CachedWatch {
     async fn next(mut self) -> Option<(Result<Event>, Self)> {
-        if self.done {
-            return None;
-        }
-        if let Some(event) = self.replay.next() {
-            self.last = event.revision;
-            return Some((Ok(event), self));
-        }
         loop {
-            let received = self.rx.recv().await;
-            if let Some(event) = &received {
-                self.queued.fetch_sub(weight(event), Ordering::AcqRel);
+            if self.done {
+                return None;
             }
-            match received {
-                Some(event) if event.revision <= self.last => {}
-                Some(event) => {
-                    self.last = event.revision;
-                    return Some((Ok(event), self));
-                }
-                None => {
-                    self.done = true;
-                    let err = if self.cut.load(Ordering::Acquire) {
-                        StorageError::TooSlow {
-                            behind: self.buffer,
-                            last: self.last,
-                        }
-                    } else {
-                        StorageError::Backend(format!(
-                            "the watch cache restarted; watch again from revision {}",
-                            self.last
-                        ))
-                    };
-                    return Some((Err(err), self));
-                }
+            if let Some(event) = self.ready.pop_front() {
+                self.last = event.revision;
+                return Some((Ok(event), self));
+            }
+            let Some(wake) = self.wake.as_mut() else {
+                let err = self.restarted();
+                return self.fail(err);
+            };
+            // Marked seen before the read: an event that comes after it wakes the wait below.
+            wake.borrow_and_update();
+            if let Err(err) = self.read_feed() {
+                return self.fail(err);
+            }
+            if !self.ready.is_empty() {
+                continue;
+            }
+            let woken = match self.wake.as_mut() {
+                Some(wake) => wake.changed().await.is_ok(),
+                None => false,
+            };
+            if !woken {
+                let err = self.restarted();
+                return self.fail(err);
             }
         }
+    }
+
+    fn fail(mut self, err: StorageError) -> Option<(Result<Event>, Self)> {
+        self.done = true;
+        self.release();
+        Some((Err(err), self))
+    }
+
+    fn restarted(&self) -> StorageError {
+        StorageError::Backend(format!(
+            "the watch cache restarted; watch again from revision {}",
+            self.last
+        ))
+    }
+
+    /// Takes the next events it wants from its feed, up to [`READ_BATCH`]; fails if the feed
+    /// has dropped events it had not read (it fell further behind than its allowance).
+    fn read_feed(&mut self) -> Result<()> {
+        let Some(cache) = self.cache.upgrade() else {
+            return Err(self.restarted());
+        };
+        let st = read(&cache.state);
+        let feed = match &self.cluster {
+            _ if st.dead => None,
+            Some(cluster) => st.clusters.get(cluster),
+            None => Some(&st.all),
+        };
+        let Some(feed) = feed else {
+            return Err(self.restarted());
+        };
+        let mut next = self.cursor.load(Ordering::Acquire);
+        if next < feed.first_seq {
+            return Err(StorageError::TooSlow { last: self.last });
+        }
+        let from = (next - feed.first_seq) as usize;
+        for (event, _) in feed.entries.range(from..).take(READ_BATCH) {
+            if event.key.starts_with(&*self.prefix) {
+                self.ready.push_back(event.clone());
+            }
+            next += 1;
+        }
+        self.cursor.store(next, Ordering::Release);
+        Ok(())
+    }
+
+    /// Lets go of its feed: the last watcher of a cluster takes the cluster's feed with it.
+    fn release(&mut self) {
+        let Some(wake) = self.wake.take() else {
+            return;
+        };
+        drop(wake);
+        let Some(cache) = self.cache.upgrade() else {
+            return;
+        };
+        let mut st = write(&cache.state);
+        match &self.cluster {
+            Some(cluster) => {
+                if let Some(feed) = st.clusters.get_mut(cluster) {
+                    feed.leave(&self.cursor);
+                    if feed.readers.is_empty() {
+                        st.clusters.remove(cluster);
+                    }
+                }
+            }
+            None => st.all.leave(&self.cursor),
+        }
+    }
+}
+
+impl Drop for CachedWatch {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -685,7 +841,7 @@ impl Store for CachedStore {
             if let Some(tp) = type_prefix(key) {
                 if self.catch_up().await? {
                     if let Some(cache) = self.type_cache(tp).await {
-                        let st = lock(&cache.state);
+                        let st = read(&cache.state);
                         if !st.dead {
                             return Ok(st.objects.get(key).cloned());
                         }
@@ -699,7 +855,7 @@ impl Store for CachedStore {
     async fn get_cached(&self, key: &str) -> Result<Option<KeyValue>> {
         if let Some(tp) = type_prefix(key) {
             if let Some(cache) = self.type_cache(tp).await {
-                let st = lock(&cache.state);
+                let st = read(&cache.state);
                 if let Some(kv) = st.objects.get(key).filter(|_| !st.dead) {
                     return Ok(Some(kv.clone()));
                 }
@@ -719,7 +875,7 @@ impl Store for CachedStore {
             return self.shared.store.list(opts).await;
         };
         let page = {
-            let st = lock(&cache.state);
+            let st = read(&cache.state);
             (!st.dead).then(|| {
                 let revision = *self.shared.seen.borrow();
                 let from = start_bound(opts.prefix, opts.start_after);
@@ -780,46 +936,40 @@ impl Store for CachedStore {
         let Some(cache) = self.type_cache(tp).await else {
             return self.shared.store.watch(prefix, after).await;
         };
-        let buffer = self.shared.options.watcher_buffer;
-        let (tx, rx) = mpsc::channel(buffer);
-        let cut = Arc::new(AtomicBool::new(false));
-        let queued = Arc::new(AtomicUsize::new(0));
-        let watcher = Watcher {
-            tx,
-            prefix: Arc::from(prefix),
-            cut: cut.clone(),
-            queued: queued.clone(),
-            max_queued: self.shared.options.watcher_buffer_bytes,
-        };
-        let replay = {
-            let mut st = lock(&cache.state);
+        let cluster = cluster_of(prefix, tp).map(Arc::<str>::from);
+        let registered = {
+            let mut st = write(&cache.state);
             (!st.dead && after >= st.window_start).then(|| {
-                match cluster_of(prefix, tp) {
+                let (cursor, wake) = match &cluster {
                     Some(cluster) => st
                         .clusters
-                        .entry(Arc::from(cluster))
-                        .or_default()
-                        .push(watcher),
-                    None => st.all.push(watcher),
-                }
-                st.window
-                    .iter()
-                    .filter(|e| e.revision > after && e.key.starts_with(prefix))
+                        .entry(cluster.clone())
+                        .or_insert_with(Feed::new)
+                        .join(),
+                    None => st.all.join(),
+                };
+                let from = st.window.partition_point(|e| e.revision <= after);
+                let replay: VecDeque<Event> = st
+                    .window
+                    .range(from..)
+                    .filter(|e| e.key.starts_with(prefix))
                     .cloned()
-                    .collect::<Vec<Event>>()
+                    .collect();
+                (cursor, wake, replay)
             })
         };
-        let Some(replay) = replay else {
+        let Some((cursor, wake, ready)) = registered else {
             return self.shared.store.watch(prefix, after).await;
         };
         let watch = CachedWatch {
-            replay: replay.into_iter(),
-            rx,
-            cut,
-            queued,
+            cache: Arc::downgrade(&cache),
+            prefix: Arc::from(prefix),
+            cluster,
+            cursor,
+            wake: Some(wake),
+            ready,
             last: after,
             done: false,
-            buffer,
         };
         Ok(stream::unfold(watch, CachedWatch::next).boxed())
     }
@@ -849,17 +999,17 @@ impl Store for CachedStore {
 mod tests {
     use super::*;
     use crate::storage::MemoryStore;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn tagged(tag: &str) -> Encoder {
         let tag = tag.to_string();
         Box::new(move |rev| format!("{tag}@{rev}").into_bytes())
     }
 
-    fn options(window: usize, watcher_buffer: usize) -> CacheOptions {
+    fn options(window: usize, max_lag: usize) -> CacheOptions {
         CacheOptions {
             window,
-            watcher_buffer,
+            max_lag,
             consistent_wait: Duration::from_secs(3),
             ..CacheOptions::default()
         }
@@ -1219,21 +1369,16 @@ mod tests {
             }
         };
         assert!(delivered <= 8, "{delivered}");
-        assert!(
-            matches!(err, StorageError::TooSlow { behind: 8, .. }),
-            "{err:?}"
-        );
+        assert!(matches!(err, StorageError::TooSlow { .. }), "{err:?}");
         assert!(err.to_string().contains("watch again from resourceVersion"));
         assert!(tokio::time::timeout(Duration::from_secs(5), slow.next())
             .await
             .unwrap()
             .is_none());
-        // The cache let go of both: the cut one at once, the finished one at the next event.
-        cache.create("/g/r/c1/ns/last", tagged("v")).await.unwrap();
-        assert!(cache.catch_up().await.unwrap());
+        // The cache let go of both, and of the index of their cluster with them.
         let cache_of = cache.type_cache("/g/r/").await.unwrap();
-        let watchers: usize = lock(&cache_of.state).clusters.values().map(Vec::len).sum();
-        assert_eq!(watchers, 0);
+        assert!(read(&cache_of.state).clusters.is_empty());
+        assert!(read(&cache_of.state).all.readers.is_empty());
     }
 
     /// An encoder of `n` bytes.
@@ -1267,7 +1412,7 @@ mod tests {
         let mut held = 0;
         for t in ["/g/a/", "/g/b/"] {
             let tc = cache.type_cache(t).await.unwrap();
-            held += lock(&tc.state).window.iter().map(weight).sum::<usize>();
+            held += read(&tc.state).window.iter().map(weight).sum::<usize>();
         }
         assert!(held <= 64 * 1024, "{held} bytes held");
         assert!(held > 32 * 1024, "the budget is used, not emptied: {held}");
@@ -1281,37 +1426,122 @@ mod tests {
     #[tokio::test]
     async fn a_watcher_behind_by_more_bytes_than_allowed_is_cut_off() {
         let (_, cache) = cached(CacheOptions {
-            watcher_buffer_bytes: 16 * 1024,
+            max_lag_bytes: 16 * 1024,
             ..options(1000, 1000)
         });
         load(&cache, "/g/r/").await;
         let start = cache.current_revision();
         let mut slow = cache.watch("/g/r/c1/", start).await.unwrap();
-        // One event larger than the whole allowance still gets through to a watcher that is
-        // not behind.
-        let mut big = cache.watch("/g/r/c1/", start).await.unwrap();
+        // One event larger than the whole allowance still gets through to a watcher that has
+        // nothing else to read.
         cache
             .create("/g/r/c1/ns/big", sized(64 * 1024))
             .await
             .unwrap();
-        assert_eq!(next(&mut big).await.unwrap().value.len(), 64 * 1024);
-        drop(big);
-        for i in 0..20 {
+        assert_eq!(next(&mut slow).await.unwrap().value.len(), 64 * 1024);
+        for i in 0..3 {
             cache
                 .create(&format!("/g/r/c1/ns/{i}"), sized(4096))
                 .await
                 .unwrap();
         }
-        let mut delivered = 0;
-        let err = loop {
-            match next(&mut slow).await {
-                Ok(_) => delivered += 1,
-                Err(e) => break e,
+        // 12 KiB behind: within the allowance.
+        assert_eq!(take(&mut slow, 3).await.len(), 3);
+        // Writes to another cluster do not count against it.
+        for i in 0..20 {
+            cache
+                .create(&format!("/g/r/c2/ns/{i}"), sized(4096))
+                .await
+                .unwrap();
+        }
+        cache.create("/g/r/c1/ns/small", sized(10)).await.unwrap();
+        assert_eq!(next(&mut slow).await.unwrap().value.len(), 10);
+        for i in 0..5 {
+            cache
+                .create(&format!("/g/r/c1/ns/more-{i}"), sized(4096))
+                .await
+                .unwrap();
+        }
+        let err = next(&mut slow).await.err();
+        assert!(matches!(err, Some(StorageError::TooSlow { .. })), "{err:?}");
+    }
+
+    /// A watcher's feed does not depend on the window: one behind by more events than the
+    /// window keeps, but within its allowance, gets every event.
+    #[tokio::test]
+    async fn a_watcher_within_its_allowance_gets_events_the_window_dropped() {
+        let (_, cache) = cached(options(4, 1000));
+        load(&cache, "/g/r/").await;
+        let start = cache.current_revision();
+        let mut across = cache.watch("/g/r/", start).await.unwrap();
+        let mut one = cache.watch("/g/r/c1/", start).await.unwrap();
+        let mut written = Vec::new();
+        for i in 0..10 {
+            let kv = cache
+                .create(&format!("/g/r/c1/ns/{i}"), tagged("v"))
+                .await
+                .unwrap();
+            written.push(kv.mod_revision);
+        }
+        assert!(cache.catch_up().await.unwrap());
+        for w in [&mut across, &mut one] {
+            let got: Vec<_> = take(w, 10).await.iter().map(|e| e.revision).collect();
+            assert_eq!(got, written);
+        }
+    }
+
+    /// A feed holds what its slowest watcher has not read, at most the allowance; a watcher
+    /// beyond it is cut off; the last watcher of a cluster takes the cluster's feed with it.
+    #[tokio::test]
+    async fn a_feed_holds_only_what_its_watchers_may_still_read() {
+        let (_, cache) = cached(options(8, 10));
+        load(&cache, "/g/r/").await;
+        let start = cache.current_revision();
+        let mut c1 = Vec::new();
+        for _ in 0..3 {
+            c1.push(cache.watch("/g/r/c1/", start).await.unwrap());
+        }
+        let mut c2 = cache.watch("/g/r/c2/ns/", start).await.unwrap();
+        let write = |i: usize| {
+            let cache = cache.clone();
+            async move {
+                let cluster = if i.is_multiple_of(2) { "c1" } else { "c2" };
+                cache
+                    .create(&format!("/g/r/{cluster}/ns/{i}"), tagged("v"))
+                    .await
+                    .unwrap();
             }
         };
-        // The big event, then what fits in 16 KiB.
-        assert!((1..=5).contains(&delivered), "{delivered}");
-        assert!(matches!(err, StorageError::TooSlow { .. }), "{err:?}");
+        for i in 0..6 {
+            write(i).await;
+        }
+        assert!(cache.catch_up().await.unwrap());
+        let tc = cache.type_cache("/g/r/").await.unwrap();
+        let held = |cluster: &str| read(&tc.state).clusters[cluster].entries.len();
+        assert_eq!((held("c1"), held("c2")), (3, 3), "nobody has read yet");
+        for w in &mut c1 {
+            assert_eq!(take(w, 3).await.len(), 3);
+        }
+        write(6).await;
+        assert!(cache.catch_up().await.unwrap());
+        assert_eq!(held("c1"), 1, "only the event nobody has read");
+        for i in 7..40 {
+            write(i).await;
+        }
+        assert!(cache.catch_up().await.unwrap());
+        assert_eq!(
+            held("c2"),
+            10,
+            "the allowance, for a watcher that does not read"
+        );
+        let err = next(&mut c2).await.err();
+        assert!(matches!(err, Some(StorageError::TooSlow { .. })), "{err:?}");
+        drop(c2);
+        assert!(!read(&tc.state).clusters.contains_key("c2"));
+        c1.truncate(1);
+        assert_eq!(read(&tc.state).clusters["c1"].readers.len(), 1);
+        drop(c1);
+        assert!(read(&tc.state).clusters.is_empty());
     }
 
     #[tokio::test]

@@ -236,10 +236,8 @@ pub enum StorageError {
         current: Revision,
     },
     /// A watcher fell too far behind the events it was sent and was cut off.
-    #[error("watch cut off: the client fell more than {behind} events behind; watch again from resourceVersion {last}")]
+    #[error("watch cut off: the client fell further behind the events sent to it than the server allows; watch again from resourceVersion {last}")]
     TooSlow {
-        /// The capacity of the watcher's queue, in events: it fell more than this many behind.
-        behind: usize,
         /// The revision of the last event delivered; a new watch resumes after it.
         last: Revision,
     },
