@@ -295,7 +295,9 @@ impl Stream for WatchFrames {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         let this = self.get_mut();
-        if this.deadline.as_mut().poll(cx).is_ready() {
+        // Checked without registering for a wake-up; the timer is polled (and so armed) only
+        // when the watch is about to wait.
+        if this.deadline.is_elapsed() {
             this.events = None;
             return Poll::Ready(None);
         }
@@ -337,6 +339,10 @@ impl Stream for WatchFrames {
             if ticker.poll_tick(cx).is_ready() {
                 return Poll::Ready(Some(this.encoder.bookmark(this.last_rev, false)));
             }
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            this.events = None;
+            return Poll::Ready(None);
         }
         Poll::Pending
     }
