@@ -118,6 +118,23 @@ impl CpuMeter {
         parts.push(format!("clients {:.0}", us(2)));
         parts.join(", ")
     }
+
+    /// The cores each process kept busy since `start`, and the machine's share they add up to.
+    fn cores(&self) -> String {
+        let after = Self::now(self.etcd, self.server);
+        let seconds = self.started.elapsed().as_secs_f64().max(1e-9);
+        let cores: Vec<f64> = (0..3)
+            .map(|i| (after[i] - self.before[i]) / seconds)
+            .collect();
+        let machine = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        format!(
+            "server {:.2}, etcd {:.2}, clients {:.2} cores ({:.0}% of the machine's {machine:.0})",
+            cores[1],
+            cores[0],
+            cores[2],
+            cores.iter().sum::<f64>() * 100.0 / machine
+        )
+    }
 }
 
 /// Reads one watch response line by line, recording the delay of every event carrying `sent`,
@@ -331,6 +348,7 @@ pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result
     // Open loop: `rate` creates per second from 16 connections.
     let writers = 16;
     let started = Instant::now();
+    let meter = CpuMeter::start(etcd.pid(), Some(server.child_id()));
     let mut writes = Vec::new();
     let names = Arc::new(names);
     for wr in 0..writers {
@@ -386,6 +404,7 @@ pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result
         late += w.await??;
     }
     let write_seconds = started.elapsed().as_secs_f64();
+    let busy = meter.cores();
     rss_peak = rss_peak.max(sampler.await?);
     let mut delays: Vec<u32> = Vec::new();
     let mut failed = 0;
@@ -402,7 +421,7 @@ pub async fn scale(opts: &BenchOptions, tmp: &std::path::Path) -> anyhow::Result
     let expected = total * per_write;
     figures.push((
         format!(
-            "delivered {} of {expected} events ({:.0}/s); delay p50 {}, p99 {}, max {}; server RSS {:.0} MiB idle, {:.0} MiB watching, peak {:.0} MiB; {failed} watches failed, {late} writes late",
+            "delivered {} of {expected} events ({:.0}/s); delay p50 {}, p99 {}, max {}; server RSS {:.0} MiB idle, {:.0} MiB watching, peak {:.0} MiB; {failed} watches failed, {late} writes late; CPU while writing: {busy}",
             delays.len(),
             delays.len() as f64 / write_seconds,
             micros_ms(&delays, 0.50),
