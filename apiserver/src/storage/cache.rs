@@ -317,7 +317,9 @@ impl TypeState {
         }
     }
 
-    fn apply(&mut self, event: Event, window: usize, lag: Lag) {
+    /// Applies an event; returns the revision of the event the count limit of the window
+    /// dropped to make room, if it did.
+    fn apply(&mut self, event: Event, window: usize, lag: Lag) -> Option<Revision> {
         match event.kind {
             EventType::Delete => {
                 if let Some(old) = self.objects.remove(&event.key) {
@@ -352,11 +354,14 @@ impl TypeState {
             feed.push(&event, lag);
         }
         self.window.push_back(event);
+        let mut dropped = None;
         while self.window.len() > window {
             if let Some(old) = self.window.pop_front() {
                 self.window_start = old.revision;
+                dropped = Some(old.revision);
             }
         }
+        dropped
     }
 
     /// Drops the window's events up to and including `revision` (the byte budget's oldest).
@@ -565,19 +570,16 @@ fn dispatch(shared: &Shared, event: Event) {
                 let applied = match st.pending.as_mut() {
                     Some(pending) => {
                         pending.push(event);
-                        false
+                        None
                     }
-                    None => {
-                        st.apply(event, shared.options.window, shared.options.lag());
-                        true
-                    }
+                    None => Some(st.apply(event, shared.options.window, shared.options.lag())),
                 };
                 // Under the type's lock: a reader never sees `seen` behind the objects it reads.
                 shared.seen.send_replace(revision);
                 applied
             };
-            if applied {
-                keep_within_budget(shared, &types, prefix.clone(), revision, w);
+            if let Some(count_dropped) = applied {
+                keep_within_budget(shared, &types, prefix.clone(), revision, w, count_dropped);
             }
         }
         None => {
@@ -586,17 +588,27 @@ fn dispatch(shared: &Shared, event: Event) {
     }
 }
 
-/// Records an event that entered `prefix`'s window and drops the oldest events of any window
-/// while all of them together weigh more than the budget (or are more than the count windows
-/// allow, so the log itself stays bounded).
+/// Records an event that entered `prefix`'s window, forgets the weight of the event its count
+/// limit dropped (`count_dropped`), and drops the oldest events of any window while all of them
+/// together weigh more than the budget (or are more than the count windows allow, so the log
+/// itself stays bounded).
 fn keep_within_budget(
     shared: &Shared,
     types: &HashMap<Arc<str>, Arc<TypeCache>>,
     prefix: Arc<str>,
     revision: Revision,
     w: usize,
+    count_dropped: Option<Revision>,
 ) {
     let mut log = lock(&shared.window_log);
+    if let Some(r) = count_dropped {
+        // The log is in revision order; the dropped event weighs nothing from now on.
+        let i = log.entries.partition_point(|e| e.1 < r);
+        if let Some(entry) = log.entries.get_mut(i).filter(|e| e.1 == r) {
+            let w = std::mem::take(&mut entry.2);
+            log.bytes -= w;
+        }
+    }
     log.entries.push_back((prefix, revision, w));
     log.bytes += w;
     let max_entries = shared.options.window.saturating_mul(16).max(1);
@@ -1421,6 +1433,29 @@ mod tests {
         let got: Vec<_> = take(&mut w, 50).await.iter().map(|e| e.revision).collect();
         let want: Vec<_> = revs.iter().step_by(2).copied().collect();
         assert_eq!(got, want);
+    }
+
+    /// The budget counts what the windows hold: an event a type's count limit dropped no
+    /// longer weighs on it.
+    #[tokio::test]
+    async fn the_budget_weighs_only_what_the_windows_hold() {
+        let (_, cache) = cached(options(3, 1000));
+        load(&cache, "/g/a/").await;
+        load(&cache, "/g/b/").await;
+        for i in 0..20 {
+            let t = if i < 15 { "a" } else { "b" };
+            cache
+                .create(&format!("/g/{t}/c1/ns/o{i}"), sized(100 + i))
+                .await
+                .unwrap();
+        }
+        assert!(cache.catch_up().await.unwrap());
+        let mut held = 0;
+        for t in ["/g/a/", "/g/b/"] {
+            let tc = cache.type_cache(t).await.unwrap();
+            held += read(&tc.state).window.iter().map(weight).sum::<usize>();
+        }
+        assert_eq!(lock(&cache.shared.window_log).bytes, held);
     }
 
     #[tokio::test]
