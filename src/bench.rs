@@ -93,12 +93,25 @@ pub struct BenchOptions {
     /// Workspaces the claims section creates with and without an initializer.
     #[arg(long, default_value_t = 1_000)]
     pub claim_workspaces: usize,
+    /// Workspaces the engage section binds and the controller runtime engages.
+    #[arg(long, default_value_t = 100_000)]
+    pub engage_clusters: usize,
+    /// Objects in each of them.
+    #[arg(long, default_value_t = 2)]
+    pub engage_objects: usize,
+    /// Patches per second the engage section writes once the runtime has synced.
+    #[arg(long, default_value_t = 1_000)]
+    pub engage_rate: usize,
+    /// Seconds it writes them.
+    #[arg(long, default_value_t = 5)]
+    pub engage_write_seconds: usize,
     /// Run only these attacks of the attacks section (comma-separated; all when empty).
     #[arg(long = "attack", value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(crate::bench_attacks::KINDS))]
     pub attacks: Vec<String>,
     /// Run only these sections (comma-separated): serving, admission, workspaces, overload,
     /// broker, etcd (needs `--features etcd`), attacks, views, claims; and, only when named, kube
-    /// (needs `--features etcd`) and kcp (beside the Go peers of `scripts/peers`).
+    /// (needs `--features etcd`), kcp (beside the Go peers of `scripts/peers`) and engage (the
+    /// controllers crate's `engage_bench` example, built beside this binary).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(SECTIONS))]
     pub only: Vec<String>,
     /// Replace the README's tables of the sections that ran (between their `<!-- bench NAME -->`
@@ -363,7 +376,11 @@ pub const SECTIONS: &[&str] = &[
     "kube",
     "kcp",
     "claims",
+    "engage",
 ];
+
+/// The sections that run only when `--only` names them.
+const NAMED_ONLY: &[&str] = &["kube", "kcp", "engage"];
 
 /// Runs the sections asked for and prints their tables (and writes them into the README when
 /// asked to).
@@ -381,10 +398,10 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
         "platform-mesh bench: {} cores, {} s per load, {} connections",
         stamp.cores, opts.seconds, opts.connections
     );
-    // The kube and kcp sections run only when named: they need the Go peers of `scripts/peers`
-    // (and kube the etcd backend).
+    // The kube, kcp and engage sections run only when named: they need the Go peers of
+    // `scripts/peers` (and kube the etcd backend), or the example binary.
     let wanted = |s: &str| {
-        opts.only.iter().any(|o| o == s) || (opts.only.is_empty() && s != "kube" && s != "kcp")
+        opts.only.iter().any(|o| o == s) || (opts.only.is_empty() && !NAMED_ONLY.contains(&s))
     };
     if let Some(readme) = &opts.write_readme {
         let sections: Vec<&str> = SECTIONS.iter().copied().filter(|s| wanted(s)).collect();
@@ -424,6 +441,7 @@ pub async fn run(opts: BenchOptions) -> anyhow::Result<()> {
             "attacks" => crate::bench_attacks::attacks(&opts, &tmp).await?,
             "views" => crate::bench_views::views(&opts, &tmp).await?,
             "kcp" => crate::bench_kcp::kcp(&opts, &tmp).await?,
+            "engage" => crate::bench_engage::engage(&opts).await?,
             other => anyhow::bail!("no bench section {other}"),
         };
         tables.push((section, rows));

@@ -65,6 +65,7 @@ pub fn labels(section: &str, opts: &BenchOptions) -> Vec<String> {
         "kube" => kube_labels(opts),
         "kcp" => crate::bench_kcp::labels(opts),
         "claims" => crate::bench_claims::labels(opts),
+        "engage" => crate::bench_engage::labels(opts),
         _ => Vec::new(),
     }
 }

@@ -12,6 +12,7 @@ mod bench;
 mod bench_attacks;
 mod bench_broker;
 mod bench_claims;
+mod bench_engage;
 mod bench_kcp;
 #[cfg(feature = "etcd")]
 mod bench_kube;
