@@ -5,11 +5,12 @@
 //!   revision it has processed through; every cache holds every change up to it.
 //! - One cache per resource type (key prefix `/<group>/<resource>/`), built on first use from a
 //!   list at `seen`: the current objects and a window of the latest events.
-//! - The window is the type's one event log. Watchers do not get copies of events: each reads
-//!   the log through its own cursor, and is woken after each event of its logical cluster (an
-//!   index per cluster with watchers points at the cluster's events in the log), or of the type
-//!   for a watch across clusters. An event is stored once, with its [`Memo`], where the serving
-//!   layer keeps the encoded frame and the decoded object, whatever the number of watchers.
+//! - Watchers get no copies of events. The watchers of one logical cluster share one feed
+//!   (those across clusters share the type's): a log of the events they have yet to read, which
+//!   each reads through its own cursor, woken after each event of the feed. A feed keeps an event
+//!   until its slowest watcher has read it. An event is stored once, with its
+//!   [`Memo`](super::Memo), where the serving layer keeps the encoded frame and the decoded
+//!   object, whatever the number of watchers.
 //! - A watch from a revision the window still covers is served from memory; an older one is
 //!   passed to the backing store, which serves it from its history. Below the store's compacted
 //!   revision both answer `Compacted`, as the store alone would.
@@ -17,11 +18,12 @@
 //!   waits until `seen` reaches it, and then answers from memory; so a list on one replica sees
 //!   every write acknowledged by any replica before it started. If the cache does not catch up
 //!   in time the list goes to the backing store.
-//! - A watcher that falls more than `max_lag` events, or more than `max_lag_bytes` bytes of
-//!   events, behind the end of the log it reads (its cluster's events, or its type's), or whose
-//!   unread events have left the window, is cut off with [`StorageError::TooSlow`], as
-//!   kube-apiserver's cacher cuts off a watcher whose queue stays full. Falling behind costs the
-//!   cache nothing, so the cut is made when the watcher next reads.
+//! - A feed drops the events of a watcher that falls more than `max_lag` events, or more than
+//!   `max_lag_bytes` bytes of events, behind its end; that watcher is cut off with
+//!   [`StorageError::TooSlow`] when it next reads, as kube-apiserver's cacher cuts off a watcher
+//!   whose queue stays full. So a watcher that stopped reading holds at most its feed's
+//!   allowance, shared with its cluster's other watchers. The feeds do not depend on the window:
+//!   a tenant filling the window's budget cannot cut other tenants' watchers off.
 //! - The windows of all types together hold at most `window_bytes` of events (oldest dropped
 //!   first, whichever type they belong to), so large objects written in a loop cannot grow the
 //!   server's memory: a watch from before the window falls to the store or gets 410.
@@ -97,8 +99,8 @@ fn weight(event: &Event) -> usize {
     event.key.len() + event.value.len() + event.prev_value.as_ref().map_or(0, |p| p.len())
 }
 
-/// How many events one read of a watcher takes from its type's log at most (bounds the time a
-/// reader holds the type's lock and the events it holds outside the log).
+/// How many events one read of a watcher takes from its feed at most (bounds the time a reader
+/// holds the type's lock and the events it holds outside the feed).
 const READ_BATCH: usize = 256;
 
 /// Every event in some type's window, oldest first, with its weight: the budget of all windows.
