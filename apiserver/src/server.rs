@@ -354,13 +354,17 @@ pub async fn serve_with(
                     let guard = activity.start();
                     req.extensions_mut()
                         .insert(crate::dispatch::RemoteAddr(peer));
-                    async move {
+                    // Boxed: HTTP/2 runs each stream as a task holding this future or, once
+                    // it is done, the response's body, in one allocation as large as the
+                    // larger of the two. Unboxed, every open watch kept the handler's ~11 KiB
+                    // for its whole life; boxed, the handler's state goes when the answer starts.
+                    Box::pin(async move {
                         let response = handle(state, who, req).await;
                         Ok::<_, std::convert::Infallible>(response.map(|body| Tracked {
                             body,
                             _guard: guard,
                         }))
-                    }
+                    })
                 }
             });
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
