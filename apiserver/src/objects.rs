@@ -383,7 +383,31 @@ pub fn same_object(a: &Value, b: &Value) -> bool {
 pub fn encoder(mut obj: Value) -> Encoder {
     Box::new(move |rev: Revision| {
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rev.to_string()));
-        serde_json::to_vec(&obj).unwrap_or_default()
+        encode_exact(&obj)
+    })
+}
+
+/// `v` as compact JSON in a buffer exactly as long as the encoding (see
+/// [`crate::storage::kept`]). The encoding grows a scratch buffer of this thread instead of a
+/// fresh one, so an object costs one allocation instead of one per doubling.
+fn encode_exact(v: &Value) -> Vec<u8> {
+    /// A scratch buffer larger than this is let go after use, so one huge object does not pin
+    /// its size on the thread.
+    const SCRATCH_KEPT: usize = 64 * 1024;
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with_borrow_mut(|buf| {
+        buf.clear();
+        // Writing a `Value` to a `Vec` cannot fail (its map keys are strings).
+        let out = match serde_json::to_writer(&mut *buf, v) {
+            Ok(()) => buf.as_slice().to_vec(),
+            Err(_) => Vec::new(),
+        };
+        if buf.capacity() > SCRATCH_KEPT {
+            *buf = Vec::new();
+        }
+        out
     })
 }
 
@@ -438,6 +462,19 @@ mod tests {
             .find(|r| r.ty.plural == plural)
             .cloned()
             .expect("resource")
+    }
+
+    #[test]
+    fn the_encoder_returns_exactly_the_bytes_of_the_object() {
+        // Sizes around the scratch buffer's doublings and beyond what it keeps.
+        for n in [0, 900, 1_300, 2_100, 70_000, 10] {
+            let obj = json!({"metadata": {"name": "a"}, "data": {"x": "x".repeat(n)}});
+            let bytes = encoder(obj.clone())(7);
+            assert_eq!(bytes.capacity(), bytes.len(), "payload of {n}");
+            let mut expected = obj;
+            expected["metadata"]["resourceVersion"] = json!("7");
+            assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), expected);
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 
 use super::watch::{self, EventLog, LogChunk, DEFAULT_EVENT_CAPACITY};
 use super::{
-    check_revision, start_bound, Encoder, Event, EventType, KeyValue, ListOptions, ListPage,
+    check_revision, kept, start_bound, Encoder, Event, EventType, KeyValue, ListOptions, ListPage,
     Result, Revision, StorageError, Store,
 };
 
@@ -97,7 +97,7 @@ impl MemoryStore {
         check(existing)?;
         let prev = existing.cloned();
         let revision = st.revision + 1;
-        let value = Bytes::from(encode(revision));
+        let value = kept(encode(revision));
         let key: Arc<str> = prev
             .as_ref()
             .map_or_else(|| Arc::from(key), |kv| kv.key.clone());

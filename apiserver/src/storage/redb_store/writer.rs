@@ -23,7 +23,7 @@ use super::codec::{
     backend, decode_current, decode_log, encode_current, encode_history, encode_log, CURRENT,
     HISTORY, LOG, META, META_COMPACTED, META_REVISION, TAG_DELETED, TAG_VALUE,
 };
-use crate::storage::{Encoder, Event, EventType, KeyValue, Result, Revision, StorageError};
+use crate::storage::{kept, Encoder, Event, EventType, KeyValue, Result, Revision, StorageError};
 
 /// How many log entries one compaction transaction removes at most.
 const COMPACT_CHUNK: u64 = 4096;
@@ -324,7 +324,7 @@ fn write_one(
     };
     // The encoder is caller code: a panic fails this request, not the writer thread.
     let value = match catch_unwind(AssertUnwindSafe(|| encode(revision))) {
-        Ok(bytes) => Bytes::from(bytes),
+        Ok(bytes) => kept(bytes),
         Err(_) => {
             return Ok(Err(StorageError::Backend(format!(
                 "encoder for {key} panicked"
