@@ -498,12 +498,21 @@ impl CachedStore {
             .sum();
         st.objects = objects;
         st.window_start = at;
+        // What the writes made during the load add to the window, for the budget's log.
+        let mut entered: Vec<(Revision, usize)> = Vec::new();
         for event in st.pending.take().unwrap_or_default() {
             if event.revision > at {
-                st.apply(event, window, lag);
+                let (revision, w) = (event.revision, weight(&event));
+                if let Some(dropped) = st.apply(event, window, lag) {
+                    if let Ok(i) = entered.binary_search_by_key(&dropped, |e| e.0) {
+                        entered[i].1 = 0;
+                    }
+                }
+                entered.push((revision, w));
             }
         }
         drop(st);
+        enter_loaded(&self.shared, prefix, entered);
         cache.ready.send_replace(Some(true));
     }
 
@@ -613,6 +622,47 @@ fn keep_within_budget(
     }
     log.entries.push_back((prefix, revision, w));
     log.bytes += w;
+    evict_over_budget(shared, types, &mut log);
+}
+
+/// Enters in the budget's log the events (revision, weight) that `prefix`'s window took from
+/// the writes made while its first list was read. The log is in revision order, and other
+/// types' events went on entering it meanwhile, so the two are merged.
+fn enter_loaded(shared: &Shared, prefix: &str, entered: Vec<(Revision, usize)>) {
+    if entered.is_empty() {
+        return;
+    }
+    let types = lock(&shared.types);
+    // A type forgotten meanwhile (a reset) has no window to account for.
+    let Some((prefix, _)) = types.get_key_value(prefix) else {
+        return;
+    };
+    let mut log = lock(&shared.window_log);
+    let old = std::mem::take(&mut log.entries);
+    let mut merged = VecDeque::with_capacity(old.len() + entered.len());
+    let mut entered = entered.into_iter().peekable();
+    for entry in old {
+        while let Some((r, w)) = entered.next_if(|e| e.0 < entry.1) {
+            merged.push_back((prefix.clone(), r, w));
+            log.bytes += w;
+        }
+        merged.push_back(entry);
+    }
+    for (r, w) in entered {
+        merged.push_back((prefix.clone(), r, w));
+        log.bytes += w;
+    }
+    log.entries = merged;
+    evict_over_budget(shared, &types, &mut log);
+}
+
+/// Drops the oldest events of any window while all of them together weigh more than the
+/// budget (or are more than the count windows allow, so the log itself stays bounded).
+fn evict_over_budget(
+    shared: &Shared,
+    types: &HashMap<Arc<str>, Arc<TypeCache>>,
+    log: &mut WindowLog,
+) {
     let max_entries = shared.options.window.saturating_mul(16).max(1);
     while log.bytes > shared.options.window_bytes || log.entries.len() > max_entries {
         let Some((p, r, w)) = log.entries.pop_front() else {
@@ -1187,10 +1237,23 @@ mod tests {
     }
 
     /// A store that counts its point reads and knows its revision locally or not, as told.
+    /// Its lists wait while a test holds `lists`.
     struct CountingGets {
         inner: MemoryStore,
         local: bool,
         gets: AtomicUsize,
+        lists: tokio::sync::Mutex<()>,
+    }
+
+    impl CountingGets {
+        fn new(local: bool) -> Self {
+            CountingGets {
+                inner: MemoryStore::new(),
+                local,
+                gets: AtomicUsize::new(0),
+                lists: tokio::sync::Mutex::new(()),
+            }
+        }
     }
 
     #[async_trait::async_trait]
@@ -1200,6 +1263,7 @@ mod tests {
             self.inner.get(key).await
         }
         async fn list(&self, opts: ListOptions<'_>) -> Result<ListPage> {
+            let _open = self.lists.lock().await;
             self.inner.list(opts).await
         }
         async fn create(&self, key: &str, encode: Encoder) -> Result<KeyValue> {
@@ -1237,11 +1301,7 @@ mod tests {
     #[tokio::test]
     async fn gets_come_from_memory_only_where_the_revision_is_local_and_see_every_write() {
         for local in [true, false] {
-            let store = Arc::new(CountingGets {
-                inner: MemoryStore::new(),
-                local,
-                gets: AtomicUsize::new(0),
-            });
+            let store = Arc::new(CountingGets::new(local));
             let cache = CachedStore::new(store.clone(), CacheOptions::default());
             for (i, key) in KEYS.iter().enumerate() {
                 // Each write is seen by the get right after it, whatever the feeder's pace.
@@ -1458,6 +1518,50 @@ mod tests {
             held += read(&tc.state).window.iter().map(weight).sum::<usize>();
         }
         assert_eq!(lock(&cache.shared.window_log).bytes, held);
+    }
+
+    /// The writes made while a type's first list is read reach its window when the list is
+    /// done; the budget's log counts them too, in revision order among the other types' events.
+    #[tokio::test]
+    async fn the_budget_counts_the_writes_made_while_a_type_loads() {
+        let store = Arc::new(CountingGets::new(true));
+        let cache = CachedStore::new(store.clone(), options(1000, 1000));
+        load(&cache, "/g/b/").await;
+        let gate = store.lists.lock().await;
+        let loading = tokio::spawn({
+            let cache = cache.clone();
+            async move { load(&cache, "/g/a/").await }
+        });
+        while !lock(&cache.shared.types).contains_key("/g/a/") {
+            tokio::task::yield_now().await;
+        }
+        let mut last = 0;
+        for i in 0..6 {
+            let t = if i % 2 == 0 { "a" } else { "b" };
+            let kv = cache
+                .create(&format!("/g/{t}/c1/ns/o{i}"), sized(100 + i))
+                .await
+                .unwrap();
+            last = kv.mod_revision;
+        }
+        while *cache.shared.seen.borrow() < last {
+            tokio::task::yield_now().await;
+        }
+        drop(gate);
+        loading.await.unwrap();
+        let mut held = 0;
+        for t in ["/g/a/", "/g/b/"] {
+            let tc = cache.type_cache(t).await.unwrap();
+            held += read(&tc.state).window.iter().map(weight).sum::<usize>();
+        }
+        let log = lock(&cache.shared.window_log);
+        assert_eq!(log.bytes, held);
+        assert_eq!(log.entries.len(), 6);
+        assert!(log
+            .entries
+            .iter()
+            .zip(log.entries.iter().skip(1))
+            .all(|(a, b)| a.1 < b.1));
     }
 
     #[tokio::test]
