@@ -33,6 +33,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
+/// The allocator of the `platform-mesh` binary, so the runtime's figures are those its
+/// controller processes would show.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const WRITTEN_AT: &str = "bench.platform-mesh.io/written-at-ns";
 const EXPORT: &str = "widgets.example.platform-mesh.io";
 
