@@ -110,6 +110,17 @@ struct WindowLog {
     bytes: usize,
 }
 
+impl WindowLog {
+    /// From now on the event at `revision`, which a type's count limit dropped, weighs nothing.
+    /// The log is in revision order.
+    fn forget(&mut self, revision: Revision) {
+        let i = self.entries.partition_point(|e| e.1 < revision);
+        if let Some(entry) = self.entries.get_mut(i).filter(|e| e.1 == revision) {
+            self.bytes -= std::mem::take(&mut entry.2);
+        }
+    }
+}
+
 /// A [`CachedStore`] that may be gone.
 #[derive(Clone)]
 pub struct WeakCachedStore(std::sync::Weak<Shared>);
@@ -498,21 +509,17 @@ impl CachedStore {
             .sum();
         st.objects = objects;
         st.window_start = at;
-        // What the writes made during the load add to the window, for the budget's log.
-        let mut entered: Vec<(Revision, usize)> = Vec::new();
+        // What the writes made during the load add to the window (and what its count limit
+        // dropped of them), for the budget's log.
+        let (mut entered, mut dropped) = (Vec::new(), Vec::new());
         for event in st.pending.take().unwrap_or_default() {
             if event.revision > at {
-                let (revision, w) = (event.revision, weight(&event));
-                if let Some(dropped) = st.apply(event, window, lag) {
-                    if let Ok(i) = entered.binary_search_by_key(&dropped, |e| e.0) {
-                        entered[i].1 = 0;
-                    }
-                }
-                entered.push((revision, w));
+                entered.push((event.revision, weight(&event)));
+                dropped.extend(st.apply(event, window, lag));
             }
         }
         drop(st);
-        enter_loaded(&self.shared, prefix, entered);
+        enter_loaded(&self.shared, prefix, entered, &dropped);
         cache.ready.send_replace(Some(true));
     }
 
@@ -613,12 +620,7 @@ fn keep_within_budget(
 ) {
     let mut log = lock(&shared.window_log);
     if let Some(r) = count_dropped {
-        // The log is in revision order; the dropped event weighs nothing from now on.
-        let i = log.entries.partition_point(|e| e.1 < r);
-        if let Some(entry) = log.entries.get_mut(i).filter(|e| e.1 == r) {
-            let w = std::mem::take(&mut entry.2);
-            log.bytes -= w;
-        }
+        log.forget(r);
     }
     log.entries.push_back((prefix, revision, w));
     log.bytes += w;
@@ -626,9 +628,15 @@ fn keep_within_budget(
 }
 
 /// Enters in the budget's log the events (revision, weight) that `prefix`'s window took from
-/// the writes made while its first list was read. The log is in revision order, and other
-/// types' events went on entering it meanwhile, so the two are merged.
-fn enter_loaded(shared: &Shared, prefix: &str, entered: Vec<(Revision, usize)>) {
+/// the writes made while its first list was read, and forgets those its count limit `dropped`.
+/// The log is in revision order, and other types' events went on entering it meanwhile, so the
+/// two are merged.
+fn enter_loaded(
+    shared: &Shared,
+    prefix: &str,
+    entered: Vec<(Revision, usize)>,
+    dropped: &[Revision],
+) {
     if entered.is_empty() {
         return;
     }
@@ -653,6 +661,9 @@ fn enter_loaded(shared: &Shared, prefix: &str, entered: Vec<(Revision, usize)>) 
         log.bytes += w;
     }
     log.entries = merged;
+    for r in dropped {
+        log.forget(*r);
+    }
     evict_over_budget(shared, &types, &mut log);
 }
 
@@ -1524,44 +1535,47 @@ mod tests {
     /// done; the budget's log counts them too, in revision order among the other types' events.
     #[tokio::test]
     async fn the_budget_counts_the_writes_made_while_a_type_loads() {
-        let store = Arc::new(CountingGets::new(true));
-        let cache = CachedStore::new(store.clone(), options(1000, 1000));
-        load(&cache, "/g/b/").await;
-        let gate = store.lists.lock().await;
-        let loading = tokio::spawn({
-            let cache = cache.clone();
-            async move { load(&cache, "/g/a/").await }
-        });
-        while !lock(&cache.shared.types).contains_key("/g/a/") {
-            tokio::task::yield_now().await;
+        // A window of 2 drops one of the three writes to the loading type at once.
+        for window in [1000, 2] {
+            let store = Arc::new(CountingGets::new(true));
+            let cache = CachedStore::new(store.clone(), options(window, 1000));
+            load(&cache, "/g/b/").await;
+            let gate = store.lists.lock().await;
+            let loading = tokio::spawn({
+                let cache = cache.clone();
+                async move { load(&cache, "/g/a/").await }
+            });
+            while !lock(&cache.shared.types).contains_key("/g/a/") {
+                tokio::task::yield_now().await;
+            }
+            let mut last = 0;
+            for i in 0..6 {
+                let t = if i % 2 == 0 { "a" } else { "b" };
+                let kv = cache
+                    .create(&format!("/g/{t}/c1/ns/o{i}"), sized(100 + i))
+                    .await
+                    .unwrap();
+                last = kv.mod_revision;
+            }
+            while *cache.shared.seen.borrow() < last {
+                tokio::task::yield_now().await;
+            }
+            drop(gate);
+            loading.await.unwrap();
+            let mut held = 0;
+            for t in ["/g/a/", "/g/b/"] {
+                let tc = cache.type_cache(t).await.unwrap();
+                held += read(&tc.state).window.iter().map(weight).sum::<usize>();
+            }
+            let log = lock(&cache.shared.window_log);
+            assert_eq!(log.bytes, held, "window {window}");
+            assert_eq!(log.entries.len(), 6);
+            assert!(log
+                .entries
+                .iter()
+                .zip(log.entries.iter().skip(1))
+                .all(|(a, b)| a.1 < b.1));
         }
-        let mut last = 0;
-        for i in 0..6 {
-            let t = if i % 2 == 0 { "a" } else { "b" };
-            let kv = cache
-                .create(&format!("/g/{t}/c1/ns/o{i}"), sized(100 + i))
-                .await
-                .unwrap();
-            last = kv.mod_revision;
-        }
-        while *cache.shared.seen.borrow() < last {
-            tokio::task::yield_now().await;
-        }
-        drop(gate);
-        loading.await.unwrap();
-        let mut held = 0;
-        for t in ["/g/a/", "/g/b/"] {
-            let tc = cache.type_cache(t).await.unwrap();
-            held += read(&tc.state).window.iter().map(weight).sum::<usize>();
-        }
-        let log = lock(&cache.shared.window_log);
-        assert_eq!(log.bytes, held);
-        assert_eq!(log.entries.len(), 6);
-        assert!(log
-            .entries
-            .iter()
-            .zip(log.entries.iter().skip(1))
-            .all(|(a, b)| a.1 < b.1));
     }
 
     #[tokio::test]
