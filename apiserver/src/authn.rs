@@ -281,6 +281,7 @@ impl RequestHeader {
             extra,
             home_cluster: None,
             warrant: None,
+            charged_to: None,
         })
     }
 }

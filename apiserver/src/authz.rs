@@ -21,17 +21,20 @@ use crate::storage::{list_all, Store};
 ///
 /// A scoped user (kcp's `authentication.kcp.io/scopes`: a user admitted by a workspace's own
 /// authentication, or impersonated by someone who is not `system:masters`) is, outside the
-/// clusters of its scope, `system:anonymous` in `system:authenticated` only, as kcp's
-/// `EffectiveUsers` makes it.
+/// clusters of its scope (and across all workspaces), `system:anonymous` in
+/// `system:authenticated` only, as kcp's `EffectiveUsers` makes it.
 pub fn user_info(identity: &Identity, cluster: Option<&str>) -> UserInfo {
-    if let Some(c) = cluster {
-        if !identity.in_scope(c) {
-            return UserInfo {
-                name: "system:anonymous".into(),
-                groups: vec![AUTHENTICATED_GROUP.into()],
-                extra: Default::default(),
-            };
-        }
+    let in_scope = match cluster {
+        Some(c) => identity.in_scope(c),
+        // Across all workspaces a scoped user is in scope nowhere.
+        None => !identity.is_scoped(),
+    };
+    if !in_scope {
+        return UserInfo {
+            name: "system:anonymous".into(),
+            groups: vec![AUTHENTICATED_GROUP.into()],
+            extra: Default::default(),
+        };
     }
     let foreign = identity
         .home_cluster
@@ -378,6 +381,7 @@ pub async fn impersonate(
             "Impersonate-Group, Impersonate-Uid and Impersonate-Extra need an Impersonate-User header",
         ));
     };
+    check_impersonation_gate(identity, &groups, &extra)?;
     let me = user_info(identity, cluster);
     let policy = match cluster {
         Some(c) if !me.is_master() => Some(rbac.policy_of(c).await?),
@@ -443,7 +447,60 @@ pub async fn impersonate(
         extra,
         home_cluster: cluster.map(str::to_string),
         warrant: None,
+        // A tenant's impersonations are the tenant's own load; an administrator's act as the
+        // user they name.
+        charged_to: (!identity.is_unscoped_admin()).then(|| {
+            identity
+                .charged_to
+                .clone()
+                .unwrap_or_else(|| identity.budget_key())
+        }),
     }))
+}
+
+/// The groups kcp's impersonation gate guards, each with its rank: a requester may impersonate
+/// one only if it is itself in that group (or is an unscoped administrator, who may impersonate
+/// anyone).
+const GUARDED_GROUPS: [&str; 6] = [
+    crate::auth::SYSTEM_MASTERS,
+    "system:kcp:logical-cluster-admin",
+    "system:kcp:external-logical-cluster-admin",
+    "system:kcp:tenancy:workspace-bootstrapper",
+    "system:kcp:admin",
+    AUTHENTICATED_GROUP,
+];
+
+/// kcp's impersonation gatekeeper, before RBAC's `impersonate` checks: only an unscoped
+/// administrator impersonates a privileged group it is not in (`system:masters`, kcp's
+/// logical-cluster and bootstrap groups, `system:authenticated`), and only it sets a reserved
+/// extra (a key containing `kcp.io`: the scope, the cluster name), since those grant authority.
+/// Refused with 403, as kcp's `WithImpersonationGatekeeper`; RBAC's `impersonate` on groups
+/// alone would let a workspace admin become `system:masters` there.
+fn check_impersonation_gate(
+    requester: &Identity,
+    groups: &[String],
+    extra: &std::collections::BTreeMap<String, Vec<String>>,
+) -> Result<(), ApiError> {
+    if requester.is_unscoped_admin() {
+        return Ok(());
+    }
+    if let Some(key) = extra
+        .keys()
+        .find(|k| k.to_ascii_lowercase().contains("kcp.io"))
+    {
+        return Err(ApiError::forbidden(format!(
+            "forbidden: impersonating the extra key {key:?} is not allowed for the requestor"
+        )));
+    }
+    let denied = groups.iter().any(|g| {
+        GUARDED_GROUPS.contains(&g.as_str()) && !requester.groups.iter().any(|mine| mine == g)
+    });
+    if denied {
+        return Err(ApiError::forbidden(
+            "forbidden: impersonation is not allowed for the requestor",
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a Role, ClusterRole or binding that would grant its writer permissions it does not

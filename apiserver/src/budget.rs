@@ -1,7 +1,9 @@
 //! What one user can make the server hold at once, beyond a request's own lifetime: bytes of
 //! list answers the client has not read yet, and open watches. A user past a budget is answered
 //! `429 TooManyRequests` with `Retry-After`, as for any other overload, and nothing already held
-//! for other users is touched. `system:masters` (the platform's own controllers) are exempt.
+//! for other users is touched. The unscoped `system:masters` (the platform's own controllers,
+//! [`Identity::is_unscoped_admin`]) are exempt; a `system:masters` confined to a workspace is
+//! counted like anyone.
 //!
 //! Budgets are semaphores: a permit travels with the response body and returns when the body is
 //! dropped, whether it was sent or the connection went away.
@@ -81,11 +83,9 @@ impl Budgets {
     }
 
     fn user(&self, who: &Identity) -> UserBudget {
-        // A service account's name repeats across workspaces: its home makes it one user.
-        // A scoped user (admitted by one workspace's own issuer) is not the global user of
-        // the same name: its budget is its own.
-        let home = who.home_cluster.as_deref().or(who.scope()).unwrap_or("");
-        let key = format!("{home}/{}", who.user);
+        // An impersonated user's holdings are its impersonator's (see `Identity::budget_key`
+        // for who is one user).
+        let key = who.charged_to.clone().unwrap_or_else(|| who.budget_key());
         let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
         if users.len() >= KEEP_IDLE_USERS && !users.contains_key(&key) {
             let (list, watches) = (
@@ -107,7 +107,7 @@ impl Budgets {
 
     /// Takes room for a list answer of `bytes` for `who`, or refuses with 429.
     pub fn hold_list(&self, who: Option<&Identity>, bytes: usize) -> Result<Held, ApiError> {
-        let Some(who) = who.filter(|w| !is_master(w)) else {
+        let Some(who) = who.filter(|w| !w.is_unscoped_admin()) else {
             return Ok(Vec::new());
         };
         if bytes <= UNCOUNTED_BYTES || self.limits.list_bytes_per_user == 0 {
@@ -139,7 +139,7 @@ impl Budgets {
 
     /// Takes a watch slot for `who`, or refuses with 429.
     pub fn hold_watch(&self, who: Option<&Identity>) -> Result<Held, ApiError> {
-        let Some(who) = who.filter(|w| !is_master(w)) else {
+        let Some(who) = who.filter(|w| !w.is_unscoped_admin()) else {
             return Ok(Vec::new());
         };
         if self.limits.watches_per_user == 0 {
@@ -153,10 +153,6 @@ impl Budgets {
         })?;
         Ok(vec![permit])
     }
-}
-
-fn is_master(who: &Identity) -> bool {
-    who.groups.iter().any(|g| g == "system:masters")
 }
 
 /// Bytes as semaphore permits (KiB, rounded up; at least 1 for a non-zero limit).
@@ -195,6 +191,13 @@ mod tests {
         assert!(b.hold_list(Some(&alice), 1000).unwrap().is_empty());
         let admin = Identity::new("admin", vec!["system:masters".into()]);
         assert!(b.hold_list(Some(&admin), 100 << 20).unwrap().is_empty());
+        // A `system:masters` confined to one workspace (kcp's scope) is not exempt.
+        let mut scoped = Identity::new("alice", vec!["system:masters".into()]);
+        scoped.extra.insert(
+            crate::identity::SCOPES_EXTRA.into(),
+            vec!["cluster:a".into()],
+        );
+        assert_eq!(b.hold_list(Some(&scoped), 100 << 20).unwrap_err().code, 429);
         drop((a1, b1));
         assert!(b.hold_list(Some(&alice), 900 * 1024).is_ok());
     }

@@ -923,10 +923,7 @@ async fn route(
         &info.lifecycle,
         info.view,
     ) {
-        if cluster_scoped
-            && !state.tenancy.is_ready(c)
-            && !id.groups.iter().any(|g| g == "system:masters")
-        {
+        if cluster_scoped && !state.tenancy.is_ready(c) && !id.is_unscoped_admin() {
             return error_response(&ApiError::workspace_forbidden());
         }
     }

@@ -4,6 +4,9 @@
 /// (`cluster:<name>`, comma-separated or one per value); everywhere else it is anonymous.
 pub const SCOPES_EXTRA: &str = "authentication.kcp.io/scopes";
 
+/// The group of the server's administrators (kube's superuser group).
+pub const SYSTEM_MASTERS: &str = "system:masters";
+
 /// The authenticated user of a request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Identity {
@@ -22,6 +25,10 @@ pub struct Identity {
     /// so the write's own checks (RBAC escalation, `use` of a workspace type in that cluster)
     /// see what kcp's do. Set by the server only, never from a request.
     pub warrant: Option<String>,
+    /// For an impersonated user: the budget key of the user who authenticated and impersonated
+    /// it, who pays for what the request holds (open watches, unread lists), so impersonating
+    /// many names does not multiply one tenant's budgets. Set by the server only.
+    pub charged_to: Option<String>,
 }
 
 impl Identity {
@@ -42,6 +49,32 @@ impl Identity {
             Some([one]) if !one.contains(',') => one.strip_prefix("cluster:"),
             _ => None,
         }
+    }
+
+    /// Whether the user is confined to some logical clusters by kcp's scope extra (admitted by a
+    /// workspace's own authentication, or impersonated by someone who is not an unscoped
+    /// administrator). A scope with no values still confines: only its absence frees.
+    pub fn is_scoped(&self) -> bool {
+        self.extra.contains_key(SCOPES_EXTRA)
+    }
+
+    /// Whether the user is one of the server's own administrators: in `system:masters` and
+    /// confined to no workspace. This, never `groups contains system:masters` alone, decides every
+    /// privilege that reaches beyond one workspace: owning nothing by creating a workspace,
+    /// setting reserved annotations, the per-user budgets, the not-Ready gate, requests across
+    /// all workspaces and impersonation without a scope. A `system:masters` that is scoped (which
+    /// the impersonation gate refuses to hand out, as kcp's) is an administrator of its scope's
+    /// workspace at most, through RBAC there.
+    pub fn is_unscoped_admin(&self) -> bool {
+        !self.is_scoped() && self.groups.iter().any(|g| g == SYSTEM_MASTERS)
+    }
+
+    /// The key the per-user budgets count this user under: a service account's home (its name
+    /// repeats across workspaces) or a scoped user's workspace (not the global user of the same
+    /// name), then the name.
+    pub fn budget_key(&self) -> String {
+        let home = self.home_cluster.as_deref().or(self.scope()).unwrap_or("");
+        format!("{home}/{}", self.user)
     }
 
     /// A user with groups and nothing else.

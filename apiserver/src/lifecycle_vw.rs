@@ -167,7 +167,13 @@ async fn serve_inner(
                         call.id
                     )));
                 }
-                check_permissions(wt.as_ref(), l, &call.identity, &rr)?;
+                check_permissions(
+                    wt.as_ref(),
+                    l,
+                    &call.identity,
+                    cluster_name(&call.cluster),
+                    &rr,
+                )?;
                 state.catalog.view(c)
             }
         }
@@ -191,12 +197,21 @@ async fn serve_inner(
     Ok(handlers::serve(resource_call).await)
 }
 
+/// The logical cluster a lifecycle request addresses, unless it lists across all of them.
+fn cluster_name(target: &ClusterTarget) -> Option<&str> {
+    match target {
+        ClusterTarget::Name(c) => Some(c),
+        ClusterTarget::Wildcard => None,
+    }
+}
+
 /// kcp's mode with `initializerPermissions` (`terminatorPermissions`): the request must fall
 /// under one of the type's rules; without them the initializer acts as the workspace's owner.
 fn check_permissions(
     wt: Option<&Value>,
     l: Lifecycle,
     identity: &Identity,
+    cluster: Option<&str>,
     rr: &ResourceRequest,
 ) -> Result<(), ApiError> {
     let field = match l {
@@ -209,7 +224,7 @@ fn check_permissions(
     else {
         return Ok(());
     };
-    let attrs = crate::authz::request_attributes(crate::authz::user_info(identity, None), rr);
+    let attrs = crate::authz::request_attributes(crate::authz::user_info(identity, cluster), rr);
     if rules
         .iter()
         .any(|r| PolicyRule::from_value(r).allows(&attrs))

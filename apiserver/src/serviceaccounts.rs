@@ -519,6 +519,7 @@ pub fn identity(claims: &Claims) -> Identity {
         extra,
         home_cluster: Some(claims.cluster.clone()),
         warrant: None,
+        charged_to: None,
     }
 }
 

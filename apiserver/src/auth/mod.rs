@@ -39,9 +39,11 @@ pub use escalation::{
 };
 pub use rbac::{NonResourceRule, PolicyRule, RbacPolicy, ResourceRule, RoleRef, Subject};
 
-/// The group whose members are allowed to do everything (kube's
-/// "privileged groups" authorizer).
-pub const SYSTEM_MASTERS: &str = "system:masters";
+/// The group whose members are allowed to do everything (kube's "privileged groups"
+/// authorizer); in a workspace only, for a scoped user (see [`Identity::is_unscoped_admin`]).
+///
+/// [`Identity::is_unscoped_admin`]: crate::identity::Identity::is_unscoped_admin
+pub use crate::identity::SYSTEM_MASTERS;
 
 /// The API group of the RBAC objects.
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";

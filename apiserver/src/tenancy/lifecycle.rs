@@ -483,6 +483,10 @@ async fn bind_defaults(
         if !claims.is_empty() {
             binding["spec"]["permissionClaims"] = Value::Array(claims);
         }
+        // A workspace without an owner was created by the server itself or by one of its
+        // unscoped administrators (the only creators who own nothing, see `prepare_workspace`),
+        // as kcp skips the owner for `system:masters`; their choice of type is theirs. Every
+        // other creator is the owner, and binds as itself.
         if let Some(owner) = owner {
             if let Err(e) = state
                 .check_bind(

@@ -403,8 +403,10 @@ impl Tenancy {
         requester: Option<&Identity>,
     ) -> Result<(), ApiError> {
         let name = objects::name(obj).to_string();
-        let privileged =
-            requester.is_none_or(|w| w.groups.iter().any(|g| g == crate::auth::SYSTEM_MASTERS));
+        // Only the server itself and its unscoped administrators own nothing by creating and may
+        // set the owner: a scoped `system:masters` (impersonated or admitted in one workspace)
+        // is a tenant here.
+        let privileged = requester.is_none_or(Identity::is_unscoped_admin);
         if let Some(old) = old {
             // Spec fields the server set are immutable.
             for f in ["cluster", "URL", "type"] {
