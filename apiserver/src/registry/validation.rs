@@ -37,7 +37,11 @@ pub fn validate_object(
         strategy.name_rule().unwrap_or(NameRule::DnsSubdomain),
     );
     strategy.set_defaults(obj);
-    let schema = crate::schema::admit(obj, old, &r.ty.schema, mode);
+    let schema = if crate::schema::has_rules(&r.ty.schema) {
+        off_the_workers(|| crate::schema::admit(obj, old, &r.ty.schema, mode))
+    } else {
+        crate::schema::admit(obj, old, &r.ty.schema, mode)
+    };
     errors.extend(schema.errors);
     let mut rules = Report::default();
     strategy.validate(obj, old, &mut rules);
@@ -46,6 +50,63 @@ pub fn validate_object(
         unknown_fields: schema.unknown_fields,
         errors,
         warnings: rules.warnings,
+    }
+}
+
+/// How many objects' CEL rules may be evaluated at once: a core for the async workers, the
+/// others for CEL, at least one.
+fn cel_slots() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get().saturating_sub(1))
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// A counting semaphore for threads that may block (the CEL evaluations).
+struct Slots {
+    free: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+/// One held slot, given back when dropped.
+struct Slot<'a>(&'a Slots);
+
+impl Slots {
+    fn acquire(&self) -> Slot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        Slot(self)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+static CEL_SLOTS: std::sync::LazyLock<Slots> = std::sync::LazyLock::new(|| Slots {
+    free: std::sync::Mutex::new(cel_slots()),
+    freed: std::sync::Condvar::new(),
+});
+
+/// Runs CEL evaluation (bounded by its cost budget, yet up to about a second of CPU) off the
+/// async workers: the worker hands its other tasks over before this thread blocks, and at most
+/// [`cel_slots`] evaluations run at once, so one tenant's rules cannot take every core.
+fn off_the_workers<T>(f: impl FnOnce() -> T) -> T {
+    let run = || {
+        let _slot = CEL_SLOTS.acquire();
+        f()
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(run)
+        }
+        _ => run(),
     }
 }
 

@@ -18,8 +18,15 @@
 //!   not compile yields an `Internal error` (kube rejects such schemas when
 //!   they are defined).
 //!
-//! Compiled programs are cached per thread. The interpreter is guarded
-//! against panics; there is no cost budget.
+//! * Every evaluation is metered ([`super::cel_budget`]): one may cost
+//!   [`PER_CALL_LIMIT`] (beyond, the rule fails with `operation cancelled:
+//!   actual cost limit exceeded evaluating rule: <rule>`), all of one
+//!   object's rules [`RUNTIME_CEL_COST_BUDGET`] (beyond, `validation failed
+//!   due to running out of cost budget, no further validation rules will be
+//!   run` and no further rule runs), as kube.
+//!
+//! Compiled programs are cached per thread, beside their metered copy. The
+//! interpreter is guarded against panics.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -31,6 +38,7 @@ use kube_cel::cel::{self, objects::OptionalValue, Context, Program};
 use kube_cel::KubeCelExt as _;
 use serde_json::Value;
 
+use super::cel_budget::{self, COST_LIMIT_EXCEEDED, PER_CALL_LIMIT, RUNTIME_CEL_COST_BUDGET};
 use super::cel_value::to_cel;
 use super::node::{self, Additional, MAX_DEPTH};
 use super::path::Path;
@@ -40,20 +48,41 @@ thread_local! {
     static BASE: Context<'static> = {
         let mut ctx = Context::default();
         ctx.register_all();
+        cel_budget::register(&mut ctx);
         ctx
     };
-    static PROGRAMS: RefCell<HashMap<String, Result<Rc<Program>, String>>> =
+    static PROGRAMS: RefCell<HashMap<String, Result<Rc<Compiled>, String>>> =
         RefCell::new(HashMap::new());
 }
 
+/// A compiled expression and the metered copy that is evaluated.
+pub(super) struct Compiled {
+    program: Program,
+    metered: cel::common::ast::IdedExpr,
+}
+
+impl Compiled {
+    /// The parsed expression, as written.
+    pub(super) fn expression(&self) -> &cel::common::ast::IdedExpr {
+        self.program.expression()
+    }
+
+    fn uses_old_self(&self) -> bool {
+        self.program.references().has_variable("oldSelf")
+    }
+}
+
 /// Compiles (or fetches from the per-thread cache) a CEL expression.
-fn compile(src: &str) -> Result<Rc<Program>, String> {
+pub(super) fn compile(src: &str) -> Result<Rc<Compiled>, String> {
     PROGRAMS.with(|cache| {
         if let Some(p) = cache.borrow().get(src) {
             return p.clone();
         }
         let compiled = match catch_unwind(AssertUnwindSafe(|| Program::compile(src))) {
-            Ok(Ok(p)) => Ok(Rc::new(p)),
+            Ok(Ok(program)) => {
+                let metered = cel_budget::instrument(program.expression());
+                Ok(Rc::new(Compiled { program, metered }))
+            }
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("the CEL parser failed on this expression".to_string()),
         };
@@ -66,13 +95,20 @@ fn compile(src: &str) -> Result<Rc<Program>, String> {
     })
 }
 
-/// Runs a program, turning interpreter panics into errors.
-fn execute(p: &Program, ctx: &Context<'_>) -> Result<cel::Value, String> {
-    match catch_unwind(AssertUnwindSafe(|| p.execute(ctx))) {
+/// Runs a program's metered copy within `limit`, turning interpreter panics into errors; an
+/// evaluation over its limit fails with [`COST_LIMIT_EXCEEDED`] whatever it returned. What it
+/// cost is [`cel_budget::spent`] afterwards.
+fn execute(p: &Compiled, ctx: &Context<'_>, limit: u64) -> Result<cel::Value, String> {
+    cel_budget::start(limit);
+    let result = match catch_unwind(AssertUnwindSafe(|| cel::Value::resolve(&p.metered, ctx))) {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("internal error in the CEL interpreter".to_string()),
+    };
+    if cel_budget::exceeded() {
+        return Err(COST_LIMIT_EXCEEDED.to_string());
     }
+    result
 }
 
 /// Parses a string with a CEL conversion function (`timestamp`, `duration`).
@@ -81,7 +117,7 @@ pub(crate) fn parse_with(func: &str, s: &str) -> Option<cel::Value> {
     BASE.with(|base| {
         let mut ctx = base.new_inner_scope();
         ctx.add_variable_from_value("x", cel::Value::String(Arc::new(s.to_string())));
-        execute(&program, &ctx).ok()
+        execute(&program, &ctx, PER_CALL_LIMIT).ok()
     })
 }
 
@@ -89,73 +125,94 @@ pub(crate) fn parse_with(func: &str, s: &str) -> Option<cel::Value> {
 /// (an entire object; `old` is the stored object on update, `None` on
 /// create) and returns the failures.
 pub fn validate_cel(obj: &Value, old: Option<&Value>, schema: &Value) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    walk(obj, old, schema, &Path::root(), true, 0, &mut errs);
-    errs
+    validate_cel_within(obj, old, schema, RUNTIME_CEL_COST_BUDGET, PER_CALL_LIMIT)
 }
 
-fn walk(
-    v: &Value,
+/// [`validate_cel`] with the object's budget and the limit of one evaluation given.
+pub(super) fn validate_cel_within(
+    obj: &Value,
     old: Option<&Value>,
-    s: &Value,
-    path: &Path,
-    resource: bool,
-    depth: usize,
-    errs: &mut Vec<FieldError>,
-) {
-    if depth > MAX_DEPTH || v.is_null() {
-        return;
-    }
-    let old = old.filter(|o| !o.is_null());
-    if let Some(rules) = s.get("x-kubernetes-validations").and_then(Value::as_array) {
-        if !rules.is_empty() {
-            run_rules(rules, v, old, s, path, resource, errs);
+    schema: &Value,
+    budget: u64,
+    per_call: u64,
+) -> Vec<FieldError> {
+    let mut walk = Walk {
+        errs: Vec::new(),
+        remaining: Some(budget),
+        per_call,
+    };
+    walk.node(obj, old, schema, &Path::root(), true, 0);
+    walk.errs
+}
+
+/// kube's error once the object's budget is spent.
+const OUT_OF_BUDGET: &str =
+    "validation failed due to running out of cost budget, no further validation rules will be run";
+
+/// One object's rule evaluation: its failures and what is left of its budget (`None` once
+/// spent: nothing more runs).
+struct Walk {
+    errs: Vec<FieldError>,
+    remaining: Option<u64>,
+    per_call: u64,
+}
+
+impl Walk {
+    fn node(
+        &mut self,
+        v: &Value,
+        old: Option<&Value>,
+        s: &Value,
+        path: &Path,
+        resource: bool,
+        depth: usize,
+    ) {
+        if depth > MAX_DEPTH || v.is_null() || self.remaining.is_none() {
+            return;
         }
-    }
-    match v {
-        Value::Object(m) => {
-            for (k, child) in m {
-                if resource && k == "metadata" {
-                    continue;
-                }
-                let old_child = old.and_then(|o| o.get(k));
-                if let Some(ps) = node::property(s, k) {
-                    let p = path.field(k);
-                    walk(
-                        child,
-                        old_child,
-                        ps,
-                        &p,
-                        node::embedded(ps),
-                        depth + 1,
-                        errs,
-                    );
-                } else if let Additional::Schema(a) = node::additional(s) {
-                    let p = path.key(k);
-                    walk(child, old_child, a, &p, node::embedded(a), depth + 1, errs);
-                }
+        let old = old.filter(|o| !o.is_null());
+        if let Some(rules) = s.get("x-kubernetes-validations").and_then(Value::as_array) {
+            if !rules.is_empty() {
+                self.run_rules(rules, v, old, s, path, resource);
             }
         }
-        Value::Array(a) => {
-            let Some(items) = node::items(s) else { return };
-            let keys = node::list_map_keys(s);
-            let correlate = node::list_type(s) == Some("map") && !keys.is_empty();
-            let old_items = old.and_then(Value::as_array);
-            for (i, x) in a.iter().enumerate() {
-                let old_x = if correlate {
-                    let t = node::map_key_tuple(x, &keys);
-                    old_items.and_then(|o| {
-                        o.iter()
-                            .find(|y| node::tuple_eq(&t, &node::map_key_tuple(y, &keys)))
-                    })
-                } else {
-                    None
-                };
-                let p = path.index(i);
-                walk(x, old_x, items, &p, node::embedded(items), depth + 1, errs);
+        match v {
+            Value::Object(m) => {
+                for (k, child) in m {
+                    if resource && k == "metadata" {
+                        continue;
+                    }
+                    let old_child = old.and_then(|o| o.get(k));
+                    if let Some(ps) = node::property(s, k) {
+                        let p = path.field(k);
+                        self.node(child, old_child, ps, &p, node::embedded(ps), depth + 1);
+                    } else if let Additional::Schema(a) = node::additional(s) {
+                        let p = path.key(k);
+                        self.node(child, old_child, a, &p, node::embedded(a), depth + 1);
+                    }
+                }
             }
+            Value::Array(a) => {
+                let Some(items) = node::items(s) else { return };
+                let keys = node::list_map_keys(s);
+                let correlate = node::list_type(s) == Some("map") && !keys.is_empty();
+                let old_items = old.and_then(Value::as_array);
+                for (i, x) in a.iter().enumerate() {
+                    let old_x = if correlate {
+                        let t = node::map_key_tuple(x, &keys);
+                        old_items.and_then(|o| {
+                            o.iter()
+                                .find(|y| node::tuple_eq(&t, &node::map_key_tuple(y, &keys)))
+                        })
+                    } else {
+                        None
+                    };
+                    let p = path.index(i);
+                    self.node(x, old_x, items, &p, node::embedded(items), depth + 1);
+                }
+            }
+            _ => {}
         }
-        _ => {}
     }
 }
 
@@ -183,70 +240,110 @@ impl<'a> Rule<'a> {
     }
 }
 
-fn run_rules(
-    rules: &[Value],
-    v: &Value,
-    old: Option<&Value>,
-    s: &Value,
-    path: &Path,
-    resource: bool,
-    errs: &mut Vec<FieldError>,
-) {
-    let type_name = node::ty(s).unwrap_or("");
-    let this = to_cel(v, Some(s), resource);
-    let old_this = old.map(|o| to_cel(o, Some(s), resource));
-    BASE.with(|base| {
-        for raw in rules {
-            let Some(rule) = Rule::parse(raw) else {
-                continue;
-            };
-            let program = match compile(rule.rule) {
-                Ok(p) => p,
-                Err(e) => {
-                    let detail = format!("rule compile error: {e}: {}", rule.rule.trim());
-                    errs.push(FieldError::internal(field_name(path), detail));
-                    continue;
-                }
-            };
-            let transition = program.references().has_variable("oldSelf");
-            let mut ctx = base.new_inner_scope();
-            ctx.add_variable_from_value("self", this.clone());
-            if transition {
-                match (&old_this, rule.optional_old_self) {
-                    (Some(o), false) => ctx.add_variable_from_value("oldSelf", o.clone()),
-                    (Some(o), true) => ctx.add_variable_from_value(
-                        "oldSelf",
-                        cel::Value::Opaque(Arc::new(OptionalValue::of(o.clone()))),
-                    ),
-                    (None, true) => ctx.add_variable_from_value(
-                        "oldSelf",
-                        cel::Value::Opaque(Arc::new(OptionalValue::none())),
-                    ),
-                    (None, false) => continue,
-                }
-            }
-            let err_path = match rule.field_path {
-                Some(fp) => append_field_path(path, s, fp),
-                None => path.clone(),
-            };
-            match execute(&program, &ctx) {
-                Ok(cel::Value::Bool(true)) => {}
-                Ok(cel::Value::Bool(false)) => {
-                    let detail = message(&rule, &ctx);
-                    errs.push(failure(&err_path, &rule, type_name, detail));
-                }
-                Ok(_) => {
-                    let detail = format!("rule did not evaluate to a bool: {}", rule.rule.trim());
-                    errs.push(invalid(&err_path, type_name, detail));
-                }
-                Err(e) => {
-                    let detail =
-                        format!("{} evaluating rule: {}", lower_first(&e), rule.rule.trim());
-                    errs.push(invalid(&err_path, type_name, detail));
-                }
-            }
+impl Walk {
+    /// Charges what the last evaluation cost; false (with kube's error at `path`) when it was more
+    /// than the object had left.
+    fn charge(&mut self, path: &Path, type_name: &str) -> bool {
+        let Some(remaining) = self.remaining else {
+            return false;
+        };
+        let cost = cel_budget::spent();
+        if cost > remaining {
+            self.remaining = None;
+            self.errs
+                .push(invalid(path, type_name, OUT_OF_BUDGET.to_string()));
+            return false;
         }
-    });
+        self.remaining = Some(remaining - cost);
+        true
+    }
+
+    /// The limit of the next evaluation: the per-call limit, or what is left if less (one more
+    /// unit tells an evaluation that needed more).
+    fn limit(&self) -> u64 {
+        self.per_call.min(self.remaining.unwrap_or(0))
+    }
+
+    fn run_rules(
+        &mut self,
+        rules: &[Value],
+        v: &Value,
+        old: Option<&Value>,
+        s: &Value,
+        path: &Path,
+        resource: bool,
+    ) {
+        let type_name = node::ty(s).unwrap_or("");
+        if self.remaining == Some(0) {
+            self.remaining = None;
+            self.errs
+                .push(invalid(path, type_name, OUT_OF_BUDGET.to_string()));
+            return;
+        }
+        let this = to_cel(v, Some(s), resource);
+        let old_this = old.map(|o| to_cel(o, Some(s), resource));
+        BASE.with(|base| {
+            for raw in rules {
+                let Some(rule) = Rule::parse(raw) else {
+                    continue;
+                };
+                let program = match compile(rule.rule) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let detail = format!("rule compile error: {e}: {}", rule.rule.trim());
+                        self.errs
+                            .push(FieldError::internal(field_name(path), detail));
+                        continue;
+                    }
+                };
+                let transition = program.uses_old_self();
+                let mut ctx = base.new_inner_scope();
+                ctx.add_variable_from_value("self", this.clone());
+                if transition {
+                    match (&old_this, rule.optional_old_self) {
+                        (Some(o), false) => ctx.add_variable_from_value("oldSelf", o.clone()),
+                        (Some(o), true) => ctx.add_variable_from_value(
+                            "oldSelf",
+                            cel::Value::Opaque(Arc::new(OptionalValue::of(o.clone()))),
+                        ),
+                        (None, true) => ctx.add_variable_from_value(
+                            "oldSelf",
+                            cel::Value::Opaque(Arc::new(OptionalValue::none())),
+                        ),
+                        (None, false) => continue,
+                    }
+                }
+                let err_path = match rule.field_path {
+                    Some(fp) => append_field_path(path, s, fp),
+                    None => path.clone(),
+                };
+                let outcome = execute(&program, &ctx, self.limit());
+                if !self.charge(path, type_name) {
+                    break;
+                }
+                match outcome {
+                    Ok(cel::Value::Bool(true)) => {}
+                    Ok(cel::Value::Bool(false)) => {
+                        let detail = message(&rule, &ctx, self.limit());
+                        if !self.charge(path, type_name) {
+                            break;
+                        }
+                        self.errs.push(failure(&err_path, &rule, type_name, detail));
+                    }
+                    Ok(_) => {
+                        let detail =
+                            format!("rule did not evaluate to a bool: {}", rule.rule.trim());
+                        self.errs.push(invalid(&err_path, type_name, detail));
+                    }
+                    Err(e) => {
+                        let detail =
+                            format!("{} evaluating rule: {}", lower_first(&e), rule.rule.trim());
+                        self.errs.push(invalid(&err_path, type_name, detail));
+                    }
+                }
+            }
+        });
+    }
 }
 
 /// Lower-cases the first letter of an interpreter error, as cel-go words them
@@ -295,10 +392,11 @@ fn failure(path: &Path, rule: &Rule<'_>, type_name: &str, detail: String) -> Fie
 
 /// `messageExpression` result when it is a non-empty single-line string,
 /// else the trimmed `message`, else `failed rule: <rule>`.
-fn message(rule: &Rule<'_>, ctx: &Context<'_>) -> String {
+fn message(rule: &Rule<'_>, ctx: &Context<'_>, limit: u64) -> String {
+    cel_budget::start(limit);
     if let Some(expr) = rule.message_expression {
         if let Ok(p) = compile(expr) {
-            if let Ok(cel::Value::String(m)) = execute(&p, ctx) {
+            if let Ok(cel::Value::String(m)) = execute(&p, ctx, limit) {
                 let m = m.trim();
                 if !m.is_empty() && !m.contains('\n') {
                     return m.to_string();
@@ -367,11 +465,26 @@ pub enum CelError {
     /// Evaluating it failed.
     #[error("{0}")]
     Eval(String),
+    /// Its estimated cost is over [`super::STATIC_ESTIMATED_COST_LIMIT`].
+    #[error("{0}")]
+    Cost(String),
 }
 
-/// Checks that `src` compiles (the program stays in this thread's cache).
+/// Checks that `src` compiles (the program stays in this thread's cache) and that its estimated
+/// cost, every variable as large as a token's 1 MiB of headers allows, is within
+/// [`super::STATIC_ESTIMATED_COST_LIMIT`].
 pub fn check_expression(src: &str) -> Result<(), CelError> {
-    compile(src).map(|_| ()).map_err(CelError::Compile)
+    let program = compile(src).map_err(CelError::Compile)?;
+    let cost = super::cel_cost::estimate_unbounded(program.expression());
+    let limit = super::cel_cost::STATIC_ESTIMATED_COST_LIMIT;
+    if cost > limit {
+        return Err(CelError::Cost(super::cel_cost::cost_error_message(
+            "estimated cost",
+            cost,
+            limit,
+        )));
+    }
+    Ok(())
 }
 
 /// A JSON value as CEL sees it without a schema, for [`evaluate_values`]: converted once, it
@@ -394,6 +507,6 @@ pub fn evaluate_values(src: &str, vars: &[(&str, cel::Value)]) -> Result<cel::Va
         for (name, value) in vars {
             ctx.add_variable_from_value(*name, value.clone());
         }
-        execute(&program, &ctx).map_err(CelError::Eval)
+        execute(&program, &ctx, PER_CALL_LIMIT).map_err(CelError::Eval)
     })
 }

@@ -18,6 +18,8 @@
 //! Errors are [`FieldError`]s rendering as `<field>: <Type>[: <value>][: <detail>]`.
 
 mod cel;
+mod cel_budget;
+mod cel_cost;
 mod cel_value;
 mod defaults;
 mod formats;
@@ -29,12 +31,18 @@ mod validate;
 #[cfg(test)]
 mod tests_cel;
 #[cfg(test)]
+mod tests_cel_cost;
+#[cfg(test)]
 mod tests_prune_default;
 #[cfg(test)]
 mod tests_validate;
 
 pub use self::cel::{
     cel_value, check_expression, evaluate, evaluate_values, validate_cel, CelError,
+};
+pub use self::cel_budget::{PER_CALL_LIMIT, RUNTIME_CEL_COST_BUDGET};
+pub use self::cel_cost::{
+    check_rule_costs, STATIC_ESTIMATED_COST_LIMIT, STATIC_ESTIMATED_CRD_COST_LIMIT,
 };
 pub use defaults::default;
 pub use prune::prune;
@@ -102,6 +110,11 @@ impl Admission {
             ))
         }
     }
+}
+
+/// Whether any part of `schema` has `x-kubernetes-validations` (whose evaluation may be heavy).
+pub fn has_rules(schema: &Value) -> bool {
+    has_cel_rules(schema, 0)
 }
 
 /// Whether any part of `schema` has `x-kubernetes-validations`.

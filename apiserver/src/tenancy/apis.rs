@@ -56,6 +56,26 @@ pub(super) fn prepare_crd(r: &Resource, obj: &mut Value) -> Result<(), ApiError>
             format!("Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"),
         ));
     }
+    // As kube-apiserver: every CEL rule compiles and is estimated within the cost limits.
+    let causes: Vec<Cause> = spec["versions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .flat_map(|(i, v)| {
+            let field = format!("spec.versions[{i}].schema.openAPIV3Schema");
+            crate::schema::check_rule_costs(&v["schema"]["openAPIV3Schema"], &field)
+        })
+        .map(|e| Cause {
+            reason: e.reason().into(),
+            message: e.body(),
+            field: e.field,
+        })
+        .collect();
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(r.kind(), &r.ty.group, &name, causes));
+    }
     let mut names = spec["names"].clone();
     if names.get("singular").is_none() {
         names["singular"] = json!(spec["names"]["kind"].as_str().unwrap_or("").to_lowercase());

@@ -284,6 +284,13 @@ fn check_schema_roots(obj: &Value) -> Result<(), ApiError> {
                 "{field}: Invalid value: {other:?}: must be object at the root"
             )),
         }
+        // CEL rules: compiled and estimated within kube's cost limits, as the CRD would be.
+        let root = format!("spec.versions[{i}].schema.openAPIV3Schema");
+        errors.extend(
+            crate::schema::check_rule_costs(&v["schema"], &root)
+                .iter()
+                .map(ToString::to_string),
+        );
     }
     if errors.is_empty() {
         return Ok(());
