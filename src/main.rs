@@ -10,6 +10,7 @@ use controllers::runtime::leader::LeaderStatus;
 
 mod bench;
 mod bench_attacks;
+mod bench_attacks_jwks;
 mod bench_broker;
 mod bench_claims;
 mod bench_engage;

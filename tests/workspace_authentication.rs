@@ -362,6 +362,120 @@ async fn a_workspace_admits_the_users_of_its_types_issuers_and_no_other_workspac
     .await;
 }
 
+/// A tenant's issuer serving the costliest key set the server fetches (1 MiB: some 745 keys of
+/// 8192 bits with the largest exponent kube takes), and tokens naming no key with garbage
+/// signatures, which anyone can send: each is refused quickly (a few verifications, not one per
+/// key and then again after a fetch), several senders at once do not hold up another issuer's
+/// users, and the set is not fetched again for every token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_issuers_key_set_costs_a_few_verifications_per_token() {
+    let env = common::KubeEnv::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let any = "127.0.0.1:0".parse().expect("addr");
+    let acme = DevIssuer::start(&dir.path().join("acme"), any, "/realms/acme", KEY)
+        .await
+        .expect("issuer");
+    let jwks = apiserver::workspace_authn::issuer::hostile_jwks(
+        apiserver::workspace_authn::fetch::MAX_BODY,
+    );
+    assert!(jwks["keys"].as_array().expect("keys").len() > 700);
+    let hostile =
+        DevIssuer::start_with_keys(&dir.path().join("hostile"), any, "", OTHER_KEY, Some(jwks))
+            .await
+            .expect("issuer");
+
+    env.workspace("root", "corp", "universal").await;
+    let corp = || env.client("root:corp");
+    for (name, issuer, audience) in [("acme", &acme, "portal"), ("hostile", &hostile, "x")] {
+        create(corp(), &auth_configs(), json!({
+            "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceAuthenticationConfiguration",
+            "metadata": {"name": name},
+            "spec": {"jwt": [jwt(issuer, json!({"claim": "sub", "prefix": ""}),
+                                 json!({"claim": "groups", "prefix": ""}), &[audience])]},
+        }))
+        .await;
+        create(
+            corp(),
+            &workspace_types(),
+            json!({
+                "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+                "metadata": {"name": format!("with-{name}")},
+                "spec": {"extend": {"with": [{"name": "universal", "path": "root"}]},
+                         "authenticationConfigurations": [{"name": name}]},
+            }),
+        )
+        .await;
+    }
+    env.workspace("root:corp", "team", "root:corp:with-acme")
+        .await;
+    env.workspace("root:corp", "evil", "root:corp:with-hostile")
+        .await;
+    let ann = acme
+        .token(&json!({"aud": "portal", "sub": "ann"}))
+        .expect("token");
+    assert!(whoami(&env, &ann, "root:corp:team").await.is_ok());
+
+    // The first garbage token fetches the set; the next ones are refused within a few
+    // verifications each.
+    let garbage = apiserver::workspace_authn::issuer::garbage_token(hostile.url());
+    assert_eq!(whoami(&env, &garbage, "root:corp:evil").await, Err(401));
+    let fetched = hostile.requests.load(Ordering::Relaxed);
+    assert_eq!(fetched, 2, "discovery and keys");
+    let mut slowest = std::time::Duration::ZERO;
+    for _ in 0..10 {
+        let started = std::time::Instant::now();
+        assert_eq!(whoami(&env, &garbage, "root:corp:evil").await, Err(401));
+        slowest = slowest.max(started.elapsed());
+    }
+    assert!(
+        slowest < std::time::Duration::from_millis(200),
+        "a garbage token took {slowest:?}"
+    );
+
+    // Four senders of garbage at once, while ann keeps being admitted.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut senders = Vec::new();
+    for _ in 0..4 {
+        let (stop, address, ca, garbage) = (
+            stop.clone(),
+            env.server.address,
+            ca_of(&env),
+            garbage.clone(),
+        );
+        senders.push(tokio::spawn(async move {
+            let mut refused = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let answer = whoami_at(address, &ca, "/clusters/root:corp:evil", &garbage).await;
+                assert_eq!(answer, Err(401));
+                refused += 1;
+            }
+            refused
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut ann_slowest = std::time::Duration::ZERO;
+    for _ in 0..20 {
+        let started = std::time::Instant::now();
+        assert!(whoami(&env, &ann, "root:corp:team").await.is_ok());
+        ann_slowest = ann_slowest.max(started.elapsed());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut refused = 0;
+    for s in senders {
+        refused += s.await.expect("sender");
+    }
+    eprintln!(
+        "garbage tokens: slowest alone {slowest:?}; {refused} refused by 4 senders; \
+         ann's slowest meanwhile {ann_slowest:?}"
+    );
+    assert!(
+        ann_slowest < std::time::Duration::from_millis(500),
+        "ann waited {ann_slowest:?} while garbage tokens were checked"
+    );
+    // Refused tokens do not refetch the set more than every ten seconds.
+    assert!(hostile.requests.load(Ordering::Relaxed) <= fetched + 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configurations_are_validated_as_kcp_validates_them() {
     let env = common::KubeEnv::start().await;

@@ -81,6 +81,16 @@ impl Signer {
     /// A token with `claims`; `iss` (this issuer), `iat` (now) and `exp` (in an hour) are added
     /// where `claims` has none.
     pub fn token(&self, claims: &Value) -> Result<String, IssuerError> {
+        self.sign(claims, true)
+    }
+
+    /// A token as [`Signer::token`] makes, without a `kid` in its header (as some issuers with
+    /// a single key sign).
+    pub fn token_without_kid(&self, claims: &Value) -> Result<String, IssuerError> {
+        self.sign(claims, false)
+    }
+
+    fn sign(&self, claims: &Value, with_kid: bool) -> Result<String, IssuerError> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -91,7 +101,11 @@ impl Signer {
             m.entry("iat").or_insert_with(|| json!(now));
             m.entry("exp").or_insert_with(|| json!(now + 3600));
         }
-        let header = json!({"alg": "RS256", "typ": "JWT", "kid": self.kid});
+        let header = if with_kid {
+            json!({"alg": "RS256", "typ": "JWT", "kid": self.kid})
+        } else {
+            json!({"alg": "RS256", "typ": "JWT"})
+        };
         let signed = format!(
             "{}.{}",
             URL_SAFE_NO_PAD.encode(header.to_string()),
@@ -137,6 +151,18 @@ impl DevIssuer {
         path: &str,
         key_pem: &str,
     ) -> Result<DevIssuer, IssuerError> {
+        Self::start_with_keys(dir, listen, path, key_pem, None).await
+    }
+
+    /// As [`DevIssuer::start`], serving `jwks` as its key set instead of its own key's (e.g. a
+    /// [`hostile_jwks`], to see what a tenant's issuer can cost the server).
+    pub async fn start_with_keys(
+        dir: &Path,
+        listen: SocketAddr,
+        path: &str,
+        key_pem: &str,
+        jwks: Option<Value>,
+    ) -> Result<DevIssuer, IssuerError> {
         let pki = certs::load_or_create(dir, &[])?;
         let listener = TcpListener::bind(listen).await?;
         let port = listener.local_addr()?.port();
@@ -161,7 +187,7 @@ impl DevIssuer {
                    "id_token_signing_alg_values_supported": ["RS256"]})
             .to_string(),
         );
-        let keys = Bytes::from(signer.jwks().to_string());
+        let keys = Bytes::from(jwks.unwrap_or_else(|| signer.jwks()).to_string());
         let (well_known, keys_path) = (
             format!(
                 "{}/.well-known/openid-configuration",
@@ -228,4 +254,46 @@ impl DevIssuer {
     pub fn token(&self, claims: &Value) -> Result<String, IssuerError> {
         self.signer.token(claims)
     }
+}
+
+/// A key set as costly to check as a tenant's issuer can make one, of at most `max_bytes`
+/// serialized: as many 8192-bit keys with the largest exponent kube takes (2^31 - 1) as fit,
+/// named `k0`, `k1`, .... Their moduli are random odd numbers, not products of two primes (no
+/// one can sign with them), which costs a verification what a real key of the size costs.
+pub fn hostile_jwks(max_bytes: usize) -> Value {
+    let rng = SystemRandom::new();
+    let mut keys = Vec::new();
+    let mut size = r#"{"keys":[]}"#.len();
+    loop {
+        let mut n = vec![0u8; 1024];
+        if ring::rand::SecureRandom::fill(&rng, &mut n).is_err() {
+            break;
+        }
+        n[0] |= 0x80;
+        n[1023] |= 1;
+        let key = json!({"kty": "RSA", "use": "sig", "alg": "RS256", "kid": format!("k{}", keys.len()),
+                         "n": URL_SAFE_NO_PAD.encode(&n), "e": URL_SAFE_NO_PAD.encode([0x7f, 0xff, 0xff, 0xff])});
+        let more = key.to_string().len() + 1;
+        if size + more > max_bytes {
+            break;
+        }
+        size += more;
+        keys.push(key);
+    }
+    json!({ "keys": keys })
+}
+
+/// A token of issuer `url` no key signed: no `kid` (so every key of a set is a candidate) and
+/// a random 8192-bit signature.
+pub fn garbage_token(url: &str) -> String {
+    let mut sig = vec![0u8; 1024];
+    let _ = ring::rand::SecureRandom::fill(&SystemRandom::new(), &mut sig);
+    sig[0] = 1;
+    format!(
+        "{}.{}.{}",
+        URL_SAFE_NO_PAD.encode(json!({"alg": "RS256", "typ": "JWT"}).to_string()),
+        URL_SAFE_NO_PAD
+            .encode(json!({"iss": url, "aud": "x", "exp": 4_000_000_000u64}).to_string()),
+        URL_SAFE_NO_PAD.encode(sig)
+    )
 }

@@ -5,8 +5,14 @@
 //! `exp` must be in the future and `nbf` (with five minutes' leeway) in the past; then the claim
 //! rules, the mappings (a `username` claim `email` with `email_verified: false` is refused) and
 //! the user rules.
+//!
+//! A key set comes from a tenant's issuer, so what is kept of it is bounded ([`read_key_set`]):
+//! keys kube's authenticator (go-jose and Go's `crypto/rsa`) or ring would refuse are dropped
+//! when the set is read, not at each verification, and at most [`MAX_KEYS`] are kept. A token
+//! is checked against at most [`MAX_TRIED`] keys ([`candidates`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -22,6 +28,23 @@ use crate::schema::{cel_value, evaluate_values};
 const NOT_BEFORE_LEEWAY: i64 = 300;
 /// The largest token looked at.
 pub const MAX_TOKEN: usize = 64 * 1024;
+/// The most keys kept of one issuer's key set. Real issuers publish a handful (the signing key,
+/// the next one and a retired one or two; large multi-tenant providers publish around ten), so
+/// 64 leaves room for any rotation scheme while a set kept in memory stays under 64 KiB of
+/// moduli and a hostile set of a thousand keys is cut to what is worth a look. A set with more
+/// keeps its first 64 usable keys (the order the issuer lists them in).
+pub const MAX_KEYS: usize = 64;
+/// The most keys one token's signature is checked against. A token naming a `kid` is checked
+/// against the keys with that `kid` only (one, in any sane set); a token naming none against
+/// the first keys of the set. Issuers that leave `kid` out of their tokens publish a single key
+/// (a `kid` is how a client picks among several), and four still covers such an issuer in the
+/// middle of a rotation (old, current and next key) while capping what a garbage token costs:
+/// four RSA verifications, whatever the set holds.
+pub const MAX_TRIED: usize = 4;
+/// The smallest and largest modulus, in bits, ring's `RSA_PKCS1_2048_8192_SHA256` verifies.
+pub const MODULUS_BITS: std::ops::RangeInclusive<usize> = 2048..=8192;
+/// The largest public exponent Go's `crypto/rsa` takes (it must fit a 32-bit signed integer).
+pub const MAX_EXPONENT: u64 = (1 << 31) - 1;
 
 /// Why a token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,8 +90,8 @@ pub struct Token {
     pub kid: Option<String>,
     /// The claims.
     pub claims: Map<String, Value>,
-    signed: Vec<u8>,
-    signature: Vec<u8>,
+    signed: Arc<[u8]>,
+    signature: Arc<[u8]>,
 }
 
 #[derive(Deserialize)]
@@ -98,8 +121,8 @@ pub fn parse(token: &str) -> Result<Token, TokenError> {
         alg: header.alg,
         kid: header.kid,
         claims,
-        signed: format!("{h}.{p}").into_bytes(),
-        signature: decode(s)?,
+        signed: format!("{h}.{p}").into_bytes().into(),
+        signature: decode(s)?.into(),
     })
 }
 
@@ -110,47 +133,175 @@ impl Token {
     }
 }
 
-/// One RSA key of an issuer's key set.
+/// One RSA key of an issuer's key set, of a size and exponent kube and ring both accept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RsaKey {
     /// Its `kid`.
     pub kid: Option<String>,
+    /// The modulus, big-endian, without leading zeros.
     n: Vec<u8>,
+    /// The exponent, big-endian, without leading zeros.
     e: Vec<u8>,
 }
 
-/// The RSA signing keys of a JWKS document (`kty: RSA`, `use` absent or `sig`); other keys are
-/// skipped.
+impl RsaKey {
+    /// The key `n`, `e` (big-endian) would be, or why it is refused: the bounds of Go's
+    /// `crypto/rsa` (an odd modulus; an odd exponent of at least 3 and at most 2^31 - 1) and
+    /// ring's (a modulus of 2048 to 8192 bits). Leading zero bytes are ignored, as Go's
+    /// big integers ignore them.
+    pub fn new(kid: Option<String>, n: &[u8], e: &[u8]) -> Result<RsaKey, KeyRefusal> {
+        let strip = |x: &[u8]| -> Vec<u8> {
+            let first = x.iter().position(|b| *b != 0).unwrap_or(x.len());
+            x[first..].to_vec()
+        };
+        let (n, e) = (strip(n), strip(e));
+        let bits = match n.first() {
+            Some(top) => n.len() * 8 - top.leading_zeros() as usize,
+            None => 0,
+        };
+        if !MODULUS_BITS.contains(&bits) {
+            return Err(KeyRefusal::ModulusSize(bits));
+        }
+        if n.last().is_some_and(|b| b & 1 == 0) {
+            return Err(KeyRefusal::EvenModulus);
+        }
+        if e.len() > 8 {
+            return Err(KeyRefusal::ExponentTooLarge);
+        }
+        let value = e.iter().fold(0u64, |v, b| (v << 8) | u64::from(*b));
+        if value < 2 {
+            return Err(KeyRefusal::ExponentTooSmall);
+        }
+        if value > MAX_EXPONENT {
+            return Err(KeyRefusal::ExponentTooLarge);
+        }
+        if value & 1 == 0 {
+            return Err(KeyRefusal::EvenExponent);
+        }
+        Ok(RsaKey { kid, n, e })
+    }
+
+    /// The modulus size in bits.
+    pub fn bits(&self) -> usize {
+        self.n
+            .first()
+            .map_or(0, |top| self.n.len() * 8 - top.leading_zeros() as usize)
+    }
+}
+
+/// Why a key of a key set was dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyRefusal {
+    /// `n` or `e` is missing or not base64url.
+    #[error("n or e is missing or not base64url")]
+    Encoding,
+    /// The modulus is outside 2048 to 8192 bits.
+    #[error("a {0}-bit modulus (2048 to 8192 bits are verified)")]
+    ModulusSize(usize),
+    /// The modulus is even.
+    #[error("the modulus is even")]
+    EvenModulus,
+    /// The exponent is below 2.
+    #[error("the exponent is too small")]
+    ExponentTooSmall,
+    /// The exponent is above 2^31 - 1.
+    #[error("the exponent is larger than 2^31 - 1")]
+    ExponentTooLarge,
+    /// The exponent is even.
+    #[error("the exponent is even")]
+    EvenExponent,
+}
+
+/// What was kept of a key set document.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeySetRead {
+    /// The usable RSA signing keys, at most [`MAX_KEYS`], in the document's order.
+    pub keys: Vec<RsaKey>,
+    /// RSA signing keys dropped as unusable.
+    pub refused: usize,
+    /// Usable keys dropped because [`MAX_KEYS`] were already kept.
+    pub beyond: usize,
+}
+
+/// The RSA signing keys of a JWKS document (`kty: RSA`, `use` absent or `sig`), bounded: keys
+/// of other types are skipped, RSA keys kube or ring would refuse are dropped (each logged at
+/// debug level), and only the first [`MAX_KEYS`] usable ones are kept.
+pub fn read_key_set(jwks: &Value) -> KeySetRead {
+    let mut out = KeySetRead::default();
+    let entries = jwks["keys"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    for k in entries {
+        if k["kty"] != "RSA" || !(k.get("use").is_none() || k["use"] == "sig") {
+            continue;
+        }
+        let kid = k["kid"].as_str().map(str::to_string);
+        let decode = |name: &str| {
+            k[name]
+                .as_str()
+                .and_then(|v| URL_SAFE_NO_PAD.decode(v).ok())
+                .ok_or(KeyRefusal::Encoding)
+        };
+        let key = decode("n").and_then(|n| RsaKey::new(kid.clone(), &n, &decode("e")?));
+        match key {
+            Ok(key) if out.keys.len() < MAX_KEYS => out.keys.push(key),
+            Ok(_) => out.beyond += 1,
+            Err(why) => {
+                tracing::debug!(kid = ?kid, reason = %why, "workspace authentication: key skipped");
+                out.refused += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The usable RSA signing keys of a JWKS document ([`read_key_set`]).
 pub fn rsa_keys(jwks: &Value) -> Vec<RsaKey> {
-    jwks["keys"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|k| k["kty"] == "RSA" && (k.get("use").is_none() || k["use"] == "sig"))
-        .filter_map(|k| {
-            Some(RsaKey {
-                kid: k["kid"].as_str().map(str::to_string),
-                n: URL_SAFE_NO_PAD.decode(k["n"].as_str()?).ok()?,
-                e: URL_SAFE_NO_PAD.decode(k["e"].as_str()?).ok()?,
-            })
-        })
+    read_key_set(jwks).keys
+}
+
+/// The keys of `keys` a token's signature is checked against: those with the token's `kid`
+/// (none when no key has it: the others are not tried), or every key when the token names
+/// none; at most [`MAX_TRIED`] either way.
+pub fn candidates<'a, I>(token: &Token, keys: I) -> Vec<RsaKey>
+where
+    I: IntoIterator<Item = &'a RsaKey>,
+{
+    keys.into_iter()
+        .filter(|k| token.kid.is_none() || k.kid == token.kid)
+        .take(MAX_TRIED)
+        .cloned()
         .collect()
 }
 
-/// Whether one of `keys` (the one named by `kid`, or any when the token names none) signed the
-/// token with RS256. `Err` when the algorithm is not RS256.
-pub fn verify_signature(token: &Token, keys: &[RsaKey]) -> Result<bool, TokenError> {
+/// `Err` unless the token is signed with RS256 (kube's default and kcp's only algorithm).
+pub fn check_algorithm(token: &Token) -> Result<(), TokenError> {
     if token.alg != "RS256" {
         return Err(TokenError::Algorithm(token.alg.clone()));
     }
-    Ok(keys
+    Ok(())
+}
+
+/// The signed part and the signature of a token, cheap to clone onto another thread.
+pub fn signed_parts(token: &Token) -> (Arc<[u8]>, Arc<[u8]>) {
+    (token.signed.clone(), token.signature.clone())
+}
+
+/// Whether `key` made `signature` of `signed` with RS256: one RSA verification.
+pub fn verify_one(key: &RsaKey, signed: &[u8], signature: &[u8]) -> bool {
+    RsaPublicKeyComponents {
+        n: &key.n,
+        e: &key.e,
+    }
+    .verify(&RSA_PKCS1_2048_8192_SHA256, signed, signature)
+    .is_ok()
+}
+
+/// Whether one of the [`candidates`] of `keys` signed the token with RS256, checked on the
+/// calling thread. `Err` when the algorithm is not RS256.
+pub fn verify_signature(token: &Token, keys: &[RsaKey]) -> Result<bool, TokenError> {
+    check_algorithm(token)?;
+    Ok(candidates(token, keys)
         .iter()
-        .filter(|k| token.kid.is_none() || k.kid == token.kid)
-        .any(|k| {
-            RsaPublicKeyComponents { n: &k.n, e: &k.e }
-                .verify(&RSA_PKCS1_2048_8192_SHA256, &token.signed, &token.signature)
-                .is_ok()
-        }))
+        .any(|k| verify_one(k, &token.signed, &token.signature)))
 }
 
 /// The user a verified token makes, before kcp's filters.

@@ -15,19 +15,35 @@
 //!   `authentication.kcp.io/cluster-name`): in any other workspace it is anonymous;
 //! - only `/clusters/<workspace>` requests are authenticated so, never virtual workspaces.
 //!
-//! The issuer's discovery document and key set are fetched on first use ([`fetch`]), kept for
-//! an hour, fetched again (at most every ten seconds) when a token names a key the set lacks;
-//! a failed fetch is remembered for ten seconds, so tokens cannot make the server fetch in a
-//! loop. What is kept is bounded in count.
+//! The issuer's discovery document and key set are fetched on first use ([`fetch`], at most
+//! 1 MiB each), kept for an hour, fetched again (at most every ten seconds) when a token names a
+//! key the set lacks or names none and verifies with none; a failed fetch is remembered for ten
+//! seconds, so tokens cannot make the server fetch in a loop.
+//!
+//! An issuer is a tenant's to choose, and the tokens sent to its workspaces anyone's, so what a
+//! token can cost is bounded whatever the issuer serves ([`keys`], [`jwt`]):
+//! - a key set keeps at most [`jwt::MAX_KEYS`] (64) keys; RSA keys kube's authenticator (Go's
+//!   `crypto/rsa`: an even modulus, an exponent below 2, even or above 2^31 - 1) or ring (a
+//!   modulus outside 2048 to 8192 bits) would refuse are dropped when the set is read;
+//! - a token is checked against at most [`jwt::MAX_TRIED`] (4) keys: those with its `kid`, or
+//!   the first ones of the set when it names none; a `kid` no key has is checked against none;
+//! - a signature that verifies with no key leads to a new fetch (at most every ten seconds),
+//!   and to a second check only against keys the new set has and the old one had not;
+//! - verifications run on the blocking pool, one issuer's one at a time and the server's at
+//!   most one per core but one, so a hostile issuer takes at most one core; a token that waits
+//!   more than a second for its turn is refused (401) like any other;
+//! - the key sets and the built types are each kept in a cache of 1,024 that drops its least
+//!   recently used entry when full, so one tenant's many issuers or types evict one another and
+//!   the least used, never everything.
 
 pub mod config;
 pub mod fetch;
 pub mod issuer;
 pub mod jwt;
+pub mod keys;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -35,15 +51,12 @@ use crate::identity::{Identity, SCOPES_EXTRA};
 use crate::storage::Store;
 use crate::tenancy::Tenancy;
 use config::JwtAuthenticator;
-use jwt::{RsaKey, TokenError};
+use jwt::{KeySetRead, TokenError};
+use keys::{IssuerKeys, Lru};
 
 /// The extra key naming the logical cluster a workspace-authenticated user was admitted to.
 pub const CLUSTER_NAME_EXTRA: &str = "authentication.kcp.io/cluster-name";
-/// How long a key set is used before it is fetched again.
-const KEYS_TTL: Duration = Duration::from_secs(3600);
-/// How long a failed fetch is remembered, and the least time between two fetches of one set.
-const RETRY_AFTER: Duration = Duration::from_secs(10);
-/// The most key sets and built types kept.
+/// The most built types kept.
 const MAX_KEPT: usize = 1024;
 
 /// The configurations of one workspace type, built.
@@ -55,23 +68,13 @@ struct Built {
     authenticators: Result<Arc<Vec<JwtAuthenticator>>, String>,
 }
 
-#[derive(Default)]
-struct KeySet {
-    keys: Vec<RsaKey>,
-    fetched: Option<Instant>,
-    failed: Option<(Instant, String)>,
-}
-
-/// One issuer's key set, fetched by one request at a time.
-type SharedKeySet = Arc<tokio::sync::Mutex<KeySet>>;
-
 /// The per-workspace authenticators of a server.
 pub struct WorkspaceAuthn {
     store: Arc<dyn Store>,
     tenancy: Arc<Tenancy>,
-    built: Mutex<HashMap<String, Built>>,
-    /// Key sets by (issuer and discovery URL, CA).
-    keys: Mutex<HashMap<(String, String), SharedKeySet>>,
+    built: Mutex<Lru<String, Built>>,
+    /// The issuers' key sets and the signature checks.
+    keys: IssuerKeys,
 }
 
 impl std::fmt::Debug for WorkspaceAuthn {
@@ -96,6 +99,9 @@ pub enum WorkspaceAuthnError {
     /// The issuer's keys could not be read.
     #[error("issuer {0}: {1}")]
     Keys(String, String),
+    /// The token waited too long for its turn to have its signature checked.
+    #[error("issuer {0}: too many tokens waiting for a signature check")]
+    Busy(String),
     /// The token was refused.
     #[error(transparent)]
     Token(#[from] TokenError),
@@ -126,9 +132,16 @@ impl WorkspaceAuthn {
         Arc::new(WorkspaceAuthn {
             store,
             tenancy,
-            built: Mutex::new(HashMap::new()),
-            keys: Mutex::new(HashMap::new()),
+            built: Mutex::new(Lru::new(MAX_KEPT)),
+            keys: IssuerKeys::new(Arc::new(|issuer, discovery| {
+                Box::pin(async move { fetch_keys(&issuer, &discovery).await })
+            })),
         })
+    }
+
+    /// RSA verifications done so far (every token's signature checks).
+    pub fn verifications(&self) -> u64 {
+        self.keys.verifications()
     }
 
     /// The user `token` admits into logical cluster `cluster`, or why it admits nobody.
@@ -141,35 +154,35 @@ impl WorkspaceAuthn {
         let issuer = parsed.issuer().unwrap_or_default().to_string();
         let authenticators = self.authenticators_of(cluster).await?;
         let mut last = WorkspaceAuthnError::NoIssuer(issuer.clone());
+        // Several authenticators may share an issuer's key set: its signature is checked once.
+        let mut checked: Vec<((String, String), bool)> = Vec::new();
         for a in authenticators.iter().filter(|a| a.issuer.url == issuer) {
-            match self.try_one(a, &parsed).await {
+            let set = keys::set_key(&a.issuer);
+            let signed = match checked.iter().find(|(k, _)| *k == set) {
+                Some((_, signed)) => *signed,
+                None => {
+                    let signed = match self.keys.verify(a, &parsed).await {
+                        Ok(()) => true,
+                        Err(e) => {
+                            last = e;
+                            false
+                        }
+                    };
+                    checked.push((set, signed));
+                    signed
+                }
+            };
+            if !signed {
+                continue;
+            }
+            match jwt::check_claims(a, &parsed, unix_now())
+                .and_then(|()| jwt::map_user(a, &parsed.claims))
+            {
                 Ok(user) => return admit(user, cluster),
-                Err(e) => last = e,
+                Err(e) => last = e.into(),
             }
         }
         Err(last)
-    }
-
-    async fn try_one(
-        &self,
-        a: &JwtAuthenticator,
-        token: &jwt::Token,
-    ) -> Result<jwt::User, WorkspaceAuthnError> {
-        let keys = self.keys_of(a, false).await?;
-        let mut verified = jwt::verify_signature(token, &keys)?;
-        if !verified
-            && !keys
-                .iter()
-                .any(|k| token.kid.is_some() && k.kid == token.kid)
-        {
-            // A key the set lacks: the issuer may have rotated.
-            verified = jwt::verify_signature(token, &self.keys_of(a, true).await?)?;
-        }
-        if !verified {
-            return Err(TokenError::Signature.into());
-        }
-        jwt::check_claims(a, token, unix_now())?;
-        Ok(jwt::map_user(a, &token.claims)?)
     }
 
     /// The JWT authenticators of the type of `cluster`'s workspace.
@@ -215,7 +228,7 @@ impl WorkspaceAuthn {
             .built
             .lock()
             .ok()
-            .and_then(|b| b.get(&type_key).cloned())
+            .and_then(|mut b| b.get(&type_key).cloned())
             .filter(|b| b.fingerprint == fingerprint)
         {
             return b.authenticators.map_err(WorkspaceAuthnError::Unusable);
@@ -225,9 +238,6 @@ impl WorkspaceAuthn {
             tracing::info!(workspace_type = %type_key, error = %e, "workspace authentication unusable");
         }
         if let Ok(mut b) = self.built.lock() {
-            if b.len() >= MAX_KEPT {
-                b.clear();
-            }
             b.insert(
                 type_key,
                 Built {
@@ -238,81 +248,24 @@ impl WorkspaceAuthn {
         }
         authenticators.map_err(WorkspaceAuthnError::Unusable)
     }
-
-    /// The RSA keys of an authenticator's issuer; `refresh` asks for a new fetch (granted at most
-    /// every [`RETRY_AFTER`]).
-    async fn keys_of(
-        &self,
-        a: &JwtAuthenticator,
-        refresh: bool,
-    ) -> Result<Vec<RsaKey>, WorkspaceAuthnError> {
-        let discovery = if a.issuer.discovery_url.is_empty() {
-            format!(
-                "{}/.well-known/openid-configuration",
-                a.issuer.url.trim_end_matches('/')
-            )
-        } else {
-            a.issuer.discovery_url.clone()
-        };
-        let slot = {
-            let mut keys = self
-                .keys
-                .lock()
-                .map_err(|_| WorkspaceAuthnError::Keys(a.issuer.url.clone(), "poisoned".into()))?;
-            if keys.len() >= MAX_KEPT {
-                keys.clear();
-            }
-            keys.entry((
-                format!("{}\n{discovery}", a.issuer.url),
-                a.issuer.certificate_authority.clone(),
-            ))
-            .or_default()
-            .clone()
-        };
-        let mut set = slot.lock().await;
-        let now = Instant::now();
-        if let Some(fetched) = set.fetched {
-            let age = now.duration_since(fetched);
-            if age < KEYS_TTL && (!refresh || age < RETRY_AFTER) {
-                return Ok(set.keys.clone());
-            }
-        }
-        if let Some((at, why)) = &set.failed {
-            if now.duration_since(*at) < RETRY_AFTER {
-                return Err(WorkspaceAuthnError::Keys(a.issuer.url.clone(), why.clone()));
-            }
-        }
-        match fetch_keys(a, &discovery).await {
-            Ok(keys) => {
-                set.keys = keys;
-                set.fetched = Some(Instant::now());
-                set.failed = None;
-                Ok(set.keys.clone())
-            }
-            Err(why) => {
-                tracing::info!(issuer = %a.issuer.url, error = %why, "workspace authentication: issuer keys");
-                set.failed = Some((Instant::now(), why.clone()));
-                Err(WorkspaceAuthnError::Keys(a.issuer.url.clone(), why))
-            }
-        }
-    }
 }
 
-async fn fetch_keys(a: &JwtAuthenticator, discovery_url: &str) -> Result<Vec<RsaKey>, String> {
-    let roots = fetch::roots(&a.issuer.certificate_authority).map_err(|e| e.to_string())?;
+/// The usable keys of an issuer's key set, read through its discovery document.
+async fn fetch_keys(issuer: &config::Issuer, discovery_url: &str) -> Result<KeySetRead, String> {
+    let roots = fetch::roots(&issuer.certificate_authority).map_err(|e| e.to_string())?;
     let doc: Discovery = fetch::get_json(discovery_url, roots.clone())
         .await
         .map_err(|e| e.to_string())?;
-    if doc.issuer != a.issuer.url {
+    if doc.issuer != issuer.url {
         return Err(format!(
             "the discovery document names issuer {:?}, not {:?}",
-            doc.issuer, a.issuer.url
+            doc.issuer, issuer.url
         ));
     }
     let jwks: Value = fetch::get_json(&doc.jwks_uri, roots)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(jwt::rsa_keys(&jwks))
+    Ok(jwt::read_key_set(&jwks))
 }
 
 /// The union of a type's configurations (all present and valid, or none).
@@ -361,6 +314,7 @@ fn admit(user: jwt::User, cluster: &str) -> Result<Identity, WorkspaceAuthnError
         extra,
         home_cluster: None,
         warrant: None,
+        charged_to: None,
     })
 }
 
