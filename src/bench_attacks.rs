@@ -20,6 +20,12 @@
 //! 4. `patch bombs`: JSON patches of 40 `copy` operations, each doubling the object.
 //! 5. `many roles`: `attack_roles` (3,000) Roles in A's `default`, then GETs in A from 8
 //!    connections (every request in A is authorized against A's policy).
+//! 6. `jwks`: a tenant's issuer serving 1 MiB of 8192-bit keys, and tokens of it naming no key
+//!    with garbage signatures from 8 connections, sent by anyone ([`crate::bench_attacks_jwks`]).
+//! 7. `cel`: alice (given cluster rights in A for this attack) defines a CRD whose CEL rule is
+//!    cubic in an integer list (refused while its estimated cost is over kube's limit; she
+//!    lowers `maxItems` until it is admitted), then sends dry-run creates with full lists from 4
+//!    connections: each evaluation is stopped by the runtime cost limit.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -34,6 +40,9 @@ use serde_json::json;
 
 use crate::bench::{ms, percentile, rss_of, BenchOptions, ChildServer};
 use crate::bench_report::{rows, Row};
+
+#[path = "bench_attacks_cel.rs"]
+mod cel;
 
 const TOKENS: &str = "alice-token,alice,alice-uid,\"tenants\"\nbob-token,bob,bob-uid,\"tenants\"\n";
 /// The RSS every attack must stay under, with default flags.
@@ -297,12 +306,14 @@ where
 }
 
 /// The attacks, in the order they run.
-pub(crate) const KINDS: [&str; 5] = [
+pub(crate) const KINDS: [&str; 7] = [
     "watches",
     "large-updates",
     "unread-lists",
     "patch-bombs",
     "many-roles",
+    "jwks",
+    "cel",
 ];
 
 /// A ConfigMap of `bytes` bytes of data.
@@ -436,6 +447,23 @@ pub(crate) async fn attacks(
             quiet = Some(w.bob_p99);
         }
         let (watched, said) = match *kind {
+            "cel" => {
+                let p = cel::prepare(&mut admin, &client, &a).await?;
+                let w =
+                    watch_over(&server, &b, opts.seconds, cel::attack(&client, &p), None).await?;
+                (w, cel::said(&p))
+            }
+            "jwks" => {
+                let p = crate::bench_attacks_jwks::prepare(&mut admin, &client, &a, &dir).await?;
+                let attack = crate::bench_attacks_jwks::attack(
+                    client.clone(),
+                    p.path.clone(),
+                    p.issuer.url().to_string(),
+                    p.refused.clone(),
+                );
+                let w = watch_over(&server, &b, opts.seconds, attack, None).await?;
+                (w, crate::bench_attacks_jwks::said(&p, opts.seconds))
+            }
             "watches" => {
                 let count = Arc::new(AtomicUsize::new(0));
                 let opened = Arc::new(AtomicUsize::new(0));
@@ -697,6 +725,8 @@ pub(crate) fn labels(opts: &BenchOptions) -> Vec<String> {
                 "{} Roles in A, then GETs in A from 8 connections",
                 opts.attack_roles
             ),
+            "jwks" => crate::bench_attacks_jwks::label(),
+            "cel" => cel::label(),
             _ => "JSON patches of 40 doubling copies from 4 connections".to_string(),
         })
         .map(|what| format!("attack: {what}"))

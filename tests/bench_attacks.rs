@@ -20,7 +20,7 @@ fn the_memory_attacks_are_refused_and_bounded() {
         .lines()
         .filter(|l| l.starts_with("| attack:"))
         .collect();
-    assert_eq!(rows.len(), 5, "{stdout}");
+    assert_eq!(rows.len(), 7, "{stdout}");
     for row in &rows {
         assert!(row.contains("(under the 1024 MiB ceiling)"), "{row}");
     }
@@ -43,4 +43,17 @@ fn the_memory_attacks_are_refused_and_bounded() {
         counts.len() >= 3 && counts[0] > 0 && counts[0] == counts[2],
         "{bombs}"
     );
+    // A tenant's hostile issuer: its garbage tokens are answered 401, bob is served.
+    let jwks = rows
+        .iter()
+        .find(|r| r.contains("8192-bit keys"))
+        .expect("the jwks row");
+    assert!(jwks.contains("garbage tokens/s answered 401"), "{jwks}");
+    assert!(jwks.contains(", 0 errors)"), "{jwks}");
+    // The cubic CEL rule is refused over an unbounded list and admitted only bounded.
+    let cel = rows
+        .iter()
+        .find(|r| r.contains("cubic-rule CRDs refused 422"))
+        .expect("the cel row");
+    assert!(!cel.contains("| 0 cubic-rule"), "{cel}");
 }

@@ -1022,3 +1022,220 @@ async fn authorization_follows_every_rbac_change_at_once_with_many_roles() {
         );
     }
 }
+
+/// A workspace admin who impersonates `system:masters` in her own workspace is refused (kcp's
+/// impersonation gate: only an unscoped administrator impersonates a privileged group or sets a
+/// `kcp.io` extra), so she can neither forge a workspace's owner nor get a type's default
+/// binding to another tenant's export without `bind` there; her own forged owner is replaced by
+/// herself; and impersonating other names does not multiply her budgets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonating_system_masters_gains_nothing_outside_the_rules() {
+    let mut t = tenants(|opts| opts.budgets.watches_per_user = 3).await;
+    t.export_in_b().await;
+    let a = t.a.clone();
+    let r = t
+        .carol
+        .post(
+            &format!("/clusters/{a}/apis/tenancy.kcp.io/v1alpha1/workspacetypes"),
+            &json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+                    "metadata": {"name": "sneaky"},
+                    "spec": {"defaultAPIBindings": [{"path": "root:b", "export": EXPORT}]}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let workspaces = format!("/clusters/{a}/apis/tenancy.kcp.io/v1alpha1/workspaces");
+    let forged = r#"{"username":"admin","groups":["system:masters"]}"#;
+    let ws = |name: &str| {
+        json!({"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+               "metadata": {"name": name,
+                            "annotations": {"experimental.tenancy.kcp.io/owner": forged}},
+               "spec": {"type": {"name": "sneaky", "path": "root:a"}}})
+    };
+    let config = ClientConfig::new(t.env.server.address, &t.env.ca, None).expect("config");
+    let bearer = ("authorization", "Bearer carol-token");
+    for headers in [
+        vec![
+            bearer,
+            ("impersonate-user", "carol"),
+            ("impersonate-group", "system:masters"),
+        ],
+        vec![
+            bearer,
+            ("impersonate-user", "carol"),
+            ("impersonate-group", "system:kcp:logical-cluster-admin"),
+        ],
+        vec![
+            bearer,
+            ("impersonate-user", "carol"),
+            (
+                "impersonate-extra-authentication.kcp.io%2Fscopes",
+                "cluster:root",
+            ),
+        ],
+    ] {
+        let mut as_master = Caller::new(&config, &headers).await;
+        let r = as_master.post(&workspaces, &ws("w1")).await;
+        assert_eq!(
+            r.status,
+            StatusCode::FORBIDDEN,
+            "{headers:?}: {:?}",
+            r.json()
+        );
+        assert!(
+            r.json()["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not allowed for the requestor")),
+            "{:?}",
+            r.json()
+        );
+    }
+    // Without impersonation the forged owner is replaced by carol, who may not bind bob's
+    // export: the default binding is never made and the workspace waits in Initializing.
+    let r = t.carol.post(&workspaces, &ws("w2")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let owner = r.json()["metadata"]["annotations"]["experimental.tenancy.kcp.io/owner"].clone();
+    let owner: Value = serde_json::from_str(owner.as_str().unwrap_or("{}")).expect("owner");
+    assert_eq!(owner["username"], "carol", "{owner}");
+    let mut child = String::new();
+    for _ in 0..100 {
+        let w = t.env.admin.get(&format!("{workspaces}/w2")).await.json();
+        if w["status"]["phase"] == "Initializing" {
+            child = w["spec"]["cluster"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!child.is_empty(), "w2 reached Initializing");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let w = t.env.admin.get(&format!("{workspaces}/w2")).await.json();
+    assert_eq!(w["status"]["phase"], "Initializing", "{w}");
+    let binding = t
+        .env
+        .admin
+        .get(&format!(
+            "/clusters/{child}/apis/apis.kcp.io/v1alpha1/apibindings/{EXPORT}"
+        ))
+        .await;
+    assert_eq!(
+        binding.status,
+        StatusCode::NOT_FOUND,
+        "{:?}",
+        binding.json()
+    );
+
+    // Budgets: carol's three watches are hers, also when she opens them as other users (who
+    // may watch in A).
+    for who in ["x1", "x2", "x3"] {
+        t.env
+            .create(
+                &format!("/clusters/{a}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"),
+                binding(&format!("{who}-admin"), "everything", user_subject(who)),
+            )
+            .await;
+    }
+    let watch = format!(
+        "{}?watch=true&labelSelector=selects%3Dnothing",
+        t.configmaps(&a)
+    );
+    let mut conn = slow_reader(&t.env).await;
+    let mut open = Vec::new();
+    for who in ["carol", "x1", "x2", "x3"] {
+        let mut req = bearer_get(&watch, "carol-token");
+        if who != "carol" {
+            req.headers_mut().insert(
+                "impersonate-user",
+                http::HeaderValue::from_str(who).expect("header"),
+            );
+        }
+        // Each answer is kept, so its watch stays open.
+        open.push(conn.send_request(req).await.expect("watch"));
+    }
+    assert_eq!(
+        open.iter().map(|r| r.status().as_u16()).collect::<Vec<_>>(),
+        [200, 200, 200, 429]
+    );
+}
+
+/// A CRD whose one CEL rule is `rule`, over `spec.l`, a list of integers (`maxItems` if given).
+fn cel_crd(plural: &str, kind: &str, rule: &str, max_items: Option<u64>) -> Value {
+    let mut l = json!({"type": "array", "items": {"type": "integer"}});
+    if let Some(n) = max_items {
+        l["maxItems"] = json!(n);
+    }
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": format!("{plural}.example.com")},
+           "spec": {"group": "example.com", "scope": "Namespaced",
+                    "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                                  "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                      "spec": {"type": "object", "properties": {"l": l},
+                                               "x-kubernetes-validations": [{"rule": rule}]}}}}}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cel_rules_are_costed_when_defined_and_bounded_when_run() {
+    let mut t = tenants(|_| {}).await;
+    let crds = format!(
+        "/clusters/{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        t.a
+    );
+    // The rule of the finding, over a list with no maxItems: refused when defined, as kube.
+    let cubic = "self.l.all(a, self.l.all(b, self.l.all(c, a + b + c >= 0)))";
+    let r = t
+        .carol
+        .post(&crds, &cel_crd("cubes", "Cube", cubic, None))
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.json());
+    let v = r.json();
+    assert_eq!(
+        v["message"],
+        "CustomResourceDefinition.apiextensions.k8s.io \"cubes.example.com\" is invalid: [\
+         spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: \
+         Forbidden: estimated rule cost exceeds budget by factor of more than 100x (try simplifying \
+         the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings \
+         are declared), spec.versions[0].schema.openAPIV3Schema: Forbidden: x-kubernetes-validations \
+         estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of more than \
+         100x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where \
+         arrays, maps, and strings are declared)]"
+    );
+    assert_eq!(v["details"]["causes"][0]["reason"], "FieldValueForbidden");
+    // A rule that does not compile is refused too.
+    let r = t
+        .carol
+        .post(&crds, &cel_crd("broken", "Broken", "self.l.all(x, ", None))
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.json());
+    // With a bound the same rule is cheap enough, and it is served and enforced.
+    let r = t
+        .carol
+        .post(&crds, &cel_crd("cubes", "Cube", cubic, Some(10)))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let cubes = format!(
+        "/clusters/{}/apis/example.com/v1/namespaces/default/cubes",
+        t.a
+    );
+    let cube = |name: &str, l: Vec<i64>| {
+        json!({"apiVersion": "example.com/v1", "kind": "Cube",
+               "metadata": {"name": name}, "spec": {"l": l}})
+    };
+    let mut created = false;
+    for _ in 0..100 {
+        let r = t.carol.post(&cubes, &cube("ok", vec![1, 2, 3])).await;
+        if r.status == StatusCode::CREATED {
+            created = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(created, "the CRD is served");
+    let r = t.alice.post(&cubes, &cube("bad", vec![1, -5])).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.json());
+    assert_eq!(
+        r.json()["message"],
+        format!("Cube.example.com \"bad\" is invalid: spec: Invalid value: \"object\": failed rule: {cubic}")
+    );
+}
