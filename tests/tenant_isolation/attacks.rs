@@ -1112,19 +1112,14 @@ async fn impersonating_system_masters_gains_nothing_outside_the_rules() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let w = t.env.admin.get(&format!("{workspaces}/w2")).await.json();
     assert_eq!(w["status"]["phase"], "Initializing", "{w}");
-    let binding = t
+    let bound = t
         .env
         .admin
         .get(&format!(
             "/clusters/{child}/apis/apis.kcp.io/v1alpha1/apibindings/{EXPORT}"
         ))
         .await;
-    assert_eq!(
-        binding.status,
-        StatusCode::NOT_FOUND,
-        "{:?}",
-        binding.json()
-    );
+    assert_eq!(bound.status, StatusCode::NOT_FOUND, "{:?}", bound.json());
 
     // Budgets: carol's three watches are hers, also when she opens them as other users (who
     // may watch in A).
