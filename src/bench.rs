@@ -168,7 +168,9 @@ impl ChildServer {
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--listen", "127.0.0.1:0"])
-            .env("RUST_LOG", "error")
+            // The log users get: no RUST_LOG, no -v (the benchmark's own RUST_LOG is not
+            // passed on), read and dropped by the thread below.
+            .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?;

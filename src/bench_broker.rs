@@ -333,7 +333,7 @@ pub async fn broker(opts: &BenchOptions, tmp: &Path) -> anyhow::Result<Vec<Row>>
                 "--workers",
                 "16",
             ])
-            .env("RUST_LOG", "error")
+            .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?,

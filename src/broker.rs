@@ -214,9 +214,12 @@ pub async fn run(
     let stop = CancellationToken::new();
     let work = async {
         let Some((client, namespace)) = election else {
-            eprintln!(
-                "platform-mesh broker is running for {}",
-                args.watch_kinds.join(", ")
+            crate::logging::announce(
+                &format!(
+                    "platform-mesh broker is running for {}",
+                    args.watch_kinds.join(", ")
+                ),
+                &[],
             );
             return broker_until(&args, &metrics, stop.clone()).await;
         };
@@ -228,10 +231,13 @@ pub async fn run(
         crate::operator::ensure_namespace(&client, &namespace, &stop).await;
         if sharded {
             let identity = args.shard_identity.clone().unwrap_or(identity);
-            eprintln!(
-                "platform-mesh broker is running for {} as shard {identity} of {}",
-                args.watch_kinds.join(", "),
-                args.shard_replicas
+            crate::logging::announce(
+                &format!(
+                    "platform-mesh broker is running for {} as shard {identity} of {}",
+                    args.watch_kinds.join(", "),
+                    args.shard_replicas
+                ),
+                &[],
             );
             let elector = LeaderElector::new(client.clone(), config).with_status(status.clone());
             return sharded_until(
@@ -247,11 +253,14 @@ pub async fn run(
         }
         let elector = LeaderElector::new(client, config).with_status(status.clone());
         while let Some(leadership) = elector.acquire(&stop).await {
-            eprintln!(
-                "platform-mesh broker leads ({}/{}) and is running for {}",
-                namespace,
-                args.leader_election_id,
-                args.watch_kinds.join(", ")
+            crate::logging::announce(
+                &format!(
+                    "platform-mesh broker leads ({}/{}) and is running for {}",
+                    namespace,
+                    args.leader_election_id,
+                    args.watch_kinds.join(", ")
+                ),
+                &[],
             );
             let lost = leadership.lost();
             let worked = broker_until(&args, &metrics, lost.clone()).await;
@@ -326,7 +335,10 @@ async fn sharded_until(
             return Ok(());
         };
         while let Some(leadership) = elector.acquire(&lead_stop).await {
-            eprintln!("platform-mesh broker leads and runs the Migration controller");
+            crate::logging::announce(
+                "platform-mesh broker leads and runs the Migration controller",
+                &[],
+            );
             let worked = migrations.run(leadership.lost()).await;
             if let Err(e) = leadership.release().await {
                 tracing::warn!(error = %e, "releasing the lease failed");
@@ -408,7 +420,10 @@ async fn serve_plain(
         .await
         .with_context(|| format!("listening for the {what} on {address}"))?;
     let bound = listener.local_addr().context("the bound address")?;
-    eprintln!("platform-mesh broker serves its {what} on http://{bound}");
+    crate::logging::announce(
+        &format!("platform-mesh broker serves its {what} on http://{bound}"),
+        &[],
+    );
     Ok(tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use controllers::runtime::leader::LeaderStatus;
+use logging::LogFormat;
 
 mod bench;
 mod bench_attacks;
@@ -24,6 +25,7 @@ mod bench_views;
 mod broker;
 mod delegation;
 mod extension;
+mod logging;
 mod oidc_issuer;
 mod operator;
 mod peers;
@@ -46,8 +48,9 @@ struct Cli {
     /// object per line, with the request span's fields).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
-    /// Verbosity, counted as kube components count it: 0 info, 4 debug, 6 trace. RUST_LOG, when
-    /// set, decides instead (e.g. `RUST_LOG=info,apiserver=debug`).
+    /// Verbosity, counted as kube components count it: 0 info and warnings (each cause once an
+    /// hour), 3 a line per request, 4 debug, 6 trace (see src/logging.rs). RUST_LOG, when set,
+    /// decides instead (e.g. `RUST_LOG=info,apiserver=debug`).
     #[arg(
         short = 'v',
         long = "v",
@@ -65,38 +68,6 @@ const VERSION: &str = concat!(
     env!("PLATFORM_MESH_GIT_COMMIT"),
     ")"
 );
-
-/// Log line formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Installs the log subscriber: RUST_LOG when set, else the level `verbosity` names.
-fn init_logging(format: LogFormat, verbosity: u8) {
-    use std::io::IsTerminal as _;
-    let level = match verbosity {
-        0..=3 => "info",
-        4 | 5 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
-    }
-}
 
 #[derive(Subcommand)]
 enum Command {
@@ -617,9 +588,19 @@ enum CertsCommand {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, cli.verbosity);
+    logging::init(cli.log_format, cli.verbosity);
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            logging::fail(&e);
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
@@ -665,10 +646,16 @@ fn main() -> anyhow::Result<()> {
                     leader_status,
                 )
                 .await?;
-                eprintln!(
-                    "platform-mesh is serving on https://{}\n  kubectl --kubeconfig {} get namespaces",
-                    server.address,
-                    server.kubeconfig.display()
+                logging::announce(
+                    &format!(
+                        "platform-mesh is serving on https://{}\n  kubectl --kubeconfig {} get namespaces",
+                        server.address,
+                        server.kubeconfig.display()
+                    ),
+                    &[
+                        ("address", &server.address.to_string()),
+                        ("kubeconfig", &server.kubeconfig.display().to_string()),
+                    ],
                 );
                 tokio::select! {
                     r = shutdown_signal() => r?,
@@ -703,9 +690,12 @@ fn main() -> anyhow::Result<()> {
                 let server = apiserver::server::start(opts).await?;
                 let mirror =
                     extension::mirror(upstream, ext, server.state.store.clone(), view_options);
-                eprintln!(
-                    "platform-mesh virtual workspaces are serving on https://{}/services/{{marketplace,contentconfigurations}}/clusters/<workspace>",
-                    server.address
+                logging::announce(
+                    &format!(
+                        "platform-mesh virtual workspaces are serving on https://{}/services/{{marketplace,contentconfigurations}}/clusters/<workspace>",
+                        server.address
+                    ),
+                    &[("address", &server.address.to_string())],
                 );
                 let result = tokio::select! {
                     r = shutdown_signal() => r,

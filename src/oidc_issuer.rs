@@ -120,7 +120,7 @@ pub async fn run(command: IssuerCommand) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", partial.display()))?;
             std::fs::rename(&partial, &file)
                 .with_context(|| format!("writing {}", file.display()))?;
-            eprintln!("issuer {} is serving", issuer.url());
+            crate::logging::announce(&format!("issuer {} is serving", issuer.url()), &[]);
             crate::shutdown_signal().await?;
             drop(issuer);
             Ok(())

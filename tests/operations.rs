@@ -481,81 +481,212 @@ fn version_completion_and_json_logs() {
         assert!(script.contains("platform-mesh"), "{shell}: {script}");
         assert!(script.contains("serve"), "{shell} completes subcommands");
     }
-    // A request's line in JSON, with its span's fields.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = bin()
-        .args([
-            "--log-format",
-            "json",
-            "serve",
-            "--no-controllers",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
+}
+
+/// A `serve` process whose stderr lines are collected as they come.
+struct Logged {
+    child: Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    address: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Logged {
+    /// Starts `platform-mesh <args> serve <serve_args>` with no RUST_LOG, as a user would, and
+    /// waits for its banner (a text line, or a JSON line with the address in its fields).
+    fn start(global: &[&str], serve: &[&str]) -> Logged {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut child = bin()
+            .args(global)
+            .arg("serve")
+            .args(serve)
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let (tx, rx) = mpsc::channel();
+        {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let address = match line.strip_prefix("platform-mesh is serving on https://") {
+                        Some(a) => Some(a.trim().to_string()),
+                        None => serde_json::from_str::<serde_json::Value>(&line)
+                            .ok()
+                            .and_then(|v| v["fields"]["address"].as_str().map(String::from)),
+                    };
+                    lines.lock().expect("lines").push(line);
+                    if let Some(a) = address {
+                        let _ = tx.send(a);
+                    }
+                }
+            });
         }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut address = None;
-    let mut lines = Vec::new();
-    let served = loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        let address = rx
+            .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| {
                 let _ = child.kill();
                 panic!(
-                    "no JSON line for a request within 30 s:\n{}",
-                    lines.join("\n")
+                    "no banner within 60 s:\n{}",
+                    lines.lock().expect("lines").join("\n")
                 )
             });
-        if let Some(a) = line.strip_prefix("platform-mesh is serving on https://") {
-            address = Some(a.trim().to_string());
-            let ca = std::fs::read_to_string(dir.path().join("pki/ca.crt")).expect("ca");
-            let admin =
-                |f: &str| std::fs::read_to_string(dir.path().join("pki").join(f)).expect("pki");
-            let client = apiserver::client::ClientConfig::new(
-                address
-                    .as_deref()
-                    .expect("address")
-                    .parse()
-                    .expect("address"),
-                &ca,
-                Some((&admin("admin.crt"), &admin("admin.key"))),
-            )
-            .expect("client");
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Runtime::new().expect("runtime");
-                rt.block_on(async move {
-                    let mut c = client.connect().await.expect("connect");
-                    c.get("/api/v1/namespaces/default/configmaps")
-                        .await
-                        .expect("list");
-                });
-            });
-            continue;
+        Logged {
+            child,
+            lines,
+            address,
+            _dir: dir,
         }
-        lines.push(line.clone());
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if v["span"]["resource"] == "configmaps" {
-            break v;
+    }
+
+    fn client(&self) -> apiserver::client::ClientConfig {
+        let pki =
+            |f: &str| std::fs::read_to_string(self._dir.path().join("pki").join(f)).expect("pki");
+        apiserver::client::ClientConfig::new(
+            self.address.parse().expect("address"),
+            &pki("ca.crt"),
+            Some((&pki("admin.crt"), &pki("admin.key"))),
+        )
+        .expect("client")
+    }
+
+    /// `n` GETs of the ConfigMaps of `default` in root, over one connection, as the admin.
+    fn get(&self, n: usize) {
+        let client = self.client();
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async move {
+            let mut c = client.connect().await.expect("connect");
+            for _ in 0..n {
+                let reply = c
+                    .get("/api/v1/namespaces/default/configmaps")
+                    .await
+                    .expect("list");
+                assert_eq!(reply.status, 200);
+            }
+        });
+    }
+
+    /// How many requests for `resource` were answered `code`, by the server's own metrics.
+    fn answered(&self, resource: &str, code: u16) -> u64 {
+        let client = self.client();
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let text = rt.block_on(async move {
+            let mut c = client.connect().await.expect("connect");
+            let reply = c.get("/metrics").await.expect("metrics");
+            assert_eq!(reply.status, 200);
+            String::from_utf8_lossy(&reply.body).into_owned()
+        });
+        let (r, c) = (
+            format!("resource=\"{resource}\""),
+            format!("code=\"{code}\""),
+        );
+        text.lines()
+            .filter(|l| {
+                l.starts_with("apiserver_request_total{") && l.contains(&r) && l.contains(&c)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// The lines once `done` holds of them (and of the server), failing after `secs` seconds.
+    fn lines_when(&self, secs: u64, what: &str, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let lines = self.lines.lock().expect("lines").clone();
+            if done(&lines) {
+                return lines;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited {secs} s for {what}:\n{}",
+                lines.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(100));
         }
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(address.is_some());
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The log users get with no flags: startup and what changes, not every request, and a cause
+/// said once. (It wrote a line per request at info, and "this kind is not served" for each
+/// optional kind every 0.8 s: about 10 lines a second at idle.)
+#[test]
+fn the_default_log_is_quiet_at_idle_and_under_load() {
+    let server = Logged::start(&[], &[]);
+    server.get(400);
+    // The controllers watch optional kinds (Flux's HelmRelease among them) that are not served
+    // here; once their lists have been refused four times, a repeated report would show.
+    let lines = server.lines_when(60, "four refused lists of helmreleases", |_| {
+        server.answered("helmreleases", 404) >= 4
+    });
+    let requests: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("apiserver::requests"))
+        .collect();
+    assert_eq!(
+        requests.len(),
+        0,
+        "request lines at the default verbosity: {requests:#?}"
+    );
+    // Each line without its timestamp: a repeated one is a cause said twice.
+    let mut seen = std::collections::HashSet::new();
+    for l in &lines {
+        let text = l
+            .split_once(' ')
+            .map_or(l.as_str(), |(_, rest)| rest.trim_start());
+        assert!(
+            seen.insert(text.to_string()),
+            "said twice: {text}\n{}",
+            lines.join("\n")
+        );
+    }
+    assert!(
+        lines.len() <= 40,
+        "{} lines after 400 requests and 8 s at idle:\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+    // The control: at -v 3 each request has its line.
+    let verbose = Logged::start(&["-v", "3"], &["--no-controllers"]);
+    verbose.get(50);
+    verbose.lines_when(30, "a line for each of 50 requests at -v 3", |lines| {
+        lines.iter().filter(|l| l.contains("configmaps")).count() >= 50
+    });
+}
+
+/// `--log-format json` writes only JSON lines, the banner too; at `-v 3` a request's line has
+/// its span's fields.
+#[test]
+fn json_logs_are_only_json_lines_with_the_requests_fields() {
+    let server = Logged::start(&["--log-format", "json", "-v", "3"], &["--no-controllers"]);
+    server.get(1);
+    let lines = server.lines_when(30, "the request's line", |lines| {
+        lines.iter().any(|l| l.contains("configmaps"))
+    });
+    let parsed: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let banner = parsed
+        .iter()
+        .find(|v| v["fields"]["kubeconfig"].is_string())
+        .expect("a banner line with the kubeconfig");
+    assert_eq!(banner["fields"]["address"], server.address.as_str(), "{banner}");
+    let served = parsed
+        .iter()
+        .find(|v| v["span"]["resource"] == "configmaps")
+        .unwrap_or_else(|| panic!("no request line:\n{}", lines.join("\n")));
     assert_eq!(served["level"], "INFO", "{served}");
     assert_eq!(served["span"]["verb"], "list", "{served}");
     assert_eq!(served["span"]["code"], 200, "{served}");

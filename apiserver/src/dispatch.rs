@@ -29,6 +29,10 @@ use crate::status::ApiError;
 use crate::storage::Store;
 use crate::{discovery, namespaces};
 
+/// The log target of the one line (and span) per request: kube-apiserver writes its request
+/// lines from verbosity 3, and the binary's `-v` turns this target on there.
+pub const REQUESTS_TARGET: &str = "apiserver::requests";
+
 /// Largest request body accepted (as kube-apiserver: 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
@@ -336,6 +340,7 @@ pub async fn handle(
         received: time::OffsetDateTime::now_utc(),
     });
     let span = tracing::info_span!(
+        target: REQUESTS_TARGET,
         "request",
         id = %audit_id,
         method = %method,
@@ -455,13 +460,14 @@ pub async fn handle(
     if let Some(name) = record.resource.as_ref().and_then(|r| r.name.as_deref()) {
         span.record("name", name);
     }
-    // One line per request at info (probes and metrics scrapes at debug, as they come every
-    // few seconds); a watch's line is written when it starts.
+    // One line per request, written only when its target is asked for (`-v 3`; probes and
+    // metrics scrapes at debug, as they come every few seconds); a watch's line is written when
+    // it starts. Its span is off too below `-v 3`, so recording the fields above costs nothing.
     span.in_scope(|| {
         if exempt && !long_running {
-            tracing::debug!("served");
+            tracing::debug!(target: REQUESTS_TARGET, "served");
         } else {
-            tracing::info!("served");
+            tracing::info!(target: REQUESTS_TARGET, "served");
         }
     });
     if let Ok(v) = HeaderValue::from_str(&audit_id) {

@@ -355,7 +355,7 @@ async fn start_server(data_dir: &Path) -> (Proc, String) {
         .args(["--max-requests-inflight", "100000"])
         .arg("--data-dir")
         .arg(data_dir)
-        .env("RUST_LOG", "error")
+        .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

@@ -9,7 +9,6 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, watcher, Event};
-use kube::runtime::WatchStreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{debug, warn};
@@ -482,12 +481,6 @@ impl Iterator for WatchBackoff {
     }
 }
 
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = WATCH_BACKOFF_FIRST;
-    }
-}
-
 /// A metadata-only watch's event as the cache keeps objects: a DynamicObject with the
 /// metadata and no content.
 fn metadata_event(
@@ -521,12 +514,6 @@ fn not_served(e: &watcher::Error) -> bool {
 async fn run_watch(inner: Arc<CacheInner>, client: kube::Client, stop: CancellationToken) {
     let gvr = inner.kind.gvr();
     debug!(gvr = %gvr, scope = %inner.scope, "cache started");
-    // kube-runtime's default backoff, but at most 10 s apart (not 30 s): a kind whose CRD is
-    // installed later (Flux, OCM, Argo CD) is picked up soon after.
-    let backoff = kube::runtime::utils::ResetTimerBackoff::new(
-        WatchBackoff::default(),
-        Duration::from_secs(120),
-    );
     let kind = inner.kind.api.clone();
     let stream = if inner.kind.metadata_only {
         let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &kind);
@@ -537,11 +524,16 @@ async fn run_watch(inner: Arc<CacheInner>, client: kube::Client, stop: Cancellat
         let api: Api<DynamicObject> = Api::all_with(client, &kind);
         watcher(api, watcher::Config::default()).boxed()
     };
-    let stream = stream.backoff(backoff);
     futures::pin_mut!(stream);
     let mut relist: Option<HashMap<ClusterName, Objects>> = None;
+    // Pauses between failed attempts, from 0.8 s doubling to 10 s (not kube-runtime's 30 s: a
+    // kind whose CRD is installed later, such as Flux, OCM or Argo CD, is picked up soon after).
+    // The watcher starts every attempt with `Init` before its list, so only what the server
+    // answered (a listed object, the end of a list, an event) counts as working again: taking
+    // `Init` as success would retry a 404 every 0.8 s and report it every time.
+    let mut backoff = WatchBackoff::default();
     // A failing watch (e.g. a kind whose CRD is not installed yet) is reported once, then
-    // retried with backoff quietly until it works again.
+    // retried quietly until it works again.
     let mut failing = false;
     loop {
         let next = tokio::select! {
@@ -566,10 +558,20 @@ async fn run_watch(inner: Arc<CacheInner>, client: kube::Client, stop: Cancellat
                     warn!(gvr = %gvr, scope = %inner.scope, error = %e, "watch failed; retrying with backoff");
                     failing = true;
                 }
+                let pause = backoff.next().unwrap_or(WATCH_BACKOFF_MAX);
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
                 continue;
             }
+            Some(Ok(Event::Init)) => Event::Init,
             Some(Ok(event)) => {
+                if failing {
+                    debug!(gvr = %gvr, scope = %inner.scope, "watch works again");
+                }
                 failing = false;
+                backoff = WatchBackoff::default();
                 event
             }
         };
