@@ -167,8 +167,8 @@ async fn options(args: &BrokerArgs) -> anyhow::Result<BrokerOptions> {
         None => None,
     };
     Ok(BrokerOptions {
-        consumers: Arc::new(FixedClusters::new(consumers)),
-        providers: Arc::new(FixedClusters::new(providers)),
+        consumers: Arc::new(FixedClusters::new(consumers.clusters)),
+        providers: Arc::new(FixedClusters::new(providers.clusters)),
         accept_apis: None,
         staging: None,
         coordination,
@@ -177,6 +177,8 @@ async fn options(args: &BrokerArgs) -> anyhow::Result<BrokerOptions> {
         workers: args.workers,
         metrics: Default::default(),
         migrations_apart: false,
+        consumer_aliases: consumers.aliases,
+        provider_aliases: providers.aliases,
     })
 }
 

@@ -682,7 +682,11 @@ fn json_logs_are_only_json_lines_with_the_requests_fields() {
         .iter()
         .find(|v| v["fields"]["kubeconfig"].is_string())
         .expect("a banner line with the kubeconfig");
-    assert_eq!(banner["fields"]["address"], server.address.as_str(), "{banner}");
+    assert_eq!(
+        banner["fields"]["address"],
+        server.address.as_str(),
+        "{banner}"
+    );
     let served = parsed
         .iter()
         .find(|v| v["span"]["resource"] == "configmaps")
@@ -701,5 +705,85 @@ fn json_logs_are_only_json_lines_with_the_requests_fields() {
     assert!(
         lines.iter().all(|l| !l.contains('\u{1b}')),
         "colour codes in a log that is not a terminal"
+    );
+}
+
+/// The kubeconfig `serve` writes has two contexts that reach root (`platform-mesh`, the base
+/// URL, and `root`): given as the consumers' kubeconfig, root is brokered once, and a copy an
+/// earlier broker made under the other context's name is removed. (Each context was a
+/// consumer of its own: every object had two copies, and one stayed after a move.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_contexts_reaching_one_workspace_are_one_consumer() {
+    use controllers::broker::{provider_name, CONSUMER_CLUSTER, CONSUMER_NAME, GENERIC_FINALIZER};
+    let server = Server::start_with(&["--no-controllers"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = broker_workspaces(&server, dir.path(), &["provider".to_string()]).await;
+    accept_configmaps(&server).await;
+    let kubeconfig = server.kubeconfig.to_string_lossy().into_owned();
+    // The current context (`root`) names the cluster; `platform-mesh` is the alias.
+    let consumer = format!("consumer#{kubeconfig}+root");
+    let alias = format!("consumer#{kubeconfig}+platform-mesh");
+    let mut c = server.client().connect().await.expect("connect");
+    let stale = provider_name(&alias, "orders");
+    let r = c
+        .post_json(
+            "/clusters/root:provider/api/v1/namespaces/default/configmaps",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": stale, "finalizers": [GENERIC_FINALIZER],
+                    "annotations": {CONSUMER_CLUSTER: alias, CONSUMER_NAME: "orders"}},
+                "data": {"size": "1"}}),
+        )
+        .await
+        .expect("stale copy");
+    assert_eq!(r.status.as_u16(), 201, "{}", r.json());
+    let r = c
+        .post_json(
+            "/clusters/root/api/v1/namespaces/default/configmaps",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "orders"}, "data": {"size": "1"}}),
+        )
+        .await
+        .expect("consumer object");
+    assert_eq!(r.status.as_u16(), 201, "{}", r.json());
+    let _broker = Broker::start(&[
+        "--watch-kind",
+        "ConfigMap.v1.core",
+        "--consumer-kubeconfig",
+        &kubeconfig,
+        "--provider-kubeconfig",
+        &files[0],
+    ]);
+    let copies = || async {
+        let mut names: Vec<String> = items(
+            &server,
+            "/clusters/root:provider/api/v1/namespaces/default/configmaps",
+        )
+        .await
+        .iter()
+        .filter(|o| o["metadata"]["annotations"][CONSUMER_NAME] == "orders")
+        .filter_map(|o| o["metadata"]["name"].as_str().map(String::from))
+        .collect();
+        names.sort();
+        names
+    };
+    let placed = provider_name(&consumer, "orders");
+    wait_for(60, "one copy of orders, the stale one gone", || async {
+        (copies().await == [placed.clone()]).then_some(())
+    })
+    .await;
+    // Brokered under root's name only: the consumer object names one provider.
+    let orders = items(
+        &server,
+        "/clusters/root/api/v1/namespaces/default/configmaps",
+    )
+    .await
+    .into_iter()
+    .find(|o| o["metadata"]["name"] == "orders")
+    .expect("orders");
+    assert!(
+        orders["metadata"]["annotations"]["broker.platform-mesh.io/provider-cluster"]
+            .as_str()
+            .is_some_and(|p| p.starts_with(&format!("provider#{}+", files[0]))),
+        "{orders}"
     );
 }

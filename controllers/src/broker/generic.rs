@@ -144,6 +144,12 @@ pub struct Shared {
     /// On kcp without entering provider workspaces: the staging workspaces copies go to (the
     /// provider clusters are then those workspaces, one per consumer and provider).
     pub staging: Option<Arc<Staging>>,
+    /// Per consumer cluster, the other names it was engaged under by an earlier run (two
+    /// contexts of a kubeconfig reaching it): copies made under those names are no copies of
+    /// this broker's any more, and go.
+    pub aliases: Arc<HashMap<String, Vec<String>>>,
+    /// Provider names of an earlier run that reach an engaged provider: alias to its name.
+    pub provider_aliases: Arc<HashMap<String, String>>,
 }
 
 /// Brokers one kind: see the module documentation.
@@ -193,6 +199,18 @@ impl Reconciler for GenericReconciler {
         let consumer = format!("{CONSUMER_PREFIX}{}", ctx.cluster_name());
         let remote = provider_name(&consumer, &req.name);
         let prefix = format!("{}-", cluster_hash(&consumer));
+        for alias in self
+            .shared
+            .aliases
+            .get(ctx.cluster_name().as_str())
+            .into_iter()
+            .flatten()
+        {
+            let alias = format!("{CONSUMER_PREFIX}{alias}");
+            let remote = provider_name(&alias, &req.name);
+            self.orphans(&alias, req.namespace.as_deref(), &remote)
+                .await?;
+        }
         let Some(obj) = cache.get(ctx.cluster_name(), req.namespace.as_deref(), &req.name) else {
             self.orphans(&consumer, req.namespace.as_deref(), &remote)
                 .await?;
@@ -212,8 +230,13 @@ impl Reconciler for GenericReconciler {
         let mut item = item;
         let mut live = false;
         let (current, moving, target, still) = loop {
-            let current = copy::annotation(&item.obj, PROVIDER_CLUSTER).map(strip_provider);
-            let moving = copy::annotation(&item.obj, NEW_PROVIDER_CLUSTER).map(strip_provider);
+            let named = |key: &str| {
+                copy::annotation(&item.obj, key)
+                    .map(strip_provider)
+                    .map(|p| self.shared.provider_aliases.get(&p).cloned().unwrap_or(p))
+            };
+            let current = named(PROVIDER_CLUSTER);
+            let moving = named(NEW_PROVIDER_CLUSTER);
             let current = self.own_staging(current, ctx.cluster_name()).await?;
             let moving = self.own_staging(moving, ctx.cluster_name()).await?;
             if item.obj["metadata"]["deletionTimestamp"].is_string() {

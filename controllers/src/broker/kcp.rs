@@ -211,6 +211,8 @@ pub fn options(
         workers,
         metrics: Default::default(),
         migrations_apart: false,
+        consumer_aliases: Vec::new(),
+        provider_aliases: Vec::new(),
     })
 }
 
@@ -259,5 +261,7 @@ pub fn staging_options(
         workers,
         metrics: Default::default(),
         migrations_apart: false,
+        consumer_aliases: Vec::new(),
+        provider_aliases: Vec::new(),
     })
 }

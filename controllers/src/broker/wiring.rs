@@ -16,6 +16,7 @@
 //! dropped, and the AcceptAPI status they write is the same from every replica), and the
 //! Migration controller on one replica at a time ([`Migrations`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use api::broker::{AcceptAPI, Migration, MigrationConfiguration};
@@ -63,6 +64,13 @@ pub struct BrokerOptions {
     /// [`Broker::migrations`] while it leads: sharded replicas each broker their share of the
     /// consumers, and a Migration must have one writer.
     pub migrations_apart: bool,
+    /// Consumer contexts that reach a cluster of `consumers` under another name, as
+    /// `(alias, cluster)` (see [`kubeconfig_clusters`]): the copies made under an alias (by an
+    /// earlier broker that engaged both) are removed.
+    pub consumer_aliases: Vec<(String, String)>,
+    /// Provider contexts that reach a cluster of `providers` under another name: an object
+    /// whose annotations name the alias is on that cluster.
+    pub provider_aliases: Vec<(String, String)>,
 }
 
 /// A reconciler for watches that only forward events elsewhere; never called.
@@ -200,7 +208,17 @@ impl Broker {
             coordination: options.coordination.as_ref().map(|c| c.client()),
             discovery: discovery.clone(),
             staging: options.staging.clone(),
+            aliases: {
+                let mut of: HashMap<String, Vec<String>> = HashMap::new();
+                for (alias, cluster) in &options.consumer_aliases {
+                    of.entry(cluster.clone()).or_default().push(alias.clone());
+                }
+                Arc::new(of)
+            },
+            provider_aliases: Arc::new(options.provider_aliases.iter().cloned().collect()),
         };
+        let aliased: Arc<HashMap<String, String>> =
+            Arc::new(options.consumer_aliases.iter().cloned().collect());
         let err = |e: crate::runtime::ManagerError| e.to_string();
         for b in &options.kinds {
             consumers
@@ -218,12 +236,19 @@ impl Broker {
                 .map_err(err)?;
             let to_consumers = consumers.clone();
             let controller = b.controller();
+            let aliased = aliased.clone();
             providers
                 .add(
                     Controller::new(format!("{}-copies", b.controller()), Forwarder)
                         .for_kind(b.kind.clone())
                         .with_event_filter(move |obj| {
-                            if let Some((_, req)) = consumer_request(obj) {
+                            if let Some((_, mut req)) = consumer_request(obj) {
+                                // A copy made under an alias wakes the object in the
+                                // cluster the alias reaches, whose reconcile removes it.
+                                if let Some(cluster) = aliased.get(req.cluster.as_str()) {
+                                    req.cluster =
+                                        crate::runtime::ClusterName::from(cluster.as_str());
+                                }
                                 to_consumers.enqueue(&controller, req);
                             }
                             false
@@ -369,30 +394,112 @@ impl Broker {
     }
 }
 
-/// One cluster per context of each kubeconfig file, named `<path>+<context>` (as upstream's
-/// file provider names them, so provider-side names match upstream's).
-pub async fn kubeconfig_clusters(paths: &[String]) -> Result<Vec<Cluster>, String> {
-    let mut out = Vec::new();
+/// The clusters of kubeconfig files: one per cluster the contexts reach, not one per context.
+pub struct KubeconfigClusters {
+    /// The clusters, named `<path>+<context>` after the context that names them first.
+    pub clusters: Vec<Cluster>,
+    /// Contexts that reach a cluster an earlier context already names, as `(alias, cluster)`
+    /// names: brokered once, under the cluster's name.
+    pub aliases: Vec<(String, String)>,
+}
+
+/// One cluster per cluster the contexts of the kubeconfig files reach, named
+/// `<path>+<context>` (as upstream's file provider names them, so provider-side names match
+/// upstream's).
+///
+/// Two contexts can reach one cluster: the kubeconfig `serve` writes has `platform-mesh` (its
+/// base URL) and `root` (`/clusters/root`), kcp's has `base` and `root`. Engaged twice, such a
+/// cluster's objects would be brokered twice, each time under another consumer name, so every
+/// object would have two copies. What a context reaches is asked of the server (the
+/// `kcp.io/cluster` of its LogicalCluster); a server that does not answer (no kcp API, no
+/// permission, not reachable yet) is known by its URL, where `/clusters/<name>` names the
+/// logical cluster. Within the contexts of one cluster, the file's current context comes
+/// first, then the others in the file's order; the first names the cluster, the rest are
+/// aliases.
+pub async fn kubeconfig_clusters(paths: &[String]) -> Result<KubeconfigClusters, String> {
+    let mut out = KubeconfigClusters {
+        clusters: Vec::new(),
+        aliases: Vec::new(),
+    };
+    let mut named: HashMap<String, String> = HashMap::new();
     for path in paths.iter().filter(|p| !p.is_empty()) {
         let kc =
             Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {path}: {e}"))?;
         if kc.contexts.is_empty() {
             return Err(format!("kubeconfig {path} has no contexts"));
         }
-        for ctx in &kc.contexts {
+        let mut contexts: Vec<&str> = kc.contexts.iter().map(|c| c.name.as_str()).collect();
+        if let Some(current) = kc.current_context.as_deref() {
+            if let Some(at) = contexts.iter().position(|c| *c == current) {
+                let current = contexts.remove(at);
+                contexts.insert(0, current);
+            }
+        }
+        for context in contexts {
             let options = KubeConfigOptions {
-                context: Some(ctx.name.clone()),
+                context: Some(context.to_string()),
                 ..Default::default()
             };
             let config = kube::Config::from_custom_kubeconfig(kc.clone(), &options)
                 .await
-                .map_err(|e| format!("kubeconfig {path}, context {}: {e}", ctx.name))?;
+                .map_err(|e| format!("kubeconfig {path}, context {context}: {e}"))?;
+            let url = config.cluster_url.to_string();
             let client = kube::Client::try_from(config)
-                .map_err(|e| format!("kubeconfig {path}, context {}: {e}", ctx.name))?;
-            out.push(Cluster::new(format!("{path}+{}", ctx.name), client));
+                .map_err(|e| format!("kubeconfig {path}, context {context}: {e}"))?;
+            let name = format!("{path}+{context}");
+            let reached = reached_cluster(&client, &url).await;
+            match named.get(&reached) {
+                Some(first) => {
+                    tracing::warn!(
+                        context = %name,
+                        cluster = %first,
+                        reached = %reached,
+                        "two contexts reach one cluster: it is brokered once, under the first one's name"
+                    );
+                    out.aliases.push((name, first.clone()));
+                }
+                None => {
+                    named.insert(reached, name.clone());
+                    out.clusters.push(Cluster::new(name, client));
+                }
+            }
         }
     }
     Ok(out)
+}
+
+/// What a client reaches: `<origin> <logical cluster>` when that is known, else its URL.
+async fn reached_cluster(client: &kube::Client, url: &str) -> String {
+    let url = url.trim_end_matches('/');
+    let origin_and_path = |url: &str| -> (String, String) {
+        let after_scheme = url.find("://").map_or(0, |i| i + 3);
+        match url[after_scheme..].find('/') {
+            Some(slash) => (
+                url[..after_scheme + slash].to_string(),
+                url[after_scheme + slash..].to_string(),
+            ),
+            None => (url.to_string(), String::new()),
+        }
+    };
+    let (origin, path) = origin_and_path(url);
+    let asked = async {
+        let request = http::Request::get("/apis/core.kcp.io/v1alpha1/logicalclusters/cluster")
+            .body(Vec::new())
+            .ok()?;
+        let answer: serde_json::Value = client.request(request).await.ok()?;
+        answer["metadata"]["annotations"]["kcp.io/cluster"]
+            .as_str()
+            .map(String::from)
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(10), asked).await {
+        Ok(Some(cluster)) => format!("{origin} {cluster}"),
+        _ => match path.strip_prefix("/clusters/") {
+            Some(cluster) if !cluster.is_empty() && !cluster.contains('/') => {
+                format!("{origin} {cluster}")
+            }
+            _ => url.to_string(),
+        },
+    }
 }
 
 /// The cluster of a kubeconfig file's current context, named `name`.

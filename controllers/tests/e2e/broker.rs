@@ -283,6 +283,8 @@ impl Env {
             workers: 2,
             metrics: Default::default(),
             migrations_apart,
+            consumer_aliases: Vec::new(),
+            provider_aliases: Vec::new(),
         })
         .expect("broker");
         if let Some(migrations) = broker.migrations() {
