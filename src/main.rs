@@ -591,6 +591,11 @@ enum CertsCommand {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     logging::init(cli.log_format, cli.verbosity);
+    apiserver::dispatch::set_build(apiserver::dispatch::Build {
+        commit: env!("PLATFORM_MESH_GIT_FULL_COMMIT"),
+        tree_state: env!("PLATFORM_MESH_GIT_TREE_STATE"),
+        date: env!("PLATFORM_MESH_BUILD_DATE"),
+    });
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -1386,8 +1386,28 @@ fn serve_non_resource(
     }
 }
 
+/// What `/version` says of the build: stamped by the binary at start ([`set_build`]), as a
+/// library cannot know the commit of the program it is linked into.
+#[derive(Clone, Debug, Default)]
+pub struct Build {
+    /// The full git commit.
+    pub commit: &'static str,
+    /// `clean`, or `dirty` when the tree had changes to tracked files.
+    pub tree_state: &'static str,
+    /// RFC 3339, UTC.
+    pub date: &'static str,
+}
+
+static BUILD: std::sync::OnceLock<Build> = std::sync::OnceLock::new();
+
+/// Records the build `/version` reports (the first call wins; a process has one build).
+pub fn set_build(build: Build) {
+    let _ = BUILD.set(build);
+}
+
 /// `/version`.
 pub fn version_info() -> Value {
+    let build = BUILD.get().cloned().unwrap_or_default();
     let minor = KUBE_VERSION
         .trim_start_matches("v1.")
         .split('.')
@@ -1397,9 +1417,9 @@ pub fn version_info() -> Value {
         "major": "1",
         "minor": minor,
         "gitVersion": format!("{KUBE_VERSION}+platform-mesh-{}", env!("CARGO_PKG_VERSION")),
-        "gitCommit": "",
-        "gitTreeState": "clean",
-        "buildDate": "1970-01-01T00:00:00Z",
+        "gitCommit": build.commit,
+        "gitTreeState": if build.tree_state.is_empty() { "clean" } else { build.tree_state },
+        "buildDate": if build.date.is_empty() { "1970-01-01T00:00:00Z" } else { build.date },
         "goVersion": "",
         "compiler": "rustc",
         "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
