@@ -211,6 +211,7 @@ impl<R: Reconciler> Controller<R> {
             Some(l) => l,
             None => Box::new(default_controller_rate_limiter()),
         };
+        metrics.started(&self.name);
         let queue = WorkQueue::with_metrics(limiter, metrics.queue(&self.name));
         Ok(Arc::new(RunningController {
             name: Arc::from(self.name.as_str()),

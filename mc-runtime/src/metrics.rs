@@ -145,6 +145,23 @@ impl Metrics {
         }
     }
 
+    /// A controller starts: its reconcile counters by result and its errors at zero, and its
+    /// time histogram empty, as controller-runtime registers them when a controller starts, so
+    /// that a rate over them is defined before the first reconcile.
+    pub fn started(&self, controller: &str) {
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            let _ = self.reconcile_total.get_or_create(&ResultLabels {
+                controller: controller.to_string(),
+                result: result.to_string(),
+            });
+        }
+        let c = ControllerLabels {
+            controller: controller.to_string(),
+        };
+        let _ = self.reconcile_errors.get_or_create(&c);
+        let _ = self.reconcile_time.get_or_create(&c);
+    }
+
     /// Records one reconcile of `controller` with `result` taking `seconds`.
     pub fn reconciled(&self, controller: &str, result: &str, seconds: f64) {
         let c = ControllerLabels {
@@ -212,6 +229,26 @@ mod tests {
             r#"workqueue_adds_total{name="cm"} 1"#,
             r#"workqueue_retries_total{name="cm"} 1"#,
             "multicluster_engaged_clusters 2",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_started_controller_counts_from_zero() {
+        let m = Metrics::default();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        m.started("idle");
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            r#"controller_runtime_reconcile_total{controller="idle",result="success"} 0"#,
+            r#"controller_runtime_reconcile_total{controller="idle",result="error"} 0"#,
+            r#"controller_runtime_reconcile_total{controller="idle",result="requeue"} 0"#,
+            r#"controller_runtime_reconcile_total{controller="idle",result="requeue_after"} 0"#,
+            r#"controller_runtime_reconcile_errors_total{controller="idle"} 0"#,
+            r#"controller_runtime_reconcile_time_seconds_count{controller="idle"} 0"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
