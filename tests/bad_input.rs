@@ -405,8 +405,65 @@ async fn requests_without_a_client_certificate_are_unauthorized() {
     for public in ["/livez", "/readyz", "/healthz", "/version"] {
         assert_eq!(c.get(public).await.expect("get").status, 200, "{public}");
     }
+    // `/version` names the build: the commit (as `--version` does, in full) and its date.
+    let version = c.get("/version").await.expect("version").json();
+    let commit = version["gitCommit"].as_str().unwrap_or_default();
+    assert!(
+        commit.len() == 40 && commit.chars().all(|c| c.is_ascii_hexdigit()),
+        "{version}"
+    );
+    assert!(
+        version["buildDate"]
+            .as_str()
+            .is_some_and(|d| d.len() == 20 && d.ends_with('Z') && !d.starts_with("1970")),
+        "{version}"
+    );
+    assert!(
+        matches!(version["gitTreeState"].as_str(), Some("clean" | "dirty")),
+        "{version}"
+    );
     let r = c.get("/api/v1/namespaces").await.expect("get");
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["reason"], "Unauthorized");
     assert_eq!(c.get("/apis").await.expect("get").status, 401);
+}
+
+/// A client certificate no CA of the server vouches for (here a self-signed one naming the
+/// admin) is 401 Unauthorized, as kube-apiserver answers; it does not fail the handshake
+/// (clients then report a TLS error) nor make the request anonymous.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_of_an_unknown_ca_is_unauthorized() {
+    let server = Server::start();
+    let ca = std::fs::read_to_string(server.data_dir.join("pki/ca.crt")).expect("ca");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "admin");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:masters");
+    let cert = params.self_signed(&key).expect("certificate").pem();
+    let stranger = apiserver::client::ClientConfig::new(
+        server.address,
+        &ca,
+        Some((&cert, &key.serialize_pem())),
+    )
+    .expect("config");
+    let mut c = stranger.connect().await.expect("the handshake succeeds");
+    for path in [
+        "/api/v1/namespaces",
+        "/apis",
+        "/clusters/root/api/v1/namespaces/default",
+    ] {
+        let r = c.get(path).await.expect("get");
+        assert_eq!(r.status, 401, "{path}: {}", r.json());
+        assert_eq!(r.json()["reason"], "Unauthorized", "{path}");
+    }
+    // The server's own client certificates still are who they say.
+    let mut admin = server.client().connect().await.expect("connect");
+    assert_eq!(
+        admin.get("/api/v1/namespaces").await.expect("get").status,
+        200
+    );
 }

@@ -61,14 +61,18 @@ impl Authn {
                 return Peer::Proxy;
             }
         }
-        if let Some(ca) = &self.client_ca {
-            if !chain_verifies(ca.get().as_ref(), chain) {
-                return Peer::Anonymous;
-            }
+        // The handshake takes any certificate (see `AnyClientCertificate`): here one that no
+        // CA vouches for is untrusted, and its requests are 401 unless a token says who they
+        // are, as kube-apiserver answers.
+        let Some(ca) = &self.client_ca else {
+            return Peer::Untrusted;
+        };
+        if !chain_verifies(ca.get().as_ref(), chain) {
+            return Peer::Untrusted;
         }
         match chain.first().map(|c| certs::client_identity(c.as_ref())) {
             Some(Ok(id)) => Peer::Client(Arc::new(Identity::new(id.user, id.groups))),
-            _ => Peer::Anonymous,
+            _ => Peer::Untrusted,
         }
     }
 }
@@ -103,6 +107,9 @@ pub enum Peer {
     Client(Arc<Identity>),
     /// A client certificate of the authenticating proxy: the request headers say who.
     Proxy,
+    /// A client certificate no CA of the server vouches for (or one naming no user): not
+    /// anonymous, 401 unless a bearer token authenticates the request.
+    Untrusted,
 }
 
 /// `--requestheader-*`: whom to trust as an authenticating proxy and which headers it sets.
@@ -184,6 +191,68 @@ pub fn root_store(pem: &str, what: &'static str) -> Result<RootCertStore, CaErro
 pub fn chain_verifier(roots: RootCertStore) -> Result<Arc<dyn ClientCertVerifier>, CaError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?)
+}
+
+/// The handshake's verifier: it asks for a client certificate (hinting the CAs of `inner`),
+/// checks that the client holds the certificate's key, and takes any chain, which
+/// [`Authn::peer`] then verifies against the CAs of the moment. A certificate of an unknown CA
+/// thus gets kube-apiserver's answer, 401 Unauthorized, instead of a failed handshake that
+/// clients report as a TLS error.
+#[derive(Debug)]
+pub struct AnyClientCertificate {
+    inner: Arc<dyn ClientCertVerifier>,
+}
+
+impl AnyClientCertificate {
+    /// Wraps the verifier whose CA hints and signature checks it uses.
+    pub fn new(inner: Arc<dyn ClientCertVerifier>) -> Arc<Self> {
+        Arc::new(AnyClientCertificate { inner })
+    }
+}
+
+impl ClientCertVerifier for AnyClientCertificate {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }
 
 /// Whether `chain` (leaf first) verifies with `verifier` now.
@@ -445,8 +514,8 @@ impl Authn {
 }
 
 /// Who a request is: the first authenticator of [`Authn::chain`] that knows its credential.
-/// `Ok(None)` is an anonymous request (no credential at all); a bearer token nobody accepts is
-/// 401, as kube-apiserver answers.
+/// `Ok(None)` is an anonymous request (no credential at all); a bearer token nobody accepts, or
+/// a client certificate no CA vouches for, is 401, as kube-apiserver answers.
 pub async fn authenticate(
     authn: &Authn,
     objects: Objects<'_>,
@@ -463,9 +532,9 @@ pub async fn authenticate(
             return Ok(Some(id));
         }
     }
-    match request.bearer() {
-        Some(_) => Err(ApiError::unauthorized()),
-        None => Ok(None),
+    match (request.bearer(), peer) {
+        (Some(_), _) | (None, Peer::Untrusted) => Err(ApiError::unauthorized()),
+        (None, _) => Ok(None),
     }
 }
 

@@ -157,7 +157,7 @@ pub fn tls_config(m: &TlsMaterial) -> Result<Arc<rustls::ServerConfig>, StartErr
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(StartError::Protocols)?
-        .with_client_cert_verifier(verifier)
+        .with_client_cert_verifier(crate::authn::AnyClientCertificate::new(verifier))
         .with_single_cert(certs, key)
         .map_err(StartError::KeyMismatch)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
