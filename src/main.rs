@@ -69,6 +69,16 @@ const VERSION: &str = concat!(
     ")"
 );
 
+/// `--request-timeout`: a positive Go duration, or whole seconds as this flag took before.
+fn request_timeout(s: &str) -> Result<std::time::Duration, String> {
+    s.parse::<u64>()
+        .ok()
+        .map(std::time::Duration::from_secs)
+        .or_else(|| apiserver::query::parse_go_duration(s))
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{s:?} is not a positive duration (want e.g. 1m0s, 30s or 60)"))
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTPS Kubernetes-API server.
@@ -201,9 +211,10 @@ struct ServeArgs {
     /// Short (non-watch) requests served at once; beyond it clients get 429 and Retry-After.
     #[arg(long, default_value_t = apiserver::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
     max_requests_inflight: usize,
-    /// Seconds a short request may take before it is answered 504.
-    #[arg(long, default_value_t = apiserver::dispatch::DEFAULT_REQUEST_TIMEOUT.as_secs())]
-    request_timeout: u64,
+    /// How long a short request may take before it is answered 504: a duration as kube's flags
+    /// take it (`1m0s`, `30s`, `1500ms`), or a number of seconds.
+    #[arg(long, default_value = "1m0s", value_parser = request_timeout)]
+    request_timeout: std::time::Duration,
     /// Objects one workspace may hold; creates beyond it get 403 (0: no limit).
     #[arg(long, default_value_t = 0)]
     max_objects_per_workspace: usize,
@@ -319,7 +330,7 @@ impl ServeArgs {
         opts.tls_private_key_file = self.tls_private_key_file;
         opts.client_ca_file = self.client_ca_file;
         opts.max_requests_in_flight = self.max_requests_inflight;
-        opts.request_timeout = std::time::Duration::from_secs(self.request_timeout.max(1));
+        opts.request_timeout = self.request_timeout;
         opts.max_objects_per_workspace = self.max_objects_per_workspace;
         opts.views = self.views.into_options();
         opts.budgets = apiserver::budget::BudgetLimits {

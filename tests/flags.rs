@@ -211,7 +211,8 @@ async fn service_account_tokens_follow_the_key_issuer_and_audiences_given() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subject_access_review_answers_for_the_user_it_names() {
-    let server = Server::start_with(&["--no-controllers"]);
+    // (`--request-timeout` in kube's flag syntax, as kube-apiserver's own default is written.)
+    let server = Server::start_with(&["--no-controllers", "--request-timeout", "1m0s"]);
     let rbac = "/apis/rbac.authorization.k8s.io/v1";
     let (code, body) = admin(
         &server,
@@ -673,4 +674,26 @@ fn authentication_in_cluster_outside_a_pod_stops_with_a_reason() {
         stderr.contains("--authentication-in-cluster needs to run in a pod with a service account"),
         "{stderr}"
     );
+}
+
+/// A `--request-timeout` that is no duration stops the server with what to write instead.
+#[test]
+fn a_request_timeout_that_is_no_duration_is_refused_with_the_syntax() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for bad in ["0s", "1x", "1m-1s"] {
+        let out = common::exits_within(
+            Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .arg(format!("--request-timeout={bad}"))
+                .arg("--data-dir")
+                .arg(dir.path()),
+            30,
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{bad}: {stderr}");
+        assert!(
+            stderr.contains("is not a positive duration (want e.g. 1m0s"),
+            "{bad}: {stderr}"
+        );
+    }
 }
