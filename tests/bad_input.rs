@@ -467,3 +467,25 @@ async fn a_certificate_of_an_unknown_ca_is_unauthorized() {
         200
     );
 }
+
+/// A mistyped workspace path says what may be wrong, the same for a path that does not exist
+/// as for one the caller may not enter (so that nothing about other tenants leaks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mistyped_workspace_path_says_it_does_not_exist_or_is_not_yours() {
+    let server = Server::start_with(&["--no-controllers"]);
+    let mut c = server.client().connect().await.expect("connect");
+    for path in [
+        "/clusters/root:nope/api/v1/namespaces",
+        "/clusters/root:nope/api",
+        "/clusters/root:no:such:path/apis",
+    ] {
+        let r = c.get(path).await.expect("get");
+        assert_eq!(r.status, 403, "{path}");
+        assert_eq!(r.json()["reason"], "Forbidden", "{path}");
+        assert_eq!(
+            r.json()["message"],
+            "workspace access not permitted: the workspace does not exist, or you may not access it",
+            "{path}"
+        );
+    }
+}

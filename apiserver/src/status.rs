@@ -77,6 +77,11 @@ pub struct Details {
     pub retry_after_seconds: Option<u32>,
 }
 
+/// The message of [`ApiError::workspace_forbidden`]: it says both what may be wrong (a
+/// mistyped path, or a workspace not shared with the caller) without telling which.
+pub const WORKSPACE_FORBIDDEN: &str =
+    "workspace access not permitted: the workspace does not exist, or you may not access it";
+
 impl ApiError {
     /// An error with an HTTP code, a Status reason and a message, without details.
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
@@ -116,7 +121,7 @@ impl ApiError {
     /// The one answer for a workspace the caller may not reach, whether it exists or not (as
     /// kcp answers absent and forbidden alike), so that nothing about other tenants leaks.
     pub fn workspace_forbidden() -> Self {
-        Self::forbidden("workspace access not permitted")
+        Self::forbidden(WORKSPACE_FORBIDDEN)
     }
 
     /// A 403 `Forbidden` refusing a write of object `name` of `gr` (an admission plugin's

@@ -322,7 +322,7 @@ mod tests {
         let e = x.resolve("root:orgs:other").await.unwrap_err();
         assert_eq!(
             (e.code, e.message.as_str()),
-            (403, "workspace access not permitted")
+            (403, crate::status::WORKSPACE_FORBIDDEN)
         );
 
         let alice = Attributes::resource(UserInfo::new("alice", &[]), "list", "g", "r", None);
