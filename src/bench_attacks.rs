@@ -359,10 +359,13 @@ async fn update_loop(
     }
 }
 
-/// Sends the same JSON patch as alice in a loop until stopped, counting those refused 422.
-async fn patch_loop(
+/// Sends `body` to `path` as alice with `method` in a loop until stopped, counting the requests
+/// and those refused 422 (the attacks whose requests the server must refuse cheaply).
+pub(super) async fn refused_loop(
     client: ClientConfig,
+    method: Method,
     path: String,
+    content_type: &'static str,
     body: Vec<u8>,
     sent: Arc<AtomicUsize>,
     refused: Arc<AtomicUsize>,
@@ -370,12 +373,7 @@ async fn patch_loop(
     let mut alice = Tenant::new(&client, "alice-token").await?;
     loop {
         let s = alice
-            .send(
-                Method::PATCH,
-                &path,
-                "application/json-patch+json",
-                body.clone(),
-            )
+            .send(method.clone(), &path, content_type, body.clone())
             .await?;
         sent.fetch_add(1, Ordering::Relaxed);
         if s == StatusCode::UNPROCESSABLE_ENTITY {
@@ -655,9 +653,11 @@ pub(crate) async fn attacks(
                             let (client, collection, body) =
                                 (client.clone(), collection.clone(), body.clone());
                             let (sent, refused) = (sent.clone(), refused.clone());
-                            tasks.push(tokio::spawn(patch_loop(
+                            tasks.push(tokio::spawn(refused_loop(
                                 client,
+                                Method::PATCH,
                                 format!("{collection}/bomb"),
+                                "application/json-patch+json",
                                 body,
                                 sent,
                                 refused,

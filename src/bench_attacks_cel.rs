@@ -126,26 +126,6 @@ pub(super) async fn prepare(
     })
 }
 
-/// Sends the dry-run create as alice in a loop until stopped; counts the answers and the 422s.
-async fn dry_run_loop(
-    client: ClientConfig,
-    path: String,
-    body: Vec<u8>,
-    sent: Arc<AtomicUsize>,
-    refused: Arc<AtomicUsize>,
-) -> anyhow::Result<()> {
-    let mut alice = Tenant::new(&client, "alice-token").await?;
-    loop {
-        let s = alice
-            .send(Method::POST, &path, "application/json", body.clone())
-            .await?;
-        sent.fetch_add(1, Ordering::Relaxed);
-        if s == StatusCode::UNPROCESSABLE_ENTITY {
-            refused.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
 /// The dry-run creates from [`CONNECTIONS`] connections, until stopped.
 pub(super) fn attack(
     client: &ClientConfig,
@@ -166,7 +146,15 @@ pub(super) fn attack(
         let handles: Vec<_> = tasks
             .into_iter()
             .map(|(c, path, body, sent, refused)| {
-                tokio::spawn(dry_run_loop(c, path, body, sent, refused))
+                tokio::spawn(super::refused_loop(
+                    c,
+                    Method::POST,
+                    path,
+                    "application/json",
+                    body,
+                    sent,
+                    refused,
+                ))
             })
             .collect();
         for h in handles {
