@@ -1,5 +1,7 @@
 //! The kubectl conformance matrix: the same steps against a freshly started `platform-mesh serve`
-//! with every kubectl version of the machine image (1.27 … 1.33).
+//! with every kubectl version of the machine image (1.27 … 1.33), and with each version the
+//! re-apply steps: every kind used in practice applied twice, client and server side, without a
+//! warning.
 
 mod common;
 
@@ -384,6 +386,165 @@ fn matrix(version: &str) {
     let deleted = k.ok_stdin(&["delete", "-f", "-"], PLATFORM_MESH);
     assert!(deleted.contains("deleted"), "{deleted}");
     assert!(!k.run(&["get", "platformmesh", "demo"]).status.success());
+}
+
+/// A CRD whose custom resources the re-apply steps write, with a nested list map and a set.
+const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.reapply.example.com
+spec:
+  group: reapply.example.com
+  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer}
+              tags: {type: array, items: {type: string}, x-kubernetes-list-type: set}
+              parts:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    count: {type: integer}
+"#;
+
+/// One object of every kind used in practice, for the re-apply steps: `${name}` is its name,
+/// `${meta}` its labels and annotations (which change between the two applies) and `${round}`
+/// a value in its content that changes too.
+const REAPPLIED: &[(&str, &str)] = &[
+    (
+        "configmap",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${name}\n  namespace: default\n${meta}\ndata:\n  round: \"${round}\"\n",
+    ),
+    (
+        "secret",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: ${name}\n  namespace: default\n${meta}\nstringData:\n  round: \"${round}\"\n",
+    ),
+    (
+        "namespace",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ${name}\n${meta}\n",
+    ),
+    (
+        "serviceaccount",
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: ${name}\n  namespace: default\n${meta}\nsecrets:\n- name: token-${round}\n",
+    ),
+    (
+        "role",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: ${name}\n  namespace: default\n${meta}\nrules:\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [get, list]\n  resourceNames: [cm-${round}]\n",
+    ),
+    (
+        "clusterrole",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: ${name}\n${meta}\nrules:\n- apiGroups: [\"\"]\n  resources: [namespaces]\n  verbs: [get]\n  resourceNames: [ns-${round}]\n",
+    ),
+    (
+        "rolebinding",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: ${name}\n  namespace: default\n${meta}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: view\nsubjects:\n- kind: User\n  name: user-${round}\n",
+    ),
+    (
+        "lease",
+        "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: ${name}\n  namespace: default\n${meta}\nspec:\n  holderIdentity: holder-${round}\n",
+    ),
+    (
+        "widget",
+        "apiVersion: reapply.example.com/v1\nkind: Widget\nmetadata:\n  name: ${name}\n  namespace: default\n${meta}\nspec:\n  size: ${round}\n  tags: [a, t${round}]\n  parts:\n  - name: p\n    count: ${round}\n",
+    ),
+    (
+        "account",
+        "apiVersion: core.platform-mesh.io/v1alpha1\nkind: Account\nmetadata:\n  name: ${name}\n${meta}\nspec:\n  type: account\n  displayName: Team ${round}\n",
+    ),
+    (
+        "provider",
+        "apiVersion: providers.platform-mesh.io/v1alpha1\nkind: Provider\nmetadata:\n  name: ${name}\n${meta}\nspec:\n  hostOverride: https://kcp-${round}.example.com\n",
+    ),
+];
+
+/// `kubectl apply` of an object a second time, changed, warns about nothing, client side (where
+/// kubectl computes its patch from the server's OpenAPI documents, which must describe
+/// `metadata`) and server side; and the second apply changes what it changed.
+fn reapply(version: &str) {
+    let bin = kubectl_binary(version).unwrap_or_else(|| {
+        panic!("kubectl.{version} is not installed beside the machine's kubectl")
+    });
+    let server = Server::start_with(&["--no-controllers"]);
+    let k = Kubectl::new(bin, &server.kubeconfig);
+    k.ok_stdin(&["apply", "-f", "-"], WIDGET_CRD);
+    k.ok(&[
+        "wait",
+        "crd/widgets.reapply.example.com",
+        "--for=condition=Established",
+        "--timeout=60s",
+    ]);
+    for (kind, template) in REAPPLIED {
+        for (mode, args) in [
+            ("csa", &["apply", "-f", "-"][..]),
+            ("ssa", &["apply", "--server-side", "-f", "-"][..]),
+        ] {
+            let name = format!("reapply-{kind}-{mode}");
+            for round in ["1", "2"] {
+                let meta = format!(
+                    "  labels:\n    round: \"{round}\"\n  annotations:\n    example.com/round: \"{round}\""
+                );
+                let manifest = template
+                    .replace("${name}", &name)
+                    .replace("${meta}", &meta)
+                    .replace("${round}", round);
+                let out = k.run_stdin(args, &manifest);
+                let stderr = stderr_of(&out);
+                assert!(
+                    out.status.success() && !stderr.to_lowercase().contains("warning"),
+                    "kubectl {version} {} of {kind}, round {round} ({}):\nstdout: {}\nstderr: {stderr}",
+                    args.join(" "),
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                );
+            }
+            let annotation = k.ok(&[
+                "get",
+                kind,
+                &name,
+                "--namespace=default",
+                "-o",
+                r"jsonpath={.metadata.annotations.example\.com/round}/{.metadata.labels.round}",
+            ]);
+            assert_eq!(annotation, "2/2", "kubectl {version}, {kind} {name}");
+        }
+    }
+}
+
+macro_rules! reapply_versions {
+    ($($name:ident => $v:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                reapply($v);
+            }
+        )*
+    };
+}
+
+reapply_versions! {
+    reapply_1_27 => "1.27";
+    reapply_1_28 => "1.28";
+    reapply_1_29 => "1.29";
+    reapply_1_30 => "1.30";
+    reapply_1_31 => "1.31";
+    reapply_1_32 => "1.32";
+    reapply_1_33 => "1.33";
 }
 
 macro_rules! kubectl_versions {
