@@ -17,6 +17,8 @@
 //!   method: POST                 # default GET
 //!   path: /api/v1/namespaces/diff/configmaps?dryRun=All
 //!   body: {kind: ConfigMap, ...} # sent as JSON; or `raw: "text"` sent as is
+//!   protobuf: true               # the body sent as client-go sends built-in kinds:
+//!                                # application/vnd.kubernetes.protobuf (differential/protobuf.rs)
 //!   contentType: application/merge-patch+json   # default application/json with a body
 //!   accept: application/json;as=Table;g=meta.k8s.io;v=v1   # default application/json
 //!   save: {rv: /metadata/resourceVersion}  # ${rv} in later paths and bodies
@@ -29,6 +31,8 @@
 //! ```
 
 mod common;
+#[path = "differential/protobuf.rs"]
+mod protobuf;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -54,6 +58,9 @@ struct Step {
     raw: Option<String>,
     #[serde(default)]
     content_type: Option<String>,
+    /// Send `body` as Kubernetes protobuf, as typed clients (kubectl among them) do.
+    #[serde(default)]
+    protobuf: bool,
     #[serde(default)]
     accept: Option<String>,
     #[serde(default)]
@@ -310,6 +317,10 @@ impl Runner {
             Method::from_bytes(step.method.as_deref().unwrap_or("GET").as_bytes()).expect("method");
         let path = substitute(&step.path, &self.vars);
         let body = match (&step.body, &step.raw) {
+            (Some(b), _) if step.protobuf => {
+                let text = substitute(&b.to_string(), &self.vars);
+                protobuf::encode(&serde_json::from_str(&text).expect("body after substitution"))
+            }
             (Some(b), _) => substitute(&b.to_string(), &self.vars).into_bytes(),
             (None, Some(r)) => substitute(r, &self.vars).into_bytes(),
             (None, None) => Vec::new(),
@@ -325,11 +336,14 @@ impl Runner {
         )];
         headers.extend(own_headers.iter().cloned());
         if !body.is_empty() {
+            let default = if step.protobuf {
+                "application/vnd.kubernetes.protobuf"
+            } else {
+                "application/json"
+            };
             headers.push((
                 "content-type",
-                step.content_type
-                    .clone()
-                    .unwrap_or("application/json".into()),
+                step.content_type.clone().unwrap_or(default.into()),
             ));
         }
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();

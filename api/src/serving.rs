@@ -385,7 +385,10 @@ fn core_event() -> ResourceType {
             PrinterColumn::json_path("Count", "integer", ".count", "How often it occurred.").wide(),
             PrinterColumn::json_path("Name", "string", ".metadata.name", "Event name.").wide(),
         ],
-        structural_schema_for::<Event>(),
+        atomic_structs(
+            structural_schema_for::<Event>(),
+            &["/properties/involvedObject", "/properties/related"],
+        ),
     )
 }
 
@@ -434,7 +437,10 @@ fn events_event() -> ResourceType {
             PrinterColumn::json_path("Message", "string", ".note", "Event message."),
             PrinterColumn::json_path("Name", "string", ".metadata.name", "Event name.").wide(),
         ],
-        structural_schema_for::<EventsV1Event>(),
+        atomic_structs(
+            structural_schema_for::<EventsV1Event>(),
+            &["/properties/regarding", "/properties/related"],
+        ),
     )
 }
 
@@ -464,6 +470,18 @@ fn lease() -> ResourceType {
     )
 }
 
+/// `schema` with the structs at `pointers` atomic, as Kubernetes declares them
+/// (`+structType=atomic`: RoleRef, Subject, LabelSelector, ObjectReference): a write sets such a
+/// struct as a whole, and owns it as a whole in managedFields.
+fn atomic_structs(mut schema: Value, pointers: &[&str]) -> Value {
+    for at in pointers {
+        if let Some(Value::Object(node)) = schema.pointer_mut(at) {
+            node.insert("x-kubernetes-map-type".into(), "atomic".into());
+        }
+    }
+    schema
+}
+
 /// An `rbac.authorization.k8s.io/v1` kind; each logical cluster has its own.
 fn rbac(
     kind: &'static str,
@@ -488,6 +506,14 @@ fn rbac(
         ));
     }
     columns.push(PrinterColumn::age());
+    let schema = atomic_structs(
+        schema,
+        &[
+            "/properties/roleRef",
+            "/properties/subjects/items",
+            "/properties/aggregationRule/properties/clusterRoleSelectors/items",
+        ],
+    );
     BuiltIn {
         group: "rbac.authorization.k8s.io",
         version: "v1",

@@ -264,3 +264,47 @@ fn built_in_schemas_describe_their_fields() {
     );
     assert!(!serde_json::to_string(&ns).unwrap().contains("\"$ref\""));
 }
+
+#[test]
+fn kubernetes_atomic_structs_are_atomic() {
+    let cases: [(&str, &str, &[&str]); 5] = [
+        (
+            "rbac.authorization.k8s.io",
+            "RoleBinding",
+            &["/properties/roleRef", "/properties/subjects/items"],
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "ClusterRoleBinding",
+            &["/properties/roleRef", "/properties/subjects/items"],
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "ClusterRole",
+            &["/properties/aggregationRule/properties/clusterRoleSelectors/items"],
+        ),
+        (
+            "",
+            "Event",
+            &["/properties/involvedObject", "/properties/related"],
+        ),
+        (
+            "events.k8s.io",
+            "Event",
+            &["/properties/regarding", "/properties/related"],
+        ),
+    ];
+    for (group, kind, pointers) in cases {
+        let schema = find(group, kind).schema;
+        for at in pointers {
+            let node = schema
+                .pointer(at)
+                .unwrap_or_else(|| panic!("{group}/{kind}: nothing at {at}"));
+            assert_eq!(node["type"], "object", "{group}/{kind}{at}");
+            assert_eq!(
+                node["x-kubernetes-map-type"], "atomic",
+                "{group}/{kind}{at}"
+            );
+        }
+    }
+}

@@ -279,8 +279,17 @@ impl GenericStore {
             return;
         };
         let base = managed_fields_base(old, new);
+        // A new object of a built-in kind is compared, as kube-apiserver compares it, with the
+        // kind's zero value as Go prints it: what is there already (a Namespace's empty spec, an
+        // Event's empty reportingComponent) is set by nobody.
+        let zero = match old {
+            None if w.resource.ty.strategic_merge_patch => {
+                crate::protobuf::zero_object(&w.resource.api_version, w.resource.kind())
+            }
+            _ => None,
+        };
         let entries = crate::apply::record_update(
-            old,
+            old.or(zero.as_ref()),
             new,
             base,
             manager,
