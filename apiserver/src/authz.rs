@@ -81,8 +81,9 @@ impl Rbac {
         Rbac { store, policies }
     }
 
-    /// The RBAC policy of one logical cluster: the kept one while its RBAC objects are
-    /// unchanged, else read from the store (the watch cache's lists) and kept.
+    /// The RBAC policy of one logical cluster, with the roles every workspace shares: the kept
+    /// one while its RBAC objects are unchanged, else read from the store (the watch cache's
+    /// lists) and kept.
     pub async fn policy_of(&self, cluster: &str) -> Result<Arc<RbacPolicy>, ApiError> {
         if let Some(policy) = self.policies.get(cluster) {
             return Ok(policy);
@@ -111,9 +112,11 @@ impl Rbac {
                     .collect(),
             );
         }
-        let policy = Arc::new(RbacPolicy::from_objects(
-            &sets[0], &sets[1], &sets[2], &sets[3],
-        ));
+        // Every workspace also has the shared bootstrap roles; `root` is open to every user.
+        let policy = Arc::new(
+            RbacPolicy::from_objects(&sets[0], &sets[1], &sets[2], &sets[3])
+                .with_shared_roles(cluster == crate::request_info::ROOT_CLUSTER),
+        );
         self.policies.put(cluster, read_at, policy.clone());
         Ok(policy)
     }

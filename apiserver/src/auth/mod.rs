@@ -17,9 +17,14 @@
 //! * [`forbidden_message`] renders the text of a 403 `Forbidden` status the
 //!   way kube-apiserver does.
 //!
+//! * [`RbacPolicy::with_shared_roles`] adds the ClusterRoles and bindings every workspace
+//!   shares (kube's bootstrap policy, as kcp keeps it in its `system:admin` cluster):
+//!   `cluster-admin`, `admin`, `edit`, `view`, `system:basic-user`, `system:discovery`, ...
+//!
 //! Nothing in this module performs I/O or panics on malformed input:
 //! malformed objects are skipped, malformed fields are treated as empty.
 
+mod bootstrap;
 mod cache;
 mod escalation;
 mod rbac;

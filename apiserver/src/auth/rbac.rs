@@ -223,6 +223,11 @@ pub struct RbacPolicy {
     cluster_roles: BTreeMap<String, Vec<PolicyRule>>,
     role_bindings: Vec<Binding>,
     cluster_role_bindings: Vec<Binding>,
+    /// The roles and bindings every workspace shares (kcp's `system:admin`), if consulted.
+    shared: Option<&'static RbacPolicy>,
+    /// Whether every user may enter this workspace (`root`), so that the shared bindings apply
+    /// to everyone rather than to the workspace's members only.
+    open: bool,
 }
 
 /// A ClusterRole before aggregation is resolved.
@@ -300,9 +305,41 @@ impl RbacPolicy {
         policy
     }
 
-    /// The effective rules of ClusterRole `name`, if it exists.
+    /// This workspace's policy with the ClusterRoles and ClusterRoleBindings every workspace
+    /// shares (`auth::bootstrap`), as kcp's authorizers consult its `system:admin` cluster:
+    ///
+    /// * a ClusterRole of the workspace named like a shared one grants the rules of both
+    ///   (kcp's merged lister: the workspace's first, then the shared ones it lacks);
+    /// * the workspace's bindings may name a shared role;
+    /// * the shared bindings (`system:basic-user` for `system:authenticated`, ...) apply, with
+    ///   the shared roles only, to the users who may enter the workspace: its members (a
+    ///   binding of the workspace names them), its own service accounts, and everyone when
+    ///   `open` (`root`). A stranger gains nothing from them, so a workspace they may not enter
+    ///   stays one they learn nothing about.
+    pub fn with_shared_roles(self, open: bool) -> RbacPolicy {
+        self.with_roles_of(super::bootstrap::shared(), open)
+    }
+
+    fn with_roles_of(mut self, shared: &'static RbacPolicy, open: bool) -> RbacPolicy {
+        for (name, rules) in &mut self.cluster_roles {
+            for rule in shared.cluster_role(name).unwrap_or_default() {
+                if !rules.contains(rule) {
+                    rules.push(rule.clone());
+                }
+            }
+        }
+        self.shared = Some(shared);
+        self.open = open;
+        self
+    }
+
+    /// The effective rules of ClusterRole `name`, if it exists: the workspace's own (merged with
+    /// the shared one of that name), else the shared one.
     pub fn cluster_role(&self, name: &str) -> Option<&[PolicyRule]> {
-        self.cluster_roles.get(name).map(Vec::as_slice)
+        self.cluster_roles
+            .get(name)
+            .map(Vec::as_slice)
+            .or_else(|| self.shared.and_then(|s| s.cluster_role(name)))
     }
 
     /// The rules of Role `namespace/name`, if it exists.
@@ -351,7 +388,7 @@ impl RbacPolicy {
     ) -> (Vec<PolicyRule>, Vec<String>) {
         let mut rules = Vec::new();
         let mut errors = Vec::new();
-        self.visit(user, namespace, |res| match res {
+        self.visit(user, namespace, &mut |res| match res {
             Ok(rs) => {
                 rules.extend(rs.iter().cloned());
                 true
@@ -365,12 +402,18 @@ impl RbacPolicy {
     }
 
     /// Calls `visitor` with the rules (or the resolution error) of every
-    /// binding that applies to `user`, cluster bindings first, until the
-    /// visitor returns `false`.
-    fn visit<F>(&self, user: &UserInfo, namespace: Option<&str>, mut visitor: F)
+    /// binding that applies to `user`, the shared bindings first (when they apply to the user,
+    /// see [`RbacPolicy::with_shared_roles`]), then cluster bindings, until the visitor returns
+    /// `false`. Returns whether it went through all of them.
+    fn visit<F>(&self, user: &UserInfo, namespace: Option<&str>, visitor: &mut F) -> bool
     where
         F: FnMut(Result<&[PolicyRule], String>) -> bool,
     {
+        if let Some(shared) = self.shared {
+            if self.admits(user) && !shared.visit(user, namespace, visitor) {
+                return false;
+            }
+        }
         let groups = user.effective_groups();
         let ns = namespace.unwrap_or("");
         let bindings = self.cluster_role_bindings.iter().chain(
@@ -387,13 +430,22 @@ impl RbacPolicy {
                 continue;
             }
             if !visitor(self.role_ref_rules(&b.role_ref, &b.namespace)) {
-                return;
+                return false;
             }
         }
+        true
+    }
+
+    /// Whether `user` may enter this workspace, so that the shared bindings apply to it: the
+    /// workspace is open, or the user is one of its service accounts (one of another workspace
+    /// has another name here, see `authz::user_info`) or one of its members.
+    fn admits(&self, user: &UserInfo) -> bool {
+        self.open || user.service_account_parts().is_some() || self.is_bound(user)
     }
 
     /// Whether any RoleBinding or ClusterRoleBinding of this cluster names `user` (directly,
-    /// by group or as a service account): kcp's "the user has access to the workspace".
+    /// by group or as a service account): kcp's "the user has access to the workspace". The
+    /// shared bindings do not count: `system:authenticated` is not a member of every workspace.
     pub fn is_bound(&self, user: &UserInfo) -> bool {
         let groups = user.effective_groups();
         self.cluster_role_bindings
@@ -422,7 +474,7 @@ impl RbacPolicy {
         };
         let mut allowed = false;
         let mut errors = Vec::new();
-        self.visit(&attrs.user, namespace, |res| match res {
+        self.visit(&attrs.user, namespace, &mut |res| match res {
             Ok(rules) => {
                 allowed = rules.iter().any(|r| r.allows(attrs));
                 !allowed

@@ -68,46 +68,32 @@ pub(super) async fn ensure_logical_cluster(
 }
 
 /// kcp's `workspace-admin`: the workspace's owner (the user who created it, [`super::OWNER_ANNOTATION`])
-/// gets `cluster-admin` in it, and the workspace a `cluster-admin` ClusterRole to bind.
+/// gets `cluster-admin` in it. The role itself is not written: `cluster-admin` is one of the
+/// roles every workspace shares (`auth::bootstrap`), and, as on kcp, not an object of the
+/// workspace.
 async fn make_owner_admin(state: &Tenancy, child: &str, user: &str) -> Result<(), StorageError> {
-    let view = state.catalog.builtin_view();
-    let rbac = |plural: &str| {
-        view.registry
-            .lookup("rbac.authorization.k8s.io", "v1", plural)
-            .cloned()
-    };
-    let (Some(roles), Some(bindings)) = (rbac("clusterroles"), rbac("clusterrolebindings")) else {
+    let Some(bindings) = state
+        .catalog
+        .builtin_view()
+        .registry
+        .lookup("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
+        .cloned()
+    else {
         return Ok(());
     };
-    let objects_to_write = [
-        (
-            &roles,
-            "cluster-admin",
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": "cluster-admin"},
-                "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                          {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
-        ),
-        (
-            &bindings,
-            "workspace-admin",
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": "workspace-admin"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}),
-        ),
-    ];
-    for (res, name, mut obj) in objects_to_write {
-        let key = format!(
-            "/rbac.authorization.k8s.io/{}/{child}/{name}",
-            res.ty.plural
-        );
-        objects::prepare_for_create(&mut obj, res, child);
-        match state.store.create(&key, objects::encoder(obj)).await {
-            Ok(kv) => state.policies.observe_write(&key, kv.mod_revision),
-            Err(StorageError::AlreadyExists(_)) => {}
-            Err(e) => return Err(e),
-        }
+    let mut binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "workspace-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
+    let key = format!(
+        "/rbac.authorization.k8s.io/{}/{child}/workspace-admin",
+        bindings.ty.plural
+    );
+    objects::prepare_for_create(&mut binding, &bindings, child);
+    match state.store.create(&key, objects::encoder(binding)).await {
+        Ok(kv) => state.policies.observe_write(&key, kv.mod_revision),
+        Err(StorageError::AlreadyExists(_)) => {}
+        Err(e) => return Err(e),
     }
     Ok(())
 }

@@ -198,16 +198,7 @@ impl Subroutine<ProviderContext, ProviderReconcileError> for ScopedKubeconfig {
             |_| None,
         )
         .await?;
-        // kcp has cluster-admin in every workspace; a workspace of this server gets it here.
-        let all = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                         {"nonResourceURLs": ["*"], "verbs": ["*"]}]);
-        ensure(
-            &at(&rbac("ClusterRole", "clusterroles"), None),
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                   "metadata": {"name": "cluster-admin"}, "rules": all}),
-            |_| None,
-        )
-        .await?;
+        // `cluster-admin` is one of the roles every workspace shares, on kcp and on this server.
         let role_ref = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"});
         let subjects = json!([{"kind": "ServiceAccount", "name": sa, "namespace": "default"}]);
         ensure(

@@ -7,6 +7,7 @@ use super::*;
 mod authorize;
 mod escalation;
 mod parsing;
+mod shared_roles;
 
 fn role(ns: &str, name: &str, rules: Value) -> Value {
     json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
