@@ -430,8 +430,8 @@ impl KubeEnv {
     }
 }
 
-/// What follows `prefix` on the first stderr line of `child` that starts with it (the address
-/// a server reports); every other line is passed on to the test's stderr, marked `tag`.
+/// What follows `prefix` on the first stderr line of `child` that starts with it, or whose JSON
+/// message does (the address a server reports); every other line is passed on to the test's stderr, marked `tag`.
 fn reported_address(child: &mut Child, prefix: &'static str, tag: &'static str) -> String {
     reported_address_to(child, prefix, tag, None)
 }
@@ -450,7 +450,12 @@ fn reported_address_to(
         let mut sent = false;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if !sent {
-                if let Some(rest) = line.strip_prefix(prefix) {
+                // The banner as a text line, or as the message of a JSON line
+                // (`--log-format json`).
+                let message = serde_json::from_str::<serde_json::Value>(&line)
+                    .ok()
+                    .and_then(|v| v["fields"]["message"].as_str().map(String::from));
+                if let Some(rest) = message.as_deref().unwrap_or(&line).strip_prefix(prefix) {
                     let _ = tx.send(rest.trim().to_string());
                     sent = true;
                     continue;
