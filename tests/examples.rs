@@ -284,6 +284,13 @@ fn run_walkthrough_with(example: &str, version: &str, replace: &[(&str, &str)]) 
             String::from_utf8_lossy(&out.stderr),
             background.logs()
         );
+        // The quick start, as a new user runs it with the machine's kubectl, prints no
+        // warning (kubectl's own, or one the server sent).
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            example != "quickstart" || !stderr.to_ascii_lowercase().contains("warning"),
+            "kubectl {version}: `{cmd}` warned:\n{stderr}"
+        );
         last = Some((cmd, String::from_utf8_lossy(&out.stdout).into_owned()));
     }
 }
