@@ -71,19 +71,22 @@ pub fn init(format: LogFormat, verbosity: u8) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives(verbosity)));
     let repeats = (verbosity < 4).then(|| Repeats::new(REPEAT_WINDOW, MAX_CAUSES));
+    // The verbosity's filter is the outer one: its level is the process's maximum, so that
+    // the debug and trace call sites of every crate stay off at no cost (an outer filter without
+    // a level, as `Repeats` is, would leave them all to be asked).
     let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let layer = match format {
         LogFormat::Text => layer
             .with_ansi(std::io::stderr().is_terminal())
-            .with_filter(filter)
             .with_filter(repeats)
+            .with_filter(filter)
             .boxed(),
         LogFormat::Json => layer
             .json()
             .with_current_span(true)
             .with_span_list(false)
-            .with_filter(filter)
             .with_filter(repeats)
+            .with_filter(filter)
             .boxed(),
     };
     tracing_subscriber::registry().with(layer).init();
