@@ -647,31 +647,13 @@ fn kube_native(schema: &Value) -> Value {
     let Value::Object(root) = &mut out else {
         return json!({"type": "object"});
     };
-    if let Some(Value::Object(props)) = root.get_mut("properties") {
-        props.values_mut().for_each(embedded_resources);
-    }
-    for key in ["items", "additionalProperties"] {
-        if let Some(sub) = root.get_mut(key) {
-            embedded_resources(sub);
-        }
-    }
-    let props = root
-        .entry("properties")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(props) = props {
-        props.insert("apiVersion".into(), defs::type_meta_property("apiVersion"));
-        props.insert("kind".into(), defs::type_meta_property("kind"));
-        props.insert("metadata".into(), defs::object_metadata_property());
-    }
+    embedded_in_children(root);
+    with_type_meta(root);
     out
 }
 
-/// Gives every `x-kubernetes-embedded-resource` object in `schema` the `apiVersion`, `kind` and
-/// ObjectMeta `metadata` of a kind, as kube does.
-fn embedded_resources(schema: &mut Value) {
-    let Value::Object(obj) = schema else {
-        return;
-    };
+/// [`embedded_resources`] over the properties, items and additional properties of `obj`.
+fn embedded_in_children(obj: &mut Map<String, Value>) {
     if let Some(Value::Object(props)) = obj.get_mut("properties") {
         props.values_mut().for_each(embedded_resources);
     }
@@ -680,9 +662,10 @@ fn embedded_resources(schema: &mut Value) {
             embedded_resources(sub);
         }
     }
-    if obj.get("x-kubernetes-embedded-resource") != Some(&Value::Bool(true)) {
-        return;
-    }
+}
+
+/// Describes `apiVersion`, `kind` and an ObjectMeta `metadata` among the properties of `obj`.
+fn with_type_meta(obj: &mut Map<String, Value>) {
     let props = obj
         .entry("properties")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -691,6 +674,19 @@ fn embedded_resources(schema: &mut Value) {
         props.insert("kind".into(), defs::type_meta_property("kind"));
         props.insert("metadata".into(), defs::object_metadata_property());
     }
+}
+
+/// Gives every `x-kubernetes-embedded-resource` object in `schema` the `apiVersion`, `kind` and
+/// ObjectMeta `metadata` of a kind, as kube does.
+fn embedded_resources(schema: &mut Value) {
+    let Value::Object(obj) = schema else {
+        return;
+    };
+    embedded_in_children(obj);
+    if obj.get("x-kubernetes-embedded-resource") != Some(&Value::Bool(true)) {
+        return;
+    }
+    with_type_meta(obj);
     let required = obj
         .entry("required")
         .or_insert_with(|| Value::Array(vec![]));

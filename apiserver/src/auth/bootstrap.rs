@@ -36,16 +36,8 @@ const TO_VIEW: &str = "rbac.authorization.k8s.io/aggregate-to-view";
 
 const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
-const READ_WRITE: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
+/// Every verb of a resource: kube's bootstrap roles list the same eight.
+const READ_WRITE: &[&str] = crate::registry::RESOURCE_VERBS;
 const CREATE: &[&str] = &["create"];
 const GET: &[&str] = &["get"];
 
