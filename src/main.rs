@@ -185,7 +185,8 @@ struct ServeArgs {
     /// Private key (PEM) of --tls-cert-file.
     #[arg(long, requires = "tls_cert_file")]
     tls_private_key_file: Option<PathBuf>,
-    /// CA bundle (PEM) that signs accepted client certificates, instead of the generated CA.
+    /// CA bundle (PEM) that signs accepted client certificates, beside the generated CA (which
+    /// signs only admin.kubeconfig and the co-located controllers).
     #[arg(long)]
     client_ca_file: Option<PathBuf>,
     /// Keep everything in memory (nothing survives a restart).

@@ -239,7 +239,7 @@ async fn the_serving_certificate_and_client_ca_are_reloaded_when_their_files_cha
         replace_file(&ca, p.ca_cert_pem());
     };
     mount(&old);
-    let (server, _client, _data) = common::in_process_with(|o| {
+    let (server, _client, data) = common::in_process_with(|o| {
         o.tls_cert_file = Some(cert.clone());
         o.tls_private_key_file = Some(key.clone());
         o.client_ca_file = Some(ca.clone());
@@ -268,6 +268,11 @@ async fn the_serving_certificate_and_client_ca_are_reloaded_when_their_files_cha
         }
     };
     assert_eq!(status(&old, &old).await, Ok(200));
+    // The server's own admin certificate (admin.kubeconfig's, the co-located controllers') is
+    // still accepted beside the file's CA.
+    let own = certs::load_or_create(&data.path().join("data").join("pki"), &[])
+        .expect("the server's PKI");
+    assert_eq!(status(&old, &own).await, Ok(200));
 
     // cert-manager renews: new serving certificate and key, new client CA.
     mount(&new);
@@ -289,6 +294,12 @@ async fn the_serving_certificate_and_client_ca_are_reloaded_when_their_files_cha
     assert!(
         old_cert.is_err() || old_cert == Ok(401) || old_cert == Ok(403),
         "a client certificate of the old CA was accepted: {old_cert:?}"
+    );
+
+    assert_eq!(
+        status(&new, &own).await,
+        Ok(200),
+        "after a renewal of the client CA file, the server's own CA is still trusted"
     );
 
     // A half-written renewal (a key that does not match) keeps the working material.

@@ -615,6 +615,8 @@ struct TlsFiles {
     serving: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// `--client-ca-file`.
     client_ca: Option<std::path::PathBuf>,
+    /// The generated CA, trusted beside the file's.
+    own_ca_pem: String,
 }
 
 impl TlsFiles {
@@ -626,7 +628,8 @@ impl TlsFiles {
             next.key_pem = read_file(key, "serving key")?;
         }
         if let Some(ca) = &self.client_ca {
-            next.client_ca_pem = read_file(ca, "client CA file")?;
+            next.client_ca_pem =
+                client_ca_bundle(Some(&read_file(ca, "client CA file")?), &self.own_ca_pem);
         }
         Ok(next)
     }
@@ -692,6 +695,15 @@ fn same_material(a: &TlsMaterial, b: &TlsMaterial) -> bool {
         && a.client_ca_pem == b.client_ca_pem
 }
 
+/// The CAs client certificates are verified against: `--client-ca-file`'s, then the generated
+/// one.
+fn client_ca_bundle(file_pem: Option<&str>, own_ca_pem: &str) -> String {
+    match file_pem {
+        Some(file) => format!("{}\n{own_ca_pem}", file.trim_end()),
+        None => own_ca_pem.to_string(),
+    }
+}
+
 /// Whether two PEM bundles hold the same certificates.
 fn same_certs(a: &str, b: &str) -> bool {
     let ders = |p: &str| -> Vec<Vec<u8>> {
@@ -742,10 +754,15 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
         ),
         _ => return Err(StartError::HalfServingPair),
     };
-    let client_ca_pem = match &opts.client_ca_file {
-        Some(p) => read_file(p, "client CA file")?,
-        None => pki.ca_cert_pem().to_string(),
+    // The generated CA stays trusted beside a `--client-ca-file`: it signs the certificates of
+    // admin.kubeconfig and of the co-located controllers, which would otherwise be refused.
+    // Its key never leaves <data-dir>/pki, so it admits no one the server did not issue to.
+    let own_ca_pem = pki.ca_cert_pem().to_string();
+    let client_ca_file_pem = match &opts.client_ca_file {
+        Some(p) => Some(read_file(p, "client CA file")?),
+        None => None,
     };
+    let client_ca_pem = client_ca_bundle(client_ca_file_pem.as_deref(), &own_ca_pem);
     let requestheader_ca_pem = match &opts.requestheader_client_ca_file {
         Some(p) => Some(read_file(p, "request-header client CA file")?),
         None => None,
@@ -754,7 +771,9 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
         Some(pem) => {
             // A proxy CA that also signs users' certificates, with any CN allowed, would let
             // every user claim to be anyone (NCC Group's Kubernetes audit, finding F9W).
-            if opts.requestheader_allowed_names.is_empty() && same_certs(pem, &client_ca_pem) {
+            if opts.requestheader_allowed_names.is_empty()
+                && same_certs(pem, client_ca_file_pem.as_deref().unwrap_or(&own_ca_pem))
+            {
                 return Err(StartError::ProxyCaIsClientCa);
             }
             Some(crate::authn::RequestHeader::new(
@@ -786,6 +805,7 @@ pub async fn start(opts: ServeOptions) -> Result<RunningServer, StartError> {
             .clone()
             .zip(opts.tls_private_key_file.clone()),
         client_ca: opts.client_ca_file.clone(),
+        own_ca_pem,
     };
     if files.serving.is_some() || files.client_ca.is_some() {
         spawn_tls_reloader(
