@@ -172,6 +172,11 @@ impl AppState {
         let namespaces = Arc::new(namespaces::NamespaceLifecycle::new(
             store.clone(),
             catalog.clone(),
+            options
+                .authn
+                .service_accounts
+                .as_ref()
+                .map(|tokens| tokens.ca_pem().to_string()),
         ));
         let tenancy = crate::tenancy::Tenancy::new(crate::tenancy::TenancyDeps {
             store: store.clone(),
@@ -931,6 +936,29 @@ async fn route(
     ) {
         if cluster_scoped && !state.tenancy.is_ready(c) && !id.is_unscoped_admin() {
             return error_response(&ApiError::workspace_forbidden());
+        }
+    }
+    // A logical cluster marked inactive refuses everyone, its administrators too, but on its
+    // LogicalCluster (kcp's rule), where the mark is taken off again.
+    if let (ClusterTarget::Name(c), None, None, None) = (
+        &info.cluster,
+        &info.virtual_workspace,
+        &info.lifecycle,
+        info.view,
+    ) {
+        let to_logical_cluster = matches!(&info.target, Target::Resource(rr)
+            if rr.group == "core.kcp.io" && rr.resource == "logicalclusters");
+        if cluster_scoped && !to_logical_cluster && state.tenancy.is_inactive(c) {
+            // Only the administrators, who set the mark, are told why: to anyone else it is
+            // a workspace they cannot reach, which says nothing of what exists.
+            return error_response(&match identity.as_deref() {
+                Some(id) if id.is_unscoped_admin() => ApiError::forbidden_object(
+                    &crate::status::GroupResource::new("core.kcp.io", "logicalclusters"),
+                    c,
+                    "logical cluster is marked inactive",
+                ),
+                _ => ApiError::workspace_forbidden(),
+            });
         }
     }
     if let (Some(id), true, false) = (

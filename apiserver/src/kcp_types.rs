@@ -187,6 +187,21 @@ pub fn kcp_types() -> Vec<TypeInfo> {
             "The logical cluster behind a workspace; the one named `cluster` carries its path.",
         ),
         cluster_scoped(
+            "core.kcp.io",
+            "v1alpha1",
+            "Shard",
+            "shards",
+            &[],
+            true,
+            vec![
+                col("Region", "string", ".metadata.labels['region']"),
+                col("URL", "string", ".spec.baseURL"),
+                col("External URL", "string", ".spec.externalURL"),
+                PrinterColumn::age(),
+            ],
+            "A kcp shard: a server that logical clusters live on. This server is the shard `root`.",
+        ),
+        cluster_scoped(
             "apiextensions.k8s.io",
             "v1",
             "CustomResourceDefinition",

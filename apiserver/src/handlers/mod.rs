@@ -396,7 +396,7 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
             .cloned(),
     }
     .ok_or_else(ApiError::path_not_found)?;
-    crate::tenancy::check_request(&req)?;
+    crate::tenancy::check_request(&req, call.identity.as_deref())?;
 
     // Claimed resources (and APIBindings) seen through an export's virtual workspace: only the
     // objects carrying the export's claim label exist there.

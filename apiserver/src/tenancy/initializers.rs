@@ -214,6 +214,24 @@ impl Tenancy {
                 false => set.insert(cluster.to_string()),
             };
         }
+        let inactive = lc.is_some_and(|lc| {
+            lc["metadata"]["annotations"][super::INACTIVE_ANNOTATION].as_str() == Some("true")
+        });
+        if let Ok(mut set) = self.inactive.write() {
+            match inactive {
+                true => set.insert(cluster.to_string()),
+                false => set.remove(cluster),
+            };
+        }
+    }
+
+    /// Whether logical cluster `cluster` is marked inactive (kcp's `internal.kcp.io/inactive`):
+    /// then no one reaches it but through its LogicalCluster, to mark it active again.
+    pub fn is_inactive(&self, cluster: &str) -> bool {
+        self.inactive
+            .read()
+            .map(|set| set.contains(cluster))
+            .unwrap_or(false)
     }
 
     /// Whether logical cluster `cluster` is Ready: only then do its users reach it (as kcp

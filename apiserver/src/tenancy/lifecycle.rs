@@ -12,6 +12,7 @@ use crate::storage::list_all;
 use crate::storage::StorageError;
 
 use super::{PATH_ANNOTATION, WORKSPACE_FINALIZER};
+use crate::request_info::ROOT_CLUSTER;
 
 /// An opaque logical-cluster name for a workspace path (stable, so a re-created workspace of the
 /// same path gets the same name only if its path is reused; 16 base-36 characters like kcp's).
@@ -27,6 +28,9 @@ pub(super) fn cluster_name_for(path: &str) -> String {
     out.replace_range(0..1, "c");
     out
 }
+
+/// The annotation kcp keeps a logical cluster's workspace type in.
+pub const TYPE_ANNOTATION: &str = "internal.tenancy.kcp.io/type";
 
 pub(super) async fn ensure_logical_cluster(
     state: &Tenancy,
@@ -50,7 +54,15 @@ pub(super) async fn ensure_logical_cluster(
     };
     let mut lc = json!({
         "apiVersion": "core.kcp.io/v1alpha1", "kind": "LogicalCluster",
-        "metadata": {"name": "cluster", "annotations": {PATH_ANNOTATION: path}},
+        "metadata": {"name": "cluster", "annotations": {
+            PATH_ANNOTATION: path,
+            // kcp's record of the workspace type, as `<path>:<name>`.
+            TYPE_ANNOTATION: format!(
+                "{}:{}",
+                if type_ref.path.is_empty() { ROOT_CLUSTER } else { &type_ref.path },
+                type_ref.name
+            ),
+        }},
         "spec": {"type": {"name": type_ref.name, "path": type_ref.path},
                  "initializers": initializers, "terminators": terminators},
     });

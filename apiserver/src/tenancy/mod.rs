@@ -12,6 +12,7 @@ pub mod claims;
 mod follow;
 pub mod initializers;
 mod lifecycle;
+pub mod shards;
 mod strategies;
 pub mod unbinding;
 
@@ -41,6 +42,9 @@ pub const WORKSPACE_FINALIZER: &str = "tenancy.kcp.io/logical-cluster";
 pub const PATH_ANNOTATION: &str = "kcp.io/path";
 /// kcp's annotation naming who created a workspace (its owner), set by the server.
 pub const OWNER_ANNOTATION: &str = "experimental.tenancy.kcp.io/owner";
+/// kcp's mark of a logical cluster its administrators took out of service: `"true"` refuses
+/// every request into it but those to its LogicalCluster.
+pub const INACTIVE_ANNOTATION: &str = "internal.kcp.io/inactive";
 
 /// kcp's value of [`OWNER_ANNOTATION`]: the creator's user info as JSON.
 fn owner_value(who: &Identity) -> String {
@@ -138,6 +142,8 @@ pub struct Tenancy {
     claims: RwLock<HashMap<String, Arc<Vec<claims::AcceptedClaim>>>>,
     /// Logical clusters that are not Ready (initializing or terminating).
     not_ready: RwLock<std::collections::HashSet<String>>,
+    /// Logical clusters an administrator marked inactive ([`INACTIVE_ANNOTATION`]).
+    inactive: RwLock<std::collections::HashSet<String>>,
     /// One relabelling worker at a time per logical cluster, and its pending work.
     relabels: std::sync::Mutex<HashMap<String, claims::RelabelWork>>,
     /// The bindings (cluster, name) whose deletion is under way ([`unbinding`]).
@@ -164,6 +170,7 @@ impl Tenancy {
             relabels: std::sync::Mutex::new(HashMap::new()),
             unbinding: std::sync::Mutex::new(std::collections::HashSet::new()),
             not_ready: RwLock::new(std::collections::HashSet::new()),
+            inactive: RwLock::new(std::collections::HashSet::new()),
         })
     }
 
@@ -427,6 +434,9 @@ impl Tenancy {
                     };
                 }
             }
+            if !privileged {
+                shards::keep_placement(obj, old);
+            }
             return Ok(());
         }
         // kcp records who created a workspace (a tenant cannot name another); the owner becomes
@@ -534,6 +544,7 @@ impl Tenancy {
             state.advertise_address
         ));
         obj["status"] = json!({"phase": "Scheduling"});
+        shards::annotate_workspace(obj, &child);
         let meta = meta_mut(obj);
         let mut fins: Vec<Value> = meta
             .get("finalizers")
@@ -908,6 +919,7 @@ impl Tenancy {
         // root waits for no one.
         self.advance(ROOT_CLUSTER).await?;
         self.ensure_root_content(&state).await?;
+        self.ensure_root_shard().await?;
         self.reload_types(&state).await?;
         self.resume_unbinding().await?;
         // Resume deletions.
@@ -1091,13 +1103,16 @@ fn prepare_logical_cluster(
     r: &Resource,
     obj: &mut Value,
     old: Option<&Value>,
+    user: Option<&Identity>,
 ) -> Result<(), ApiError> {
     let Some(old) = old else {
         return Err(ApiError::forbidden(
             "logicalclusters are created by the server with their workspace",
         ));
     };
-    if old.get("spec") != obj.get("spec") {
+    // The spec is the server's: a client sends back what it read (a Go client without the
+    // fields its type lacks and without empty lists), and gets the stored spec kept.
+    if kcp_spec(&old["spec"]) != kcp_spec(&obj["spec"]) {
         return Err(invalid(
             r,
             objects::name(obj),
@@ -1105,6 +1120,7 @@ fn prepare_logical_cluster(
             "Invalid value: \"object\": the spec of a LogicalCluster is set by the server".into(),
         ));
     }
+    obj["spec"] = old["spec"].clone();
     let server_owned = |a: &Value| -> serde_json::Map<String, Value> {
         a.as_object()
             .map(|m| {
@@ -1115,7 +1131,15 @@ fn prepare_logical_cluster(
             })
             .unwrap_or_default()
     };
-    let kept = server_owned(&old["metadata"]["annotations"]);
+    let mut kept = server_owned(&old["metadata"]["annotations"]);
+    // The server's administrators take a logical cluster out of service and back (kcp's
+    // inactive mark, which only they may write).
+    if user.is_none_or(Identity::is_unscoped_admin) {
+        match obj["metadata"]["annotations"][INACTIVE_ANNOTATION].clone() {
+            Value::String(v) => kept.insert(INACTIVE_ANNOTATION.into(), json!(v)),
+            _ => kept.remove(INACTIVE_ANNOTATION),
+        };
+    }
     let meta = meta_mut(obj);
     if !meta.get("annotations").is_some_and(Value::is_object) {
         meta.insert("annotations".into(), json!({}));
@@ -1127,6 +1151,23 @@ fn prepare_logical_cluster(
     Ok(())
 }
 
+/// The fields of a LogicalCluster's spec that kcp's type has, as Go writes them: empty lists,
+/// `false` and absent are one.
+fn kcp_spec(spec: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for field in ["directlyDeletable", "owner", "initializers", "terminators"] {
+        match &spec[field] {
+            Value::Null | Value::Bool(false) => {}
+            Value::Array(a) if a.is_empty() => {}
+            Value::Object(o) if o.is_empty() => {}
+            v => {
+                out.insert(field.into(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
 /// Annotations only the server sets on a LogicalCluster: `kcp.io/...` and `*.kcp.io/...`.
 fn is_server_annotation(key: &str) -> bool {
     key.split_once('/')
@@ -1134,9 +1175,36 @@ fn is_server_annotation(key: &str) -> bool {
 }
 
 /// Refuses the writes only the server makes: creating or deleting a LogicalCluster (it comes and
-/// goes with its Workspace, as in kcp).
-pub fn check_request(rr: &crate::request_info::ResourceRequest) -> Result<(), ApiError> {
+/// goes with its Workspace, as in kcp), and the status of the tenancy and API types, which
+/// the server keeps and other objects' meaning rests on (an export's identity, what a binding
+/// bound, a workspace's phase): kcp's system CRD authorizer refuses `apiexports/status` and
+/// `apibindings/status` to all but `system:masters`, and its tenancy export's maximal
+/// permission policy grants only reads of `workspaces/status` and `workspacetypes/status`.
+pub fn check_request(
+    rr: &crate::request_info::ResourceRequest,
+    who: Option<&Identity>,
+) -> Result<(), ApiError> {
     use crate::request_info::Verb;
+    let masters = who.is_none_or(Identity::is_unscoped_admin);
+    if !masters && rr.subresource.as_deref() == Some("status") {
+        let refused = match (rr.group.as_str(), rr.resource.as_str()) {
+            ("apis.kcp.io", "apibindings") => Some("apibinding status updates not permitted"),
+            ("apis.kcp.io", "apiexports") => Some("apiexport status updates not permitted"),
+            ("tenancy.kcp.io", "workspaces" | "workspacetypes")
+                if !matches!(rr.verb, Verb::Get | Verb::List | Verb::Watch) =>
+            {
+                Some("the status of workspaces and their types is the server's")
+            }
+            _ => None,
+        };
+        if let Some(why) = refused {
+            return Err(ApiError::forbidden_object(
+                &crate::status::GroupResource::new(&rr.group, &rr.resource),
+                &rr.name.clone().unwrap_or_default(),
+                why,
+            ));
+        }
+    }
     if rr.group == "core.kcp.io"
         && rr.resource == "logicalclusters"
         && matches!(
@@ -1245,4 +1313,73 @@ fn placement_index(
         }
     }
     (by_path, by_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request_info::{parse, Target};
+
+    fn request(method: &str, path: &str) -> crate::request_info::ResourceRequest {
+        let method = http::Method::from_bytes(method.as_bytes()).expect("method");
+        match parse(&method, path, false).expect("parse").target {
+            Target::Resource(rr) => rr,
+            other => panic!("{path}: not a resource request: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_status_the_server_keeps_is_not_a_tenants_to_write() {
+        let tenant = Identity::new("user-1", vec!["system:authenticated".into()]);
+        let masters = Identity::new("admin", vec!["system:masters".into()]);
+        for (method, path) in [
+            (
+                "PATCH",
+                "/clusters/org/apis/apis.kcp.io/v1alpha2/apiexports/e/status",
+            ),
+            (
+                "PUT",
+                "/clusters/org/apis/apis.kcp.io/v1alpha1/apibindings/b/status",
+            ),
+            (
+                "GET",
+                "/clusters/org/apis/apis.kcp.io/v1alpha1/apibindings/b/status",
+            ),
+            (
+                "PUT",
+                "/clusters/org/apis/tenancy.kcp.io/v1alpha1/workspaces/w/status",
+            ),
+            (
+                "PATCH",
+                "/clusters/org/apis/tenancy.kcp.io/v1alpha1/workspacetypes/t/status",
+            ),
+        ] {
+            let rr = request(method, path);
+            let refused = check_request(&rr, Some(&tenant)).expect_err(path);
+            assert_eq!(refused.code, 403, "{method} {path}");
+            assert!(
+                check_request(&rr, Some(&masters)).is_ok(),
+                "{method} {path}"
+            );
+            assert!(
+                check_request(&rr, None).is_ok(),
+                "the server's own {method} {path}"
+            );
+        }
+        for (method, path) in [
+            (
+                "GET",
+                "/clusters/org/apis/tenancy.kcp.io/v1alpha1/workspaces/w/status",
+            ),
+            (
+                "PATCH",
+                "/clusters/org/apis/apis.kcp.io/v1alpha2/apiexports/e",
+            ),
+        ] {
+            assert!(
+                check_request(&request(method, path), Some(&tenant)).is_ok(),
+                "{method} {path}"
+            );
+        }
+    }
 }

@@ -120,7 +120,7 @@ impl Strategy for LogicalClusters {
         obj: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        prepare_logical_cluster(w.resource, obj, old)?;
+        prepare_logical_cluster(w.resource, obj, old, w.user)?;
         if let Some(old) = old {
             super::initializers::check_status_update(old, obj)
                 .map_err(|m| super::initializers::invalid_status(w.resource, m))?;
@@ -345,6 +345,18 @@ impl Strategy for Bindings {
         obj: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
+        // kcp's schema rule (`self == oldSelf` on spec.reference): a binding stays bound to
+        // the export it was created for; another export is another binding.
+        if let Some(old) = old {
+            if old["spec"]["reference"] != obj["spec"]["reference"] {
+                return Err(invalid(
+                    w.resource,
+                    crate::objects::name(obj),
+                    "spec.reference",
+                    "Invalid value: \"object\": APIExport reference must not be changed".into(),
+                ));
+            }
+        }
         self.0
             .prepare_binding_write(w.cluster, obj, old, w.user)
             .await?;
