@@ -57,6 +57,8 @@ pub fn free_port() -> anyhow::Result<u16> {
 pub struct KubeApiserver {
     apiserver: Child,
     etcd: Child,
+    /// The kube-controller-manager beside it, once started.
+    controller_manager: Option<Child>,
     /// The secure address of kube-apiserver.
     pub address: SocketAddr,
     /// kube-apiserver's client CA, serving certificate and an admin (`system:masters`) client.
@@ -203,6 +205,7 @@ impl KubeApiserver {
         Ok(KubeApiserver {
             apiserver,
             etcd,
+            controller_manager: None,
             address,
             pki,
             front_proxy,
@@ -279,6 +282,34 @@ impl KubeApiserver {
         )?)
     }
 
+    /// Starts the kube-controller-manager of the same release against this kube-apiserver, with
+    /// every default controller (namespace deletion, garbage collection, service-account tokens
+    /// and the root CA ConfigMaps are its work in a cluster), its log in `kcm.log`. It stops
+    /// with kube-apiserver.
+    pub fn start_controller_manager(&mut self) -> anyhow::Result<()> {
+        let p = self.dir.join("pki");
+        let child = Command::new(peer_binary("kube-controller-manager")?)
+            .arg("--kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .arg("--authentication-kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .arg("--authorization-kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            // kube-apiserver verifies tokens with the serving certificate's public key.
+            .arg("--service-account-private-key-file")
+            .arg(self.dir.join("front-proxy").join(certs::SERVING_KEY_FILE))
+            .arg("--root-ca-file")
+            .arg(p.join(certs::CA_CERT_FILE))
+            .args(["--use-service-account-credentials", "--leader-elect=false"])
+            .args(["--secure-port", "0", "--v", "1"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("kcm.log"))?)
+            .spawn()
+            .context("starting kube-controller-manager")?;
+        self.controller_manager = Some(child);
+        Ok(())
+    }
+
     /// Writes a kubeconfig for `user` in `groups` (a client certificate of kube-apiserver's CA).
     pub fn user_kubeconfig(&self, user: &str, groups: &[&str]) -> anyhow::Result<PathBuf> {
         let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
@@ -302,6 +333,10 @@ impl KubeApiserver {
 
 impl Drop for KubeApiserver {
     fn drop(&mut self) {
+        if let Some(mut kcm) = self.controller_manager.take() {
+            let _ = kcm.kill();
+            let _ = kcm.wait();
+        }
         let _ = self.apiserver.kill();
         let _ = self.apiserver.wait();
         let _ = self.etcd.kill();
@@ -323,6 +358,11 @@ pub struct Kcp {
 impl Kcp {
     /// Starts kcp with its files in `dir`; [`Kcp::wait_ready`] waits for it.
     pub fn start(dir: &Path) -> anyhow::Result<Kcp> {
+        Self::start_with(dir, &[])
+    }
+
+    /// [`Kcp::start`] with more flags for kcp (`--token-auth-file`, `--client-ca-file`).
+    pub fn start_with(dir: &Path, extra: &[String]) -> anyhow::Result<Kcp> {
         let bin = peer_binary("kcp")?;
         let root = dir.join("kcp");
         std::fs::create_dir_all(&root)?;
@@ -361,6 +401,7 @@ impl Kcp {
             .args(["--embedded-etcd-peer-port", &free_port()?.to_string()])
             // A non-admin user ("user") in admin.kubeconfig beside the admin.
             .arg("--batteries-included=+user")
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("kcp.log"))?)
             .spawn()
@@ -377,10 +418,15 @@ impl Kcp {
     /// so another process may take one in between: kcp then exits with "address already in
     /// use", and is started again (with other ports, in a fresh directory), up to three times.
     pub async fn start_ready(dir: &Path) -> anyhow::Result<Kcp> {
+        Self::start_ready_with(dir, &[]).await
+    }
+
+    /// [`Kcp::start_ready`] with more flags for kcp.
+    pub async fn start_ready_with(dir: &Path, extra: &[String]) -> anyhow::Result<Kcp> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut kcp = Kcp::start(dir)?;
+            let mut kcp = Kcp::start_with(dir, extra)?;
             match kcp.wait_ready().await {
                 Ok(()) => return Ok(kcp),
                 Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
@@ -453,6 +499,14 @@ impl Kcp {
     /// `https://<address>`.
     pub fn url(&self) -> String {
         format!("https://{}", self.address)
+    }
+
+    /// The serving certificate (with its CA after it) and key kcp was started with.
+    pub fn serving_files(&self) -> (PathBuf, PathBuf) {
+        (
+            self.dir.join("serving-chain.crt"),
+            self.dir.join("pki").join(certs::SERVING_KEY_FILE),
+        )
     }
 
     /// The process id of kcp.

@@ -609,9 +609,15 @@ async fn kube_apiserver_and_serve_answer_the_corpus_alike() {
         steps.len()
     );
     let known = known_differences("known-differences.yaml");
-    let kube_peer = tokio::task::spawn_blocking(KubeApiserver::start)
+    let mut kube_peer = tokio::task::spawn_blocking(KubeApiserver::start)
         .await
         .expect("start kube-apiserver");
+    // A cluster's kube-apiserver comes with its controller manager: what it puts in every
+    // namespace (the root CA ConfigMap, the default ServiceAccount) and namespace deletion are
+    // its work there, this server's own here.
+    kube_peer
+        .start_controller_manager()
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let server = Server::start_with(&["--no-controllers"]);
     let mut kube = Runner::new(kube_peer.client());
     let mut pm = Runner::admin_of(&server);

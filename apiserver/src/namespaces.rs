@@ -1,5 +1,8 @@
 //! Namespace lifecycle: the `default` namespace of every logical cluster, refusing content in
-//! missing or terminating namespaces, and emptying a namespace before it goes.
+//! missing or terminating namespaces, and emptying a namespace before it goes. And what
+//! kube-controller-manager puts in every namespace (kcp runs the same controllers per
+//! workspace): the `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap with the CA
+//! that signs the server's certificate, both put back when deleted or changed.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -34,7 +37,14 @@ struct Inner {
     catalog: Arc<Catalog>,
     /// Clusters whose `default` namespace is known to have been created.
     initialized: Mutex<HashSet<String>>,
+    /// The CA published in every namespace's `kube-root-ca.crt`; none publishes nothing.
+    root_ca: Option<String>,
 }
+
+/// The ConfigMap with the server's CA in every namespace (kube's root-ca-cert-publisher).
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+/// The ServiceAccount every namespace has (kube's serviceaccounts controller).
+pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
 
 fn namespaces_gr() -> GroupResource {
     GroupResource::new("", "namespaces")
@@ -46,12 +56,14 @@ fn namespace_key(cluster: &str, name: &str) -> String {
 
 impl NamespaceLifecycle {
     /// The lifecycle of the namespaces in `store`, whose types `catalog` describes.
-    pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>) -> Self {
+    /// `root_ca` is published in every namespace as `kube-root-ca.crt`.
+    pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>, root_ca: Option<String>) -> Self {
         NamespaceLifecycle {
             inner: Arc::new(Inner {
                 store,
                 catalog,
                 initialized: Mutex::new(HashSet::new()),
+                root_ca,
             }),
             removed: Arc::new(Notify::new()),
         }
@@ -91,7 +103,8 @@ impl NamespaceLifecycle {
             let mut obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEFAULT_NAMESPACE}, "spec": {}});
             objects::prepare_for_create(&mut obj, &ns, cluster);
             match state.store.create(&key, objects::encoder(obj)).await {
-                Ok(_) | Err(StorageError::AlreadyExists(_)) => {}
+                Ok(_) => self.fill(cluster, DEFAULT_NAMESPACE).await,
+                Err(StorageError::AlreadyExists(_)) => {}
                 Err(e) => return Err(ApiError::internal(e.to_string())),
             }
         }
@@ -275,6 +288,8 @@ impl NamespaceLifecycle {
     /// any object went away.
     pub fn add_strategies(self: &Arc<Self>, strategies: &mut StrategiesBuilder) {
         strategies.add("", "namespaces", Arc::new(NamespaceStrategy(self.clone())));
+        strategies.add("", "serviceaccounts", Arc::new(Refill(self.clone())));
+        strategies.add("", "configmaps", Arc::new(Refill(self.clone())));
         strategies.add_to_every_type(Arc::new(ContentRemoved(self.removed.clone())));
     }
 }
@@ -361,11 +376,134 @@ impl Strategy for NamespaceStrategy {
     }
 
     async fn after_write(&self, _: &Resource, cluster: &str, stored: &Bytes, change: Change) {
-        if change != Change::DeleteBegun {
+        let Ok(obj) = objects::decode_stored(stored) else {
+            return;
+        };
+        match change {
+            Change::DeleteBegun => self.0.terminate(cluster, objects::name(&obj)),
+            Change::Created => self.0.fill(cluster, objects::name(&obj)).await,
+            _ => {}
+        }
+    }
+}
+
+/// Puts the `default` ServiceAccount and `kube-root-ca.crt` back when they are deleted, and
+/// the ConfigMap's content back when it is changed, as kube's controllers do.
+struct Refill(Arc<NamespaceLifecycle>);
+
+#[async_trait::async_trait]
+impl Strategy for Refill {
+    async fn after_write(&self, r: &Resource, cluster: &str, stored: &Bytes, change: Change) {
+        let Ok(obj) = objects::decode_stored(stored) else {
+            return;
+        };
+        let ours = match r.ty.plural.as_str() {
+            "serviceaccounts" => objects::name(&obj) == DEFAULT_SERVICE_ACCOUNT,
+            _ => {
+                objects::name(&obj) == ROOT_CA_CONFIGMAP
+                    && (change == Change::Deleted
+                        || obj["data"]["ca.crt"].as_str() != self.0.inner.root_ca.as_deref())
+            }
+        };
+        if !ours || !matches!(change, Change::Deleted | Change::Updated) {
             return;
         }
-        if let Ok(obj) = objects::decode_stored(stored) {
-            self.0.terminate(cluster, objects::name(&obj));
+        let namespace = obj["metadata"]["namespace"].as_str().unwrap_or("");
+        self.0.fill(cluster, namespace).await;
+    }
+}
+
+impl NamespaceLifecycle {
+    /// Gives namespace `namespace` of `cluster` its `default` ServiceAccount and its
+    /// `kube-root-ca.crt`, unless the namespace is gone or terminating. Best effort: a write
+    /// that fails is said in the log, and made again on the next change.
+    async fn fill(&self, cluster: &str, namespace: &str) {
+        let state = &self.inner;
+        match state.store.get(&namespace_key(cluster, namespace)).await {
+            Ok(Some(kv)) => match objects::decode_stored(&kv.value) {
+                Ok(ns) if !objects::is_deleting(&ns) => {}
+                _ => return,
+            },
+            _ => return,
+        }
+        let registry = &state.catalog.builtin_view().registry;
+        if let Some(r) = registry.lookup("", "v1", "serviceaccounts") {
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": DEFAULT_SERVICE_ACCOUNT, "namespace": namespace}});
+            self.put(r, cluster, namespace, sa, |_| true).await;
+        }
+        if let (Some(r), Some(ca)) = (
+            registry.lookup("", "v1", "configmaps"),
+            state.root_ca.as_deref(),
+        ) {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": ROOT_CA_CONFIGMAP, "namespace": namespace,
+                    "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+                "data": {"ca.crt": ca}});
+            self.put(r, cluster, namespace, cm, |old| {
+                old["data"]["ca.crt"].as_str() == Some(ca)
+            })
+            .await;
+        }
+    }
+
+    /// Creates `obj`, or, when it exists and `current` says it is not as it should be,
+    /// replaces its data.
+    async fn put(
+        &self,
+        r: &Resource,
+        cluster: &str,
+        namespace: &str,
+        mut obj: Value,
+        current: impl Fn(&Value) -> bool,
+    ) {
+        let store = &self.inner.store;
+        let key = r.key(cluster, Some(namespace), objects::name(&obj));
+        for _ in 0..3 {
+            let existing = match store.get(&key).await {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "reading a namespace's default object");
+                    return;
+                }
+            };
+            let written = match existing {
+                None => {
+                    let mut fresh = obj.clone();
+                    objects::prepare_for_create(&mut fresh, r, cluster);
+                    store
+                        .create(&key, objects::encoder(fresh))
+                        .await
+                        .map(|_| ())
+                }
+                Some(kv) => {
+                    let Ok(old) = objects::decode_stored(&kv.value) else {
+                        return;
+                    };
+                    if objects::is_deleting(&old) || current(&old) {
+                        return;
+                    }
+                    let mut next = old.clone();
+                    next["data"] = obj["data"].take();
+                    if objects::prepare_for_update(&mut next, &old, r, objects::WritePart::Main)
+                        .is_err()
+                    {
+                        return;
+                    }
+                    store
+                        .update(&key, kv.mod_revision, objects::encoder(next))
+                        .await
+                        .map(|_| ())
+                }
+            };
+            match written {
+                Ok(()) | Err(StorageError::AlreadyExists(_)) => return,
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "writing a namespace's default object");
+                    return;
+                }
+            }
         }
     }
 }

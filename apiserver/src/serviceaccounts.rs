@@ -288,6 +288,11 @@ impl ServiceAccountTokens {
         })
     }
 
+    /// The CA bundle a client verifies the server with (legacy token Secrets' `ca.crt`).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
     /// The issuer written into and required of every token (`--service-account-issuer`).
     pub fn issuer(&self) -> &str {
         &self.issuer

@@ -29,6 +29,12 @@ impl std::ops::Deref for KubeApiserver {
     }
 }
 
+impl std::ops::DerefMut for KubeApiserver {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.peer
+    }
+}
+
 impl KubeApiserver {
     /// Starts etcd and kube-apiserver and waits until kube-apiserver is ready.
     pub fn start() -> KubeApiserver {
@@ -77,8 +83,14 @@ impl std::ops::Deref for Kcp {
 impl Kcp {
     /// Starts kcp and waits until it is ready.
     pub async fn start() -> Kcp {
+        Self::start_with(&[]).await
+    }
+
+    /// [`Kcp::start`] with more flags for kcp.
+    #[allow(dead_code)]
+    pub async fn start_with(extra: &[String]) -> Kcp {
         let dir = tempfile::tempdir().expect("tempdir");
-        let peer = peers::Kcp::start_ready(dir.path())
+        let peer = peers::Kcp::start_ready_with(dir.path(), extra)
             .await
             .unwrap_or_else(|e| panic!("{e:#}"));
         Kcp { peer, _dir: dir }
