@@ -92,27 +92,38 @@ impl Server {
         if let Some(of) = of {
             of.copy_pki_to(&dir);
         }
-        let mut s = Server::spawn_logging(&dir, "127.0.0.1:0", extra, rust_log, Some(log));
+        let mut s = Server::spawn_logging(&dir, "127.0.0.1:0", extra, Some(rust_log), Some(log));
         s._tmp = Some(tmp);
         s
     }
 
+    /// Starts a server in `data_dir` as users run it: the default log (no RUST_LOG), written
+    /// to the file `log`, and the flags `extra`.
+    pub fn start_as_users_run(data_dir: &Path, extra: &[&str], log: &Path) -> Server {
+        Server::spawn_logging(data_dir, "127.0.0.1:0", extra, None, Some(log))
+    }
+
     fn spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Server {
-        Server::spawn_logging(data_dir, listen, extra, "warn", None)
+        Server::spawn_logging(data_dir, listen, extra, Some("warn"), None)
     }
 
     fn spawn_logging(
         data_dir: &Path,
         listen: &str,
         extra: &[&str],
-        rust_log: &str,
+        rust_log: Option<&str>,
         log: Option<&Path>,
     ) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_platform-mesh"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_platform-mesh"));
+        command
             .args(["serve", "--listen", listen, "--data-dir"])
             .arg(data_dir)
-            .args(extra)
-            .env("RUST_LOG", rust_log)
+            .args(extra);
+        match rust_log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -737,8 +737,13 @@ impl Tenancy {
                 "storageVersions": schema["spec"]["versions"].as_array().map(|vs| vs.iter().filter(|v| v["storage"] == true).map(|v| v["name"].clone()).collect::<Vec<_>>()).unwrap_or_default(),
             }));
         }
+        // kcp's conditions of a bound binding: the export is valid, the first binding is done
+        // and the binding is current, hence Ready.
         let mut conditions = vec![
             json!({"type": "Ready", "status": "True", "reason": "Bound", "message": "", "lastTransitionTime": now}),
+            json!({"type": "APIExportValid", "status": "True", "lastTransitionTime": now}),
+            json!({"type": "BindingUpToDate", "status": "True", "lastTransitionTime": now}),
+            json!({"type": "InitialBindingCompleted", "status": "True", "lastTransitionTime": now}),
         ];
         let (exported_claims, valid) = claims::claims_status(obj, &export, &now);
         obj["status"] = json!({

@@ -316,10 +316,19 @@ impl Strategy for Exports {
     ) -> Result<(), ApiError> {
         self.0.set_path_annotation(w.cluster, obj);
         let identity = export_identity(w.cluster, objects::name(obj));
-        obj["status"] = json!({"identityHash": identity});
+        // kcp's condition that the export's identity is settled (the server made it).
+        let valid = json!({"type": "IdentityValid", "status": "True",
+            "lastTransitionTime": objects::now_rfc3339()});
+        obj["status"] = json!({"identityHash": identity, "conditions": [valid]});
         if let Some(s) = old.and_then(|o| o.get("status")) {
             if s.get("identityHash").is_some() {
                 obj["status"]["identityHash"] = s["identityHash"].clone();
+            }
+            let kept = s["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "IdentityValid"));
+            if let Some(kept) = kept {
+                obj["status"]["conditions"] = json!([kept]);
             }
         }
         Ok(())
