@@ -7,7 +7,7 @@
 //! - `kube-conformance`: Kubernetes' conformance tests of `[sig-api-machinery]` and
 //!   `[sig-auth]` (kube's specs of the `k8s.io/kubernetes` release `tests/peers/go/go.mod` pins,
 //!   in `tests/peers/go/apiconformance`: e2e.test's suite without its checks for nodes), run in
-//!   parallel by ginkgo. Control: kube-apiserver with the kube-controller-manager of the same
+//!   parallel test processes. Control: kube-apiserver with the kube-controller-manager of the same
 //!   release.
 //!
 //! What does not pass is listed in `tests/peer-suites/<suite>.yaml`, each entry with its reason:
@@ -205,10 +205,21 @@ struct Counts {
     not_applicable: usize,
 }
 
-fn counts(outcomes: &BTreeMap<String, Outcome>, listed: usize, not_applicable: usize) -> Counts {
+/// `passed` leaves out the tests of `flaky` (listed, and passing only in some runs), so that the
+/// figures stay the same from run to run.
+fn counts(
+    outcomes: &BTreeMap<String, Outcome>,
+    listed: usize,
+    not_applicable: usize,
+    flaky: &[Entry],
+) -> Counts {
+    let flaky: BTreeSet<&str> = flaky.iter().map(|e| e.test.as_str()).collect();
     Counts {
         run: outcomes.len(),
-        passed: outcomes.values().filter(|o| **o == Outcome::Passed).count(),
+        passed: outcomes
+            .iter()
+            .filter(|(t, o)| **o == Outcome::Passed && !flaky.contains(t.as_str()))
+            .count(),
         listed,
         not_applicable,
     }
@@ -604,7 +615,7 @@ fn count_go_tests(dir: &Path) -> usize {
 }
 
 /// Test processes at once: the tests mostly wait for the server.
-const KCP_PARALLEL: usize = 6;
+const KCP_PARALLEL: usize = 8;
 /// The longest one kcp e2e test may take.
 const KCP_TEST_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -624,7 +635,11 @@ fn run_kcp_suite(target: Target, work: &KcpWorkdir, output: &Path) {
         Target::Serve => lists.failing_on_serve.len(),
         Target::Peer => lists.failing_on_peer.len() + lists.flaky_on_peer.len(),
     };
-    let counts = counts(&outcomes, listed, not_applicable);
+    let flaky = match target {
+        Target::Serve => &[][..],
+        Target::Peer => &lists.flaky_on_peer[..],
+    };
+    let counts = counts(&outcomes, listed, not_applicable, flaky);
     eprintln!("kcp-e2e on {}: {counts:?}", target.dir_name());
     let mut problems = judge("kcp-e2e", target, &outcomes, &lists, output);
     let row = match target {
@@ -683,7 +698,7 @@ async fn kcp_e2e_on_kcp() {
 
 /// The conformance tests run: those of API machinery and authentication/authorization.
 const CONFORMANCE_FOCUS: &str = r"\[sig-(api-machinery|auth)\].*\[Conformance\]";
-/// ginkgo's parallel processes: the tests mostly wait for the server.
+/// Test processes at once: the tests mostly wait for the server.
 const CONFORMANCE_PROCS: usize = 8;
 
 /// A regular expression that matches exactly `text`.
@@ -699,6 +714,10 @@ fn regex_escape(text: &str) -> String {
 }
 
 /// Runs the conformance tests against `kubeconfig`; the outcome of each spec by its full text.
+///
+/// Each spec runs in a test process of its own, [`CONFORMANCE_PROCS`] at once, then the
+/// `[Serial]` ones one by one; each process writes its own ginkgo report. (The specs and their
+/// per-spec framework are independent of one another, as ginkgo's own parallel runs assume.)
 fn run_conformance(kubeconfig: &Path, lists: &Lists, output: &Path) -> BTreeMap<String, Outcome> {
     let skip = lists
         .not_applicable
@@ -706,77 +725,138 @@ fn run_conformance(kubeconfig: &Path, lists: &Lists, output: &Path) -> BTreeMap<
         .map(|e| regex_escape(&e.test))
         .collect::<Vec<_>>()
         .join("|");
-    // ginkgo writes its report under --output-dir, by the name given.
-    let report = output.join("report.json");
-    let mut command = Command::new(peer_binary("ginkgo"));
-    command
-        .arg("run")
-        .args(["--procs", &CONFORMANCE_PROCS.to_string()])
-        .args(["--no-color", "--keep-going", "--timeout", "40m"])
-        .args(["--json-report", "report.json"])
-        .arg("--output-dir")
-        .arg(output)
-        .args(["--focus", CONFORMANCE_FOCUS]);
+    // Which specs run: a dry run with the same focus and skip.
+    let dry = output.join("dry-run.json");
+    let mut listing = conformance_command(kubeconfig, output, &dry);
+    listing.args(["--ginkgo.dry-run", "--ginkgo.focus", CONFORMANCE_FOCUS]);
     if !skip.is_empty() {
-        command.args(["--skip", &skip]);
+        listing.args(["--ginkgo.skip", &skip]);
     }
-    let log = std::fs::File::create(output.join("ginkgo.log")).expect("log");
-    let status = command
-        .arg(peer_binary("api-conformance.test"))
-        .arg("--")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--report-dir={}", output.display()))
-        .current_dir(output)
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .status()
-        .expect("ginkgo");
-    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
-        panic!(
-            "ginkgo ({status}) wrote no report {}: {e}; see {}",
-            report.display(),
-            output.join("ginkgo.log").display()
-        )
-    });
-    let suites: serde_json::Value = serde_json::from_str(&text).expect("ginkgo's JSON report");
-    let mut outcomes = BTreeMap::new();
-    for suite in suites.as_array().into_iter().flatten() {
-        let setup_failed = suite["SpecReports"].as_array().is_some_and(|r| {
-            r.iter()
-                .any(|s| s["LeafNodeType"] == "SynchronizedBeforeSuite" && s["State"] == "failed")
-        });
-        if setup_failed {
-            panic!(
-                "the conformance suite did not start (its BeforeSuite failed); see {}",
-                output.join("ginkgo.log").display()
-            );
-        }
-        for spec in suite["SpecReports"].as_array().into_iter().flatten() {
-            if spec["LeafNodeType"] != "It" {
-                continue;
-            }
-            let state = spec["State"].as_str().unwrap_or("");
-            if state == "skipped" || state == "pending" {
-                continue;
-            }
-            let name = spec_name(spec);
-            let outcome = match state {
-                "passed" => Outcome::Passed,
-                _ => Outcome::Failed(format!(
-                    "    {}",
-                    spec["Failure"]["Message"]
-                        .as_str()
-                        .unwrap_or(state)
-                        .lines()
-                        .take(6)
-                        .collect::<Vec<_>>()
-                        .join("\n    ")
-                )),
-            };
-            outcomes.insert(name, outcome);
-        }
-    }
+    listing.stdout(Stdio::null()).stderr(Stdio::null());
+    listing.status().expect("the conformance test binary");
+    let names: Vec<String> = spec_reports(&dry, output)
+        .iter()
+        .filter(|s| s["LeafNodeType"] == "It" && s["State"] == "passed")
+        .map(spec_name)
+        .collect();
+    assert!(
+        !names.is_empty(),
+        "the dry run selected no spec; see {}",
+        dry.display()
+    );
+    let (serial, parallel): (Vec<String>, Vec<String>) =
+        names.into_iter().partition(|n| n.contains("[Serial]"));
+    let numbered: Vec<(usize, String)> = parallel.into_iter().enumerate().collect();
+    let first_serial = numbered.len();
+    let mut outcomes = run_specs(kubeconfig, output, numbered, CONFORMANCE_PROCS);
+    let serial: Vec<(usize, String)> = serial
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| (first_serial + i, n))
+        .collect();
+    outcomes.extend(run_specs(kubeconfig, output, serial, 1));
     outcomes
+}
+
+/// Runs each spec of `specs` in a test process of its own (a spec that panics in a goroutine
+/// ends its process), `parallel` at once; the outcome of each by name.
+fn run_specs(
+    kubeconfig: &Path,
+    output: &Path,
+    specs: Vec<(usize, String)>,
+    parallel: usize,
+) -> BTreeMap<String, Outcome> {
+    let queue = Mutex::new(VecDeque::from(specs));
+    let outcomes = Mutex::new(BTreeMap::new());
+    std::thread::scope(|scope| {
+        for _ in 0..parallel {
+            scope.spawn(|| loop {
+                let Some((i, name)) = queue.lock().expect("queue").pop_front() else {
+                    return;
+                };
+                let report = output.join(format!("spec-{i}.json"));
+                let log_path = output.join(format!("spec-{i}.log"));
+                let log = std::fs::File::create(&log_path).expect("log");
+                conformance_command(kubeconfig, output, &report)
+                    // (a name that is part of another's runs both: the report tells them apart)
+                    .arg(format!("--ginkgo.focus={}", regex_escape(&name)))
+                    .arg("--ginkgo.timeout=20m")
+                    .stdout(log.try_clone().expect("log"))
+                    .stderr(log)
+                    .status()
+                    .expect("the conformance test binary");
+                let ran: Vec<serde_json::Value> = match report.is_file() {
+                    true => spec_reports(&report, output)
+                        .into_iter()
+                        .filter(|s| s["LeafNodeType"] == "It")
+                        .filter(|s| !matches!(s["State"].as_str(), Some("skipped" | "pending")))
+                        .collect(),
+                    false => Vec::new(),
+                };
+                let outcome = match ran.iter().find(|s| spec_name(s) == name) {
+                    Some(spec) if spec["State"] == "passed" => Outcome::Passed,
+                    Some(spec) => Outcome::Failed(format!(
+                        "    {} (log: {})",
+                        spec["Failure"]["Message"]
+                            .as_str()
+                            .unwrap_or("failed")
+                            .lines()
+                            .take(6)
+                            .collect::<Vec<_>>()
+                            .join("\n    "),
+                        log_path.display()
+                    )),
+                    None => Outcome::Failed(format!(
+                        "    the test process ended without a report (a panic?); log: {}",
+                        log_path.display()
+                    )),
+                };
+                eprintln!(
+                    "{} {name}",
+                    match &outcome {
+                        Outcome::Passed => "passed",
+                        Outcome::Skipped => "skipped",
+                        Outcome::Failed(_) => "FAILED",
+                    }
+                );
+                outcomes.lock().expect("outcomes").insert(name, outcome);
+            });
+        }
+    });
+    outcomes.into_inner().expect("outcomes")
+}
+
+/// The conformance test binary against `kubeconfig`, writing its ginkgo report to `report`.
+fn conformance_command(kubeconfig: &Path, output: &Path, report: &Path) -> Command {
+    let mut command = Command::new(peer_binary("api-conformance.test"));
+    command
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--ginkgo.json-report={}", report.display()))
+        .arg("--ginkgo.no-color")
+        .current_dir(output);
+    command
+}
+
+/// The spec reports of a ginkgo JSON report; fails when the suite did not start.
+fn spec_reports(report: &Path, output: &Path) -> Vec<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(report).unwrap_or_else(|e| panic!("{}: {e}", report.display()));
+    let suites: serde_json::Value = serde_json::from_str(&text).expect("ginkgo's JSON report");
+    let specs: Vec<serde_json::Value> = suites
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|suite| suite["SpecReports"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let setup_failed = specs
+        .iter()
+        .any(|s| s["LeafNodeType"] == "SynchronizedBeforeSuite" && s["State"] == "failed");
+    assert!(
+        !setup_failed,
+        "the conformance suite did not start (its BeforeSuite failed); see the logs in {}",
+        output.display()
+    );
+    specs
 }
 
 /// A spec's full text: its containers' texts and its own, as ginkgo prints it.
@@ -798,7 +878,11 @@ fn conformance_suite(target: Target, kubeconfig: &Path, output: &Path) {
         Target::Serve => lists.failing_on_serve.len(),
         Target::Peer => lists.failing_on_peer.len() + lists.flaky_on_peer.len(),
     };
-    let counts = counts(&outcomes, listed, lists.not_applicable.len());
+    let flaky = match target {
+        Target::Serve => &[][..],
+        Target::Peer => &lists.flaky_on_peer[..],
+    };
+    let counts = counts(&outcomes, listed, lists.not_applicable.len(), flaky);
     eprintln!("kube-conformance on {}: {counts:?}", target.dir_name());
     let mut problems = judge("kube-conformance", target, &outcomes, &lists, output);
     let row = match target {
@@ -819,7 +903,9 @@ fn kube_conformance_on_serve() {
 #[test]
 fn kube_conformance_on_kube_apiserver() {
     let output = output_dir("kube-conformance", Target::Peer);
-    let mut peer = KubeApiserver::start();
+    // Compaction every minute instead of five: the chunking test waits for its continue token
+    // to be compacted away.
+    let mut peer = KubeApiserver::start_with(&["--etcd-compaction-interval=1m".to_string()]);
     peer.start_controller_manager()
         .unwrap_or_else(|e| panic!("{e:#}"));
     conformance_suite(Target::Peer, &peer.admin_kubeconfig, &output);
