@@ -136,7 +136,8 @@ async fn applied(
     }
 }
 
-/// Counts the ConfigMaps of `cluster_path` carrying any claim label.
+/// Counts the ConfigMaps the benchmark wrote (`cm-*`; the namespace's own kube-root-ca.crt is
+/// claimed too) in `cluster_path` carrying any claim label.
 async fn labelled(client: &kube::Client, cluster_path: &str) -> anyhow::Result<usize> {
     let list = get(
         client,
@@ -145,6 +146,11 @@ async fn labelled(client: &kube::Client, cluster_path: &str) -> anyhow::Result<u
     .await?;
     Ok(list["items"].as_array().map_or(0, |a| {
         a.iter()
+            .filter(|o| {
+                o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("cm-"))
+            })
             .filter(|o| {
                 o["metadata"]["labels"].as_object().is_some_and(|l| {
                     l.keys()

@@ -831,14 +831,6 @@ async fn route(
             },
             (_, target) => match state.tenancy.resolve(target) {
                 Ok(c) => c,
-                // The server's administrators may know what exists: a workspace that is not
-                // there (deleted, or never made) is not found, as kcp answers them.
-                Err(_)
-                    if refused.is_none()
-                        && identity.as_deref().is_some_and(Identity::is_unscoped_admin) =>
-                {
-                    return error_response(&ApiError::path_not_found());
-                }
                 Err(e) => return error_response(refused.as_ref().unwrap_or(&e)),
             },
         };
