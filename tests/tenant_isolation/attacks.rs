@@ -732,14 +732,15 @@ async fn binding_another_workspace_export_needs_bind_there() {
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
     assert_eq!(r.json()["status"]["phase"], "Bound");
-    // Pointing a binding elsewhere is a new bind, checked again.
+    // Pointing a binding elsewhere is refused: its reference never changes (kcp's rule); another
+    // export is another binding, and that is a new bind, checked again.
     let mut w = r.json();
     w["spec"]["reference"]["export"]["name"] = json!("other.example.com");
     let r = t
         .carol
         .call(Method::PUT, &format!("{bindings}/w"), Some(&w))
         .await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.json());
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.json());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

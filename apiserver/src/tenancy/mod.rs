@@ -1117,7 +1117,18 @@ fn prepare_logical_cluster(
     };
     // The spec is the server's: a client sends back what it read (a Go client without the
     // fields its type lacks and without empty lists), and gets the stored spec kept.
-    if kcp_spec(&old["spec"]) != kcp_spec(&obj["spec"]) {
+    let sent_type = obj["spec"].get("type").is_some_and(|t| !t.is_null());
+    let stored = if sent_type {
+        kcp_spec(&old["spec"])
+    } else {
+        let mut without = old["spec"].clone();
+        if let Some(m) = without.as_object_mut() {
+            m.remove("type");
+        }
+        kcp_spec(&without)
+    };
+    // (a client that sent no type, as a Go client of kcp's type, is not comparing it)
+    if stored != kcp_spec(&obj["spec"]) {
         return Err(invalid(
             r,
             objects::name(obj),
@@ -1160,6 +1171,10 @@ fn prepare_logical_cluster(
 /// `false` and absent are one.
 fn kcp_spec(spec: &Value) -> Value {
     let mut out = serde_json::Map::new();
+    // The workspace type, which kcp keeps in an annotation: compared when there.
+    if spec.get("type").is_some_and(|t| !t.is_null()) {
+        out.insert("type".into(), spec["type"].clone());
+    }
     for field in ["directlyDeletable", "owner", "initializers", "terminators"] {
         match &spec[field] {
             Value::Null | Value::Bool(false) => {}
