@@ -388,17 +388,19 @@ async fn sharded_brokers_split_the_consumers_and_the_survivor_takes_over() {
             }
         }
     };
-    // Copies in the provider, by the consumer object they belong to.
+    // Copies in the provider of the test's orders (each consumer's kube-root-ca.crt is copied
+    // too), by the consumer object they belong to.
     let copies = || async {
         items(&server, "/clusters/root:provider/api/v1/configmaps")
             .await
             .iter()
             .filter_map(|o| {
                 let a = &o["metadata"]["annotations"];
+                let name = a["broker.platform-mesh.io/consumer-name"].as_str()?;
+                name.starts_with("order-").then_some(())?;
                 Some(format!(
-                    "{} {}",
+                    "{} {name}",
                     a["broker.platform-mesh.io/consumer-cluster"].as_str()?,
-                    a["broker.platform-mesh.io/consumer-name"].as_str()?
                 ))
             })
             .collect::<std::collections::BTreeSet<String>>()
