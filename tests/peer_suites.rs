@@ -258,6 +258,32 @@ fn readme_row_problem(suite: &str, target: &str, counts: &Counts) -> Option<Stri
     }
 }
 
+/// Judges a run of `suite` on `target` (`peer` names the peer's README row) against its lists
+/// and the README's figures, and fails with every problem found.
+fn settle(
+    suite: &str,
+    target: Target,
+    peer: &str,
+    outcomes: &BTreeMap<String, Outcome>,
+    lists: &Lists,
+    not_applicable: usize,
+    output: &Path,
+) {
+    let (listed, flaky, row) = match target {
+        Target::Serve => (lists.failing_on_serve.len(), &[][..], "serve"),
+        Target::Peer => (
+            lists.failing_on_peer.len() + lists.flaky_on_peer.len(),
+            &lists.flaky_on_peer[..],
+            peer,
+        ),
+    };
+    let counts = counts(outcomes, listed, not_applicable, flaky);
+    eprintln!("{suite} on {}: {counts:?}", target.dir_name());
+    let mut problems = judge(suite, target, outcomes, lists, output);
+    problems.extend(readme_row_problem(suite, row, &counts));
+    report(suite, target, problems);
+}
+
 fn report(suite: &str, target: Target, problems: Vec<String>) {
     assert!(
         problems.is_empty(),
@@ -631,23 +657,15 @@ fn run_kcp_suite(target: Target, work: &KcpWorkdir, output: &Path) {
         KCP_PARALLEL,
         KCP_TEST_TIMEOUT,
     );
-    let listed = match target {
-        Target::Serve => lists.failing_on_serve.len(),
-        Target::Peer => lists.failing_on_peer.len() + lists.flaky_on_peer.len(),
-    };
-    let flaky = match target {
-        Target::Serve => &[][..],
-        Target::Peer => &lists.flaky_on_peer[..],
-    };
-    let counts = counts(&outcomes, listed, not_applicable, flaky);
-    eprintln!("kcp-e2e on {}: {counts:?}", target.dir_name());
-    let mut problems = judge("kcp-e2e", target, &outcomes, &lists, output);
-    let row = match target {
-        Target::Serve => "serve",
-        Target::Peer => "kcp",
-    };
-    problems.extend(readme_row_problem("kcp-e2e", row, &counts));
-    report("kcp-e2e", target, problems);
+    settle(
+        "kcp-e2e",
+        target,
+        "kcp",
+        &outcomes,
+        &lists,
+        not_applicable,
+        output,
+    );
 }
 
 #[test]
@@ -874,23 +892,16 @@ fn spec_name(spec: &serde_json::Value) -> String {
 fn conformance_suite(target: Target, kubeconfig: &Path, output: &Path) {
     let lists = read_lists("kube-conformance");
     let outcomes = run_conformance(kubeconfig, &lists, output);
-    let listed = match target {
-        Target::Serve => lists.failing_on_serve.len(),
-        Target::Peer => lists.failing_on_peer.len() + lists.flaky_on_peer.len(),
-    };
-    let flaky = match target {
-        Target::Serve => &[][..],
-        Target::Peer => &lists.flaky_on_peer[..],
-    };
-    let counts = counts(&outcomes, listed, lists.not_applicable.len(), flaky);
-    eprintln!("kube-conformance on {}: {counts:?}", target.dir_name());
-    let mut problems = judge("kube-conformance", target, &outcomes, &lists, output);
-    let row = match target {
-        Target::Serve => "serve",
-        Target::Peer => "kube-apiserver",
-    };
-    problems.extend(readme_row_problem("kube-conformance", row, &counts));
-    report("kube-conformance", target, problems);
+    let not_applicable = lists.not_applicable.len();
+    settle(
+        "kube-conformance",
+        target,
+        "kube-apiserver",
+        &outcomes,
+        &lists,
+        not_applicable,
+        output,
+    );
 }
 
 #[test]

@@ -56,30 +56,33 @@ fn base36(bytes: &[u8]) -> String {
 
 /// The annotations kcp's scheduler gives a workspace placed on this server's shard.
 pub(super) fn annotate_workspace(obj: &mut Value, cluster: &str) {
-    let meta = objects::meta_mut(obj);
-    let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+    let a = annotations_mut(obj);
+    a.insert(SHARD_ANNOTATION.into(), json!(shard_name_hash(ROOT_SHARD)));
+    a.insert(CLUSTER_ANNOTATION.into(), json!(cluster));
+}
+
+/// The annotations map of `obj`, made an empty one when it is missing or not a map.
+fn annotations_mut(obj: &mut Value) -> &mut serde_json::Map<String, Value> {
+    let annotations = objects::meta_mut(obj)
+        .entry("annotations")
+        .or_insert_with(|| json!({}));
     if !annotations.is_object() {
         *annotations = json!({});
     }
-    annotations[SHARD_ANNOTATION] = json!(shard_name_hash(ROOT_SHARD));
-    annotations[CLUSTER_ANNOTATION] = json!(cluster);
+    annotations
+        .as_object_mut()
+        .expect("annotations made a map just above")
 }
 
 /// Keeps the scheduler's annotations of `old` on an update of a workspace: they say where the
 /// workspace is, which no client chooses once it exists.
 pub(super) fn keep_placement(obj: &mut Value, old: &Value) {
-    let meta = objects::meta_mut(obj);
-    let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
-    if !annotations.is_object() {
-        *annotations = json!({});
-    }
-    if let Some(a) = annotations.as_object_mut() {
-        for key in [SHARD_ANNOTATION, CLUSTER_ANNOTATION] {
-            match old["metadata"]["annotations"][key].as_str() {
-                Some(v) => a.insert(key.into(), json!(v)),
-                None => a.remove(key),
-            };
-        }
+    let a = annotations_mut(obj);
+    for key in [SHARD_ANNOTATION, CLUSTER_ANNOTATION] {
+        match old["metadata"]["annotations"][key].as_str() {
+            Some(v) => a.insert(key.into(), json!(v)),
+            None => a.remove(key),
+        };
     }
 }
 
