@@ -7,7 +7,7 @@ use anyhow::{bail, Context as _};
 use controllers::broker::generic::Brokered;
 use controllers::broker::parse_kind;
 use controllers::broker::wiring::{kubeconfig_cluster, kubeconfig_clusters, Broker, BrokerOptions};
-use controllers::providers::FixedClusters;
+use controllers::cluster_providers::FixedClusters;
 use controllers::runtime::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus};
 use controllers::runtime::sharding::{Sharded, ShardingConfig};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -378,7 +378,7 @@ async fn lease_client(args: &BrokerArgs) -> anyhow::Result<(kube::Client, String
         .with_context(|| format!("kubeconfig {path}"))?;
     if args.coordination_kubeconfig.is_none() {
         // On kcp the Lease is the platform workspace's.
-        let base = controllers::platformmesh::kcp::base_address(&config.cluster_url.to_string());
+        let base = controllers::kcp::base_address(&config.cluster_url.to_string());
         config.cluster_url = format!("{base}/clusters/{}", args.platform_workspace)
             .parse()
             .context("the platform workspace's address")?;

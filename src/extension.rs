@@ -18,11 +18,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use apiserver::auth::{Attributes, Decision};
-use apiserver::identity::Identity;
-use apiserver::views::{Mirror, SourceKind, Upstream, UpstreamError, ViewOptions, Workspace};
-use controllers::platformmesh::kcp::Kcp;
-use controllers::providers::kcp::{cluster_of, endpoint_urls};
+use apiserver::access::rbac::{Attributes, Decision};
+use apiserver::endpoints::views::{
+    Mirror, SourceKind, Upstream, UpstreamError, ViewOptions, Workspace,
+};
+use apiserver::request::identity::Identity;
+use controllers::cluster_providers::kcp::{cluster_of, endpoint_urls};
+use controllers::kcp::Kcp;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher::{self, watcher};
@@ -249,7 +251,7 @@ const RETRY: Duration = Duration::from_secs(2);
 /// until the returned task is aborted.
 pub fn mirror(
     upstream: Arc<KcpUpstream>,
-    extension: Arc<apiserver::views::Extension>,
+    extension: Arc<apiserver::endpoints::views::Extension>,
     store: Arc<dyn apiserver::storage::Store>,
     views: ViewOptions,
 ) -> JoinHandle<()> {
@@ -279,7 +281,7 @@ impl Drop for Tasks {
 
 async fn run_mirror(
     upstream: &KcpUpstream,
-    extension: &apiserver::views::Extension,
+    extension: &apiserver::endpoints::views::Extension,
     store: &Arc<dyn apiserver::storage::Store>,
     views: &ViewOptions,
 ) -> anyhow::Result<()> {

@@ -50,7 +50,10 @@ const OWN_CRATES: &[&str] = &[
 /// The filter a verbosity names.
 pub fn directives(verbosity: u8) -> String {
     match verbosity {
-        0..=2 => format!("info,{}=off", apiserver::dispatch::REQUESTS_TARGET),
+        0..=2 => format!(
+            "info,{}=off",
+            apiserver::endpoints::dispatch::REQUESTS_TARGET
+        ),
         3 => "info".to_string(),
         4 | 5 => {
             let mut d = String::from("info");

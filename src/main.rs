@@ -10,18 +10,6 @@ use controllers::runtime::leader::LeaderStatus;
 use logging::LogFormat;
 
 mod bench;
-mod bench_attacks;
-mod bench_attacks_jwks;
-mod bench_broker;
-mod bench_claims;
-mod bench_engage;
-mod bench_kcp;
-#[cfg(feature = "etcd")]
-mod bench_kube;
-mod bench_report;
-#[cfg(feature = "etcd")]
-mod bench_scale;
-mod bench_views;
 mod broker;
 mod delegation;
 mod extension;
@@ -74,7 +62,7 @@ fn request_timeout(s: &str) -> Result<std::time::Duration, String> {
     s.parse::<u64>()
         .ok()
         .map(std::time::Duration::from_secs)
-        .or_else(|| apiserver::query::parse_go_duration(s))
+        .or_else(|| apiserver::request::query::parse_go_duration(s))
         .filter(|d| !d.is_zero())
         .ok_or_else(|| format!("{s:?} is not a positive duration (want e.g. 1m0s, 30s or 60)"))
 }
@@ -210,7 +198,7 @@ struct ServeArgs {
     #[arg(long, requires = "etcd_certfile")]
     etcd_keyfile: Option<PathBuf>,
     /// Short (non-watch) requests served at once; beyond it clients get 429 and Retry-After.
-    #[arg(long, default_value_t = apiserver::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
+    #[arg(long, default_value_t = apiserver::endpoints::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
     max_requests_inflight: usize,
     /// How long a short request may take before it is answered 504: a duration as kube's flags
     /// take it (`1m0s`, `30s`, `1500ms`), or a number of seconds.
@@ -220,13 +208,13 @@ struct ServeArgs {
     #[arg(long, default_value_t = 0)]
     max_objects_per_workspace: usize,
     /// Open watches one user may have (429 beyond; system:masters exempt; 0: no limit).
-    #[arg(long, default_value_t = apiserver::budget::DEFAULT_WATCHES_PER_USER)]
+    #[arg(long, default_value_t = apiserver::access::budget::DEFAULT_WATCHES_PER_USER)]
     max_watches_per_user: usize,
     /// Bytes of list answers one user may leave unread at once (429 beyond; 0: no limit).
-    #[arg(long, default_value_t = apiserver::budget::DEFAULT_LIST_BYTES_PER_USER)]
+    #[arg(long, default_value_t = apiserver::access::budget::DEFAULT_LIST_BYTES_PER_USER)]
     max_list_bytes_per_user: usize,
     /// Bytes of list answers all users together may leave unread at once (0: no limit).
-    #[arg(long, default_value_t = apiserver::budget::DEFAULT_LIST_BYTES)]
+    #[arg(long, default_value_t = apiserver::access::budget::DEFAULT_LIST_BYTES)]
     max_list_bytes: usize,
     /// Bytes of events the watch cache keeps for watches that start in the past, all resource
     /// types together.
@@ -242,7 +230,7 @@ struct ServeArgs {
     #[arg(long)]
     service_account_key_file: Option<PathBuf>,
     /// Issuer (`iss`) of ServiceAccount tokens.
-    #[arg(long, default_value = apiserver::serviceaccounts::DEFAULT_ISSUER)]
+    #[arg(long, default_value = apiserver::access::serviceaccounts::DEFAULT_ISSUER)]
     service_account_issuer: String,
     /// Audiences accepted in tokens (default: the issuer).
     #[arg(long, value_delimiter = ',')]
@@ -288,7 +276,7 @@ struct AuditArgs {
 
 impl AuditArgs {
     /// The policy and the log, when both are given (as kube-apiserver, a log needs a policy).
-    fn audit(self) -> anyhow::Result<Option<Arc<apiserver::dispatch::Audit>>> {
+    fn audit(self) -> anyhow::Result<Option<Arc<apiserver::endpoints::dispatch::Audit>>> {
         let (policy, path) = match (self.audit_policy_file, self.audit_log_path) {
             (Some(policy), Some(path)) => (policy, path),
             (None, None) => return Ok(None),
@@ -301,9 +289,9 @@ impl AuditArgs {
         };
         let bytes = std::fs::read(&policy)
             .with_context(|| format!("reading --audit-policy-file {}", policy.display()))?;
-        let policy = apiserver::audit::Policy::from_bytes(&bytes)
+        let policy = apiserver::meta::audit::Policy::from_bytes(&bytes)
             .with_context(|| format!("--audit-policy-file {}", policy.display()))?;
-        let mut config = apiserver::audit::LogConfig::new(path);
+        let mut config = apiserver::meta::audit::LogConfig::new(path);
         // lumberjack, which kube-apiserver's log backend writes with, rotates at 100 MB when
         // no size is given.
         config.max_size_mb = if self.audit_log_maxsize == 0 {
@@ -313,8 +301,8 @@ impl AuditArgs {
         };
         config.max_backups = self.audit_log_maxbackup;
         config.max_age_days = self.audit_log_maxage;
-        let writer = apiserver::audit::LogWriter::open(config).context("--audit-log-path")?;
-        Ok(Some(Arc::new(apiserver::dispatch::Audit {
+        let writer = apiserver::meta::audit::LogWriter::open(config).context("--audit-log-path")?;
+        Ok(Some(Arc::new(apiserver::endpoints::dispatch::Audit {
             policy,
             writer,
         })))
@@ -334,7 +322,7 @@ impl ServeArgs {
         opts.request_timeout = self.request_timeout;
         opts.max_objects_per_workspace = self.max_objects_per_workspace;
         opts.views = self.views.into_options();
-        opts.budgets = apiserver::budget::BudgetLimits {
+        opts.budgets = apiserver::access::budget::BudgetLimits {
             list_bytes_per_user: self.max_list_bytes_per_user,
             list_bytes: self.max_list_bytes,
             watches_per_user: self.max_watches_per_user,
@@ -388,8 +376,8 @@ struct ViewArgs {
 }
 
 impl ViewArgs {
-    fn into_options(self) -> apiserver::views::ViewOptions {
-        apiserver::views::ViewOptions {
+    fn into_options(self) -> apiserver::endpoints::views::ViewOptions {
+        apiserver::endpoints::views::ViewOptions {
             entity_label: self.entity_label,
             content_for_label: self.content_for_label,
             main_entity: self.main_entity_name,
@@ -519,7 +507,7 @@ fn user_kubeconfig(
     if let Some(ws) = workspace {
         if ws
             .split(':')
-            .any(|seg| !apiserver::names::validate_dns1123_label(seg).is_empty())
+            .any(|seg| !apiserver::meta::names::validate_dns1123_label(seg).is_empty())
         {
             anyhow::bail!(
                 "--workspace {ws:?}: give a workspace path such as root or root:team-a (lowercase names joined by ':')"
@@ -603,7 +591,7 @@ enum CertsCommand {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     logging::init(cli.log_format, cli.verbosity);
-    apiserver::dispatch::set_build(apiserver::dispatch::Build {
+    apiserver::endpoints::dispatch::set_build(apiserver::endpoints::dispatch::Build {
         commit: env!("PLATFORM_MESH_GIT_FULL_COMMIT"),
         tree_state: env!("PLATFORM_MESH_GIT_TREE_STATE"),
         date: env!("PLATFORM_MESH_BUILD_DATE"),
@@ -638,7 +626,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let leader_status = LeaderStatus::default();
                 // The co-located controllers report beside the server: controller-runtime's
                 // and the work queues' metrics and the leader election's status.
-                opts.extra_metrics = Some(apiserver::metrics::ExtraMetrics::new({
+                opts.extra_metrics = Some(apiserver::meta::metrics::ExtraMetrics::new({
                     let status = leader_status.clone();
                     let metrics = controller_args.metrics.clone();
                     move |registry| {
@@ -694,7 +682,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     extension::KcpUpstream::connect(&kcp.kcp_kubeconfig, kcp.server_url.as_deref())
                         .await?,
                 );
-                let ext = apiserver::views::Extension::new(upstream.clone());
+                let ext = apiserver::endpoints::views::Extension::new(upstream.clone());
                 let mut opts = apiserver::server::ServeOptions::new(kcp.listen, kcp.data_dir);
                 opts.store = apiserver::server::StoreKind::Memory;
                 opts.tls_cert_file = kcp.tls_cert_file;
@@ -789,7 +777,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             remote_runtime_secret_key,
             resources,
         } => {
-            use controllers::platformmesh::review::{
+            use controllers::platformmesh::render_cli::{
                 render_resolved_yaml, render_yaml, ResolveError,
             };
             let read = |p: &PathBuf| {
@@ -827,7 +815,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let data = std::fs::read_to_string(&values)
                 .with_context(|| format!("reading {}", values.display()))?;
             let name = file.display().to_string();
-            let out = controllers::platformmesh::review::template(
+            let out = controllers::platformmesh::render_cli::template(
                 &gotemplate::Engine::default(),
                 &name,
                 &text,

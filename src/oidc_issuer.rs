@@ -1,5 +1,5 @@
 //! `platform-mesh oidc-issuer`: a local OpenID issuer for trying per-workspace authentication
-//! without an identity provider ([`apiserver::workspace_authn::issuer`]). `serve` publishes the
+//! without an identity provider ([`apiserver::access::workspace_authn::issuer`]). `serve` publishes the
 //! discovery document and key set; `config` prints a WorkspaceAuthenticationConfiguration that
 //! trusts it; `token` signs a token and can wrap it in a kubeconfig of a workspace.
 
@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use apiserver::workspace_authn::issuer::{DevIssuer, Signer};
+use apiserver::access::workspace_authn::issuer::{DevIssuer, Signer};
 use serde_json::{json, Value};
 
 /// What the issuer remembers in its directory for `config` and `token`.

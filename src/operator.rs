@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use controllers::cluster_providers::fixed::FixedClusters;
+use controllers::cluster_providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
+use controllers::kcp::IdpSettings;
+use controllers::kcp::Kcp;
 use controllers::platformmesh::controller::controller;
 use controllers::platformmesh::deployment::Clusters;
-use controllers::platformmesh::kcp::Kcp;
-use controllers::platformmesh::manifests::IdpSettings;
 use controllers::platformmesh::vars::{RemoteRuntime, Render};
 use controllers::provider::managed;
-use controllers::providers::fixed::FixedClusters;
-use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
 use controllers::runtime::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus};
 use controllers::runtime::sharding::{Sharded, ShardingConfig};
 use controllers::runtime::{Cluster, Manager, ManagerOptions};
@@ -258,7 +258,7 @@ impl ShardingArgs {
 }
 
 fn go_duration(s: &str) -> Result<Duration, String> {
-    apiserver::query::parse_go_duration(s)
+    apiserver::request::query::parse_go_duration(s)
         .filter(|d| !d.is_zero())
         .ok_or_else(|| format!("{s:?} is not a positive duration (want e.g. 15s, 500ms or 1m)"))
 }
@@ -787,7 +787,9 @@ async fn run(
         .add(controller(engine, clusters.clone()))
         .context("adding the PlatformMesh controller")?;
     manager
-        .add(controllers::platformmesh::resource::controller(clusters))
+        .add(controllers::platformmesh::ocm_resources::controller(
+            clusters,
+        ))
         .context("adding the ResourceReconciler")?;
     manager
         .add(managed::controller(shared, 4))

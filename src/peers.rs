@@ -274,8 +274,8 @@ impl KubeApiserver {
     }
 
     /// A client with the admin certificate.
-    pub fn client(&self) -> anyhow::Result<apiserver::client::ClientConfig> {
-        Ok(apiserver::client::ClientConfig::new(
+    pub fn client(&self) -> anyhow::Result<https_client::ClientConfig> {
+        Ok(https_client::ClientConfig::new(
             self.address,
             self.pki.ca_cert_pem(),
             Some((self.pki.admin_cert_pem(), self.pki.admin_key_pem())),

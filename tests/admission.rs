@@ -2,9 +2,9 @@
 //! field and message through the API server (422) and through the admission webhook
 //! (`allowed: false`), and the mutating webhook answers defaults as a JSONPatch.
 
-use apiserver::client::{ClientConfig, Connection};
 use base64::Engine;
 use http::Method;
+use https_client::{ClientConfig, Connection};
 use serde_json::{json, Value};
 
 mod common;
@@ -30,7 +30,7 @@ fn review(uid: &str, obj: &Value, operation: &str, old: Option<&Value>) -> Value
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
 }
 
-async fn post(c: &mut Connection, path: &str, body: &Value) -> apiserver::client::Reply {
+async fn post(c: &mut Connection, path: &str, body: &Value) -> https_client::Reply {
     c.send(
         Method::POST,
         path,
@@ -43,7 +43,7 @@ async fn post(c: &mut Connection, path: &str, body: &Value) -> apiserver::client
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_objects_are_refused_alike_by_the_server_and_the_webhook() {
-    let cases = apiserver::rules::invalid_cases();
+    let cases = apiserver::admission::rules::invalid_cases();
     assert!(
         cases.len() >= 60,
         "the table needs at least 60 invalid objects, has {}",
@@ -204,7 +204,7 @@ async fn an_account_records_who_created_it() {
 async fn small_and_large_reviews_get_the_same_answer() {
     let (_s, client, _d) = server().await;
     let mut c = client.connect().await.expect("connect");
-    let case = apiserver::rules::invalid_cases()
+    let case = apiserver::admission::rules::invalid_cases()
         .into_iter()
         .find(|c| c.kind == "AcceptAPI")
         .expect("an AcceptAPI case");

@@ -6,8 +6,8 @@
 
 mod common;
 
-use apiserver::client::{ClientConfig, Reply};
 use http::{Method, StatusCode};
+use https_client::{ClientConfig, Reply};
 use serde_json::{json, Value};
 
 const SERVICE_HOST: &str = "platform-mesh.platform-mesh-system.svc";

@@ -73,7 +73,7 @@ async fn request(
     path: &str,
     headers: &[(&str, &str)],
     body: Value,
-) -> apiserver::client::Reply {
+) -> https_client::Reply {
     let mut conn = server.client().connect().await.expect("connect");
     let mut all = vec![("content-type", "application/json")];
     all.extend_from_slice(headers);

@@ -399,8 +399,7 @@ async fn bad_input_is_refused_with_a_status_and_changes_nothing() {
 async fn requests_without_a_client_certificate_are_unauthorized() {
     let server = Server::start();
     let ca = std::fs::read_to_string(server.data_dir.join("pki/ca.crt")).expect("ca");
-    let anonymous =
-        apiserver::client::ClientConfig::new(server.address, &ca, None).expect("config");
+    let anonymous = https_client::ClientConfig::new(server.address, &ca, None).expect("config");
     let mut c = anonymous.connect().await.expect("connect");
     for public in ["/livez", "/readyz", "/healthz", "/version"] {
         assert_eq!(c.get(public).await.expect("get").status, 200, "{public}");
@@ -444,12 +443,9 @@ async fn a_certificate_of_an_unknown_ca_is_unauthorized() {
         .distinguished_name
         .push(rcgen::DnType::OrganizationName, "system:masters");
     let cert = params.self_signed(&key).expect("certificate").pem();
-    let stranger = apiserver::client::ClientConfig::new(
-        server.address,
-        &ca,
-        Some((&cert, &key.serialize_pem())),
-    )
-    .expect("config");
+    let stranger =
+        https_client::ClientConfig::new(server.address, &ca, Some((&cert, &key.serialize_pem())))
+            .expect("config");
     let mut c = stranger.connect().await.expect("the handshake succeeds");
     for path in [
         "/api/v1/namespaces",

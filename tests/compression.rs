@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 
 /// Creates `n` ConfigMaps of about 1.5 KB each.
-async fn fill(client: &apiserver::client::ClientConfig, n: usize) {
+async fn fill(client: &https_client::ClientConfig, n: usize) {
     let mut conn = client.connect().await.expect("connect");
     for i in 0..n {
         let r = conn

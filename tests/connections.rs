@@ -248,7 +248,7 @@ async fn the_serving_certificate_and_client_ca_are_reloaded_when_their_files_cha
     .await;
     // `trusting`'s CA verifies the server; `user`'s admin certificate is presented.
     let status = |trusting: &certs::Pki, user: &certs::Pki| {
-        let client = apiserver::client::ClientConfig::new(
+        let client = https_client::ClientConfig::new(
             server.address,
             trusting.ca_cert_pem(),
             Some((user.admin_cert_pem(), user.admin_key_pem())),

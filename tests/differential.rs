@@ -38,10 +38,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use apiserver::client::{ClientConfig, Reply};
 use common::kube_apiserver::KubeApiserver;
 use common::Server;
 use http::Method;
+use https_client::{ClientConfig, Reply};
 use serde::Deserialize;
 use serde_json::{json, Value};
 

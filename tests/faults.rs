@@ -562,7 +562,7 @@ async fn slow_watcher_is_cut_off(server: &Server) {
             }
         }
     });
-    let rss_before = apiserver::metrics::resident_memory_bytes(server.child.id());
+    let rss_before = apiserver::meta::metrics::resident_memory_bytes(server.child.id());
 
     // 1500 objects of 16 KiB: far more than the h2 window and the server's per-watcher bound.
     let payload = "x".repeat(16 * 1024);
@@ -588,7 +588,9 @@ async fn slow_watcher_is_cut_off(server: &Server) {
                 tokio::time::Instant::now() < deadline,
                 "the writers did not finish within 300 s"
             );
-            rss_peak = rss_peak.max(apiserver::metrics::resident_memory_bytes(server.child.id()));
+            rss_peak = rss_peak.max(apiserver::meta::metrics::resident_memory_bytes(
+                server.child.id(),
+            ));
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         t.await.expect("writer");

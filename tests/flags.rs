@@ -80,7 +80,7 @@ async fn tls_cert_file_serves_that_certificate() {
     let (admin_cert, admin_key) = (admin_pem("admin.crt"), admin_pem("admin.key"));
     // Trusting the given certificate's CA works; the generated CA no longer vouches for it.
     let trusting = |ca: &str| {
-        apiserver::client::ClientConfig::new(server.address, ca, Some((&admin_cert, &admin_key)))
+        https_client::ClientConfig::new(server.address, ca, Some((&admin_cert, &admin_key)))
             .expect("client")
     };
     let mut conn = trusting(pki.ca_cert_pem())

@@ -51,7 +51,7 @@ impl Kcpctl {
     /// kcp's admin configured for workspace `path`.
     fn config_at(&self, path: &str) -> kube::Config {
         let mut c = self.base.clone();
-        let base = controllers::platformmesh::kcp::base_address(&c.cluster_url.to_string());
+        let base = controllers::kcp::base_address(&c.cluster_url.to_string());
         c.cluster_url = format!("{base}/clusters/{path}").parse().expect("url");
         c
     }
@@ -284,7 +284,7 @@ impl Extension {
             .await
             .expect("config");
         // The admin kubeconfig's current context is the root workspace; views hang off the base.
-        let base = controllers::platformmesh::kcp::base_address(&config.cluster_url.to_string());
+        let base = controllers::kcp::base_address(&config.cluster_url.to_string());
         config.cluster_url = format!("{base}/services/{view}/clusters/{path}")
             .parse()
             .expect("url");
@@ -441,8 +441,8 @@ async fn kcp_and_serve_refuse_a_schema_nested_as_in_a_crd_alike() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rust_apiexport_provider_engages_kcp_workspaces_through_the_endpoint_slice() {
-    use controllers::providers::kcp::path_aware::PathAware;
-    use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider};
+    use controllers::cluster_providers::kcp::path_aware::PathAware;
+    use controllers::cluster_providers::kcp::{ApiExportOptions, ApiExportProvider};
     use controllers::runtime::{ClusterEvent, ClusterProvider, ClusterSink};
 
     let kcp = Kcp::start().await;
@@ -533,7 +533,7 @@ async fn the_security_initializer_finishes_workspaces_on_kcp() {
     let kubeconfig =
         kube::config::Kubeconfig::read_from(&kcp.admin_kubeconfig).expect("kcp admin.kubeconfig");
     let access = std::sync::Arc::new(
-        controllers::platformmesh::kcp::Kcp::from_kubeconfig(kubeconfig, None)
+        controllers::kcp::Kcp::from_kubeconfig(kubeconfig, None)
             .await
             .expect("kcp access"),
     );
@@ -698,7 +698,7 @@ async fn the_account_controllers_work_on_kcp_through_the_core_export_without_adm
     })
     .await;
     // The installer's part: the identity's rights outside the virtual workspaces.
-    let access = controllers::platformmesh::kcp::Kcp::from_kubeconfig(
+    let access = controllers::kcp::Kcp::from_kubeconfig(
         kube::config::Kubeconfig::read_from(&kcp.admin_kubeconfig).expect("kubeconfig"),
         None,
     )
@@ -775,7 +775,7 @@ async fn the_account_controllers_work_on_kcp_through_the_core_export_without_adm
         .expect("user config");
     let user_at = |path: &str| {
         let mut c = as_user.clone();
-        let base = controllers::platformmesh::kcp::base_address(&c.cluster_url.to_string());
+        let base = controllers::kcp::base_address(&c.cluster_url.to_string());
         c.cluster_url = format!("{base}/clusters/{path}").parse().expect("url");
         Client::try_from(c).expect("client")
     };
@@ -947,7 +947,7 @@ async fn the_account_controllers_work_on_kcp_through_the_core_export_without_adm
 
 /// Creates the Account of the walkthrough file `text` in `path` with kcp's admin and waits until
 /// the account controllers call it Ready.
-async fn account_ready(admin: &controllers::platformmesh::kcp::Kcp, path: &str, text: &str) {
+async fn account_ready(admin: &controllers::kcp::Kcp, path: &str, text: &str) {
     let api = Api::<DynamicObject>::all_with(
         admin.workspace(path),
         &ar("core.platform-mesh.io", "v1alpha1", "Account", "accounts"),
@@ -1008,7 +1008,7 @@ fn schema_of_crd(crd: &Value, prefix: &str) -> Value {
 /// kcp's non-admin `user` at the server root.
 async fn kcp_user_config(kcp: &Kcp) -> kube::Config {
     let mut c = kcp.config("user").await.expect("user config");
-    let base = controllers::platformmesh::kcp::base_address(&c.cluster_url.to_string());
+    let base = controllers::kcp::base_address(&c.cluster_url.to_string());
     c.cluster_url = base.parse().expect("url");
     c
 }

@@ -289,7 +289,7 @@ fn kube_apiserver_serves_the_platform_mesh_apis_through_its_aggregator() {
     );
 
     // platform-mesh's own 422 messages reach the user unchanged.
-    for case in apiserver::rules::invalid_cases()
+    for case in apiserver::admission::rules::invalid_cases()
         .iter()
         .filter(|c| ["PlatformMesh", "Provider", "AcceptAPI"].contains(&c.kind))
     {
@@ -406,7 +406,7 @@ fn kube_apiserver_asks_the_webhooks_for_platform_mesh_crds() {
     // Every invalid object of the broker kinds is refused with platform-mesh's message: by the
     // CRD's own schema and CEL rules where they catch it (kube-apiserver checks them before it
     // calls validating webhooks), by the webhook for the rules only platform-mesh knows.
-    let cases = apiserver::rules::invalid_cases();
+    let cases = apiserver::admission::rules::invalid_cases();
     let broker: Vec<_> = cases
         .iter()
         .filter(|c| c.group == "broker.platform-mesh.io")

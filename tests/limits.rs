@@ -56,7 +56,7 @@ async fn slow_request_to(
 }
 
 /// Whether a list is served again within five seconds (a freed slot).
-async fn served_again(client: &apiserver::client::ClientConfig) -> bool {
+async fn served_again(client: &https_client::ClientConfig) -> bool {
     for _ in 0..50 {
         let mut c = client.connect().await.expect("connect");
         if c.get("/api/v1/namespaces/default/configmaps")

@@ -546,10 +546,10 @@ impl Logged {
         }
     }
 
-    fn client(&self) -> apiserver::client::ClientConfig {
+    fn client(&self) -> https_client::ClientConfig {
         let pki =
             |f: &str| std::fs::read_to_string(self._dir.path().join("pki").join(f)).expect("pki");
-        apiserver::client::ClientConfig::new(
+        https_client::ClientConfig::new(
             self.address.parse().expect("address"),
             &pki("ca.crt"),
             Some((&pki("admin.crt"), &pki("admin.key"))),

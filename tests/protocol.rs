@@ -3,15 +3,15 @@
 
 use std::time::Duration;
 
-use apiserver::client::Connection;
 use http::Method;
+use https_client::Connection;
 use serde_json::{json, Value};
 
 mod common;
 
 use common::in_process as server;
 
-async fn send_accept(c: &mut Connection, path: &str, accept: &str) -> apiserver::client::Reply {
+async fn send_accept(c: &mut Connection, path: &str, accept: &str) -> https_client::Reply {
     c.send_with_headers(
         Method::GET,
         path,

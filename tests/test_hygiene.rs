@@ -121,6 +121,7 @@ fn tests_cannot_pass_by_ignoring_errors_sleeping_or_timing() {
         "certs",
         "controllers",
         "gotemplate",
+        "https-client",
         "mc-runtime",
     ] {
         rust_files(&root.join(dir), &mut files);

@@ -9,14 +9,15 @@ mod common;
 
 use std::sync::atomic::Ordering;
 
-use apiserver::workspace_authn::issuer::DevIssuer;
+use apiserver::access::workspace_authn::issuer::DevIssuer;
 use http::Method;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 
-const KEY: &str = include_str!("../apiserver/src/workspace_authn/testdata/issuer-key.pem");
-const OTHER_KEY: &str = include_str!("../apiserver/src/workspace_authn/testdata/other-key.pem");
+const KEY: &str = include_str!("../apiserver/src/access/workspace_authn/testdata/issuer-key.pem");
+const OTHER_KEY: &str =
+    include_str!("../apiserver/src/access/workspace_authn/testdata/other-key.pem");
 
 fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
@@ -375,8 +376,8 @@ async fn a_hostile_issuers_key_set_costs_a_few_verifications_per_token() {
     let acme = DevIssuer::start(&dir.path().join("acme"), any, "/realms/acme", KEY)
         .await
         .expect("issuer");
-    let jwks = apiserver::workspace_authn::issuer::hostile_jwks(
-        apiserver::workspace_authn::fetch::MAX_BODY,
+    let jwks = apiserver::access::workspace_authn::issuer::hostile_jwks(
+        apiserver::access::workspace_authn::fetch::MAX_BODY,
     );
     assert!(jwks["keys"].as_array().expect("keys").len() > 700);
     let hostile =
@@ -417,7 +418,7 @@ async fn a_hostile_issuers_key_set_costs_a_few_verifications_per_token() {
 
     // The first garbage token fetches the set; the next ones are refused within a few
     // verifications each.
-    let garbage = apiserver::workspace_authn::issuer::garbage_token(hostile.url());
+    let garbage = apiserver::access::workspace_authn::issuer::garbage_token(hostile.url());
     assert_eq!(whoami(&env, &garbage, "root:corp:evil").await, Err(401));
     let fetched = hostile.requests.load(Ordering::Relaxed);
     assert_eq!(fetched, 2, "discovery and keys");
@@ -729,8 +730,8 @@ async fn workspace_authenticators_map_tokens_as_kube_apiserver_maps_them() {
     )
     .await
     .expect("issuer");
-    let other =
-        apiserver::workspace_authn::issuer::Signer::new(issuer.url(), OTHER_KEY).expect("signer");
+    let other = apiserver::access::workspace_authn::issuer::Signer::new(issuer.url(), OTHER_KEY)
+        .expect("signer");
     let config = dir.path().join("authentication-config.yaml");
     std::fs::write(
         &config,

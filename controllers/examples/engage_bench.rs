@@ -19,7 +19,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use controllers::providers::kcp::{endpoint_urls, ApiExportOptions, ApiExportProvider, PathAware};
+use controllers::cluster_providers::kcp::{
+    endpoint_urls, ApiExportOptions, ApiExportProvider, PathAware,
+};
 use controllers::runtime::client::{cluster_prefix, pooled_client, scoped_client};
 use controllers::runtime::{
     Action, CacheError, ClusterContext, Controller, Manager, ManagerOptions, Reconciler, Request,
@@ -96,10 +98,9 @@ async fn admin_config(kubeconfig: &Path) -> kube::Config {
     let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("config");
-    config.cluster_url =
-        controllers::platformmesh::kcp::base_address(&config.cluster_url.to_string())
-            .parse()
-            .expect("the server's base address");
+    config.cluster_url = controllers::kcp::base_address(&config.cluster_url.to_string())
+        .parse()
+        .expect("the server's base address");
     config
 }
 

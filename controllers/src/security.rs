@@ -37,7 +37,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::platformmesh::kcp::Kcp;
+use crate::kcp::Kcp;
 
 /// The initializer's id: the `security` WorkspaceType in `root`.
 pub const INITIALIZER: &str = "root:security";
@@ -505,7 +505,7 @@ impl SecurityInitializer {
                 .await
                 .map_err(kube_error("wiring AccountInfo account"))?;
         }
-        if crate::platformmesh::kcp::serves_workspace_authentication(&self.kcp, ORGS)
+        if crate::platformmesh::kcp_setup::serves_workspace_authentication(&self.kcp, ORGS)
             .await
             .map_err(SecurityError::Discovery)?
         {

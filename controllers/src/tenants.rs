@@ -6,8 +6,8 @@ use std::sync::Arc;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 
-use crate::platformmesh::api_resource;
-use crate::platformmesh::kcp::Kcp;
+use crate::kcp::Kcp;
+use crate::objects::api_resource;
 use crate::runtime::{Manager, ManagerError};
 use crate::{account, provider};
 

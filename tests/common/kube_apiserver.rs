@@ -51,7 +51,7 @@ impl KubeApiserver {
     }
 
     /// A client with the admin certificate.
-    pub fn client(&self) -> apiserver::client::ClientConfig {
+    pub fn client(&self) -> https_client::ClientConfig {
         self.peer.client().expect("client config")
     }
 

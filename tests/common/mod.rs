@@ -189,11 +189,11 @@ impl Server {
     }
 
     /// A client with the admin certificate.
-    pub fn client(&self) -> apiserver::client::ClientConfig {
+    pub fn client(&self) -> https_client::ClientConfig {
         let pki = self.data_dir.join("pki");
         let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("read pki file");
         let (ca, cert, key) = (read("ca.crt"), read("admin.crt"), read("admin.key"));
-        apiserver::client::ClientConfig::new(self.address, &ca, Some((&cert, &key)))
+        https_client::ClientConfig::new(self.address, &ca, Some((&cert, &key)))
             .expect("client config")
     }
 }
@@ -334,7 +334,7 @@ fn memory_options(dir: &Path) -> apiserver::server::ServeOptions {
 /// data directory lives as long as the returned guard.
 pub async fn in_process() -> (
     apiserver::server::RunningServer,
-    apiserver::client::ClientConfig,
+    https_client::ClientConfig,
     tempfile::TempDir,
 ) {
     in_process_with(|_| {}).await
@@ -345,7 +345,7 @@ pub async fn in_process_with(
     adjust: impl FnOnce(&mut apiserver::server::ServeOptions),
 ) -> (
     apiserver::server::RunningServer,
-    apiserver::client::ClientConfig,
+    https_client::ClientConfig,
     tempfile::TempDir,
 ) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -354,7 +354,7 @@ pub async fn in_process_with(
     let pki = opts.data_dir.join("pki");
     let running = apiserver::server::start(opts).await.expect("start");
     let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("pki");
-    let client = apiserver::client::ClientConfig::new(
+    let client = https_client::ClientConfig::new(
         running.address,
         &read("ca.crt"),
         Some((&read("admin.crt"), &read("admin.key"))),
@@ -541,7 +541,7 @@ pub async fn with_bearer(
     path: &str,
     body: &serde_json::Value,
 ) -> (u16, serde_json::Value) {
-    let client = apiserver::client::ClientConfig::new(address, ca, None).expect("client");
+    let client = https_client::ClientConfig::new(address, ca, None).expect("client");
     let mut conn = client.connect().await.expect("connect");
     let auth = format!("Bearer {token}");
     let body = if body.is_null() {

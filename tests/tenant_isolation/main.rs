@@ -12,9 +12,9 @@ mod attacks;
 
 use std::time::Duration;
 
-use apiserver::client::{ClientConfig, Connection, Reply};
 use base64::Engine;
 use http::{Method, StatusCode};
+use https_client::{ClientConfig, Connection, Reply};
 use serde_json::{json, Value};
 
 struct Env {
@@ -784,15 +784,15 @@ async fn a_service_account_token_reaches_exactly_its_cluster_role() {
     // for another audience, and tokens whose service account or Secret is gone.
     let key =
         std::fs::read_to_string(env.dir.path().join("data/pki/service-account.key")).expect("key");
-    let signer = apiserver::serviceaccounts::ServiceAccountTokens::from_pem(
+    let signer = apiserver::access::serviceaccounts::ServiceAccountTokens::from_pem(
         &key,
-        apiserver::serviceaccounts::DEFAULT_ISSUER,
+        apiserver::access::serviceaccounts::DEFAULT_ISSUER,
         &[],
         "",
     )
     .expect("signer");
     let parts = jwt_parts(&bound);
-    let claims: apiserver::serviceaccounts::Claims = serde_json::from_slice(
+    let claims: apiserver::access::serviceaccounts::Claims = serde_json::from_slice(
         &base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(&parts[1])
             .expect("payload"),
@@ -820,9 +820,9 @@ async fn a_service_account_token_reaches_exactly_its_cluster_role() {
     flipped_sig[2] = flipped_sig[2].chars().rev().collect();
     let other_key = {
         let other = tempfile::tempdir().expect("tempdir");
-        apiserver::serviceaccounts::ServiceAccountTokens::load_or_create(
+        apiserver::access::serviceaccounts::ServiceAccountTokens::load_or_create(
             &other.path().join("k"),
-            apiserver::serviceaccounts::DEFAULT_ISSUER,
+            apiserver::access::serviceaccounts::DEFAULT_ISSUER,
             &[],
             "",
         )

@@ -14,10 +14,10 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::Resource;
-use crate::field_error::FieldError;
-use crate::identity::Identity;
-use crate::names::NameRule;
-use crate::status::ApiError;
+use crate::meta::field_error::FieldError;
+use crate::meta::names::NameRule;
+use crate::meta::status::ApiError;
+use crate::request::identity::Identity;
 
 /// The outcome of a type's own validation.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -7,10 +7,10 @@ use serde_json::Value;
 
 use super::strategy::{Report, Strategy};
 use super::Resource;
-use crate::field_error::FieldError;
-use crate::names::NameRule;
-use crate::schema::FieldValidation;
-use crate::status::{ApiError, Cause};
+use crate::meta::field_error::FieldError;
+use crate::meta::names::NameRule;
+use crate::meta::schema::FieldValidation;
+use crate::meta::status::{ApiError, Cause};
 
 /// What validation found.
 #[derive(Debug, Default)]
@@ -31,16 +31,16 @@ pub fn validate_object(
     old: Option<&Value>,
     mode: FieldValidation,
 ) -> Outcome {
-    let mut errors = crate::names::validate_object_meta(
+    let mut errors = crate::meta::names::validate_object_meta(
         obj.get("metadata").unwrap_or(&Value::Null),
         r.ty.namespaced,
         strategy.name_rule().unwrap_or(NameRule::DnsSubdomain),
     );
     strategy.set_defaults(obj);
-    let schema = if crate::schema::has_rules(&r.ty.schema) {
-        off_the_workers(|| crate::schema::admit(obj, old, &r.ty.schema, mode))
+    let schema = if crate::meta::schema::has_rules(&r.ty.schema) {
+        off_the_workers(|| crate::meta::schema::admit(obj, old, &r.ty.schema, mode))
     } else {
-        crate::schema::admit(obj, old, &r.ty.schema, mode)
+        crate::meta::schema::admit(obj, old, &r.ty.schema, mode)
     };
     errors.extend(schema.errors);
     let mut rules = Report::default();

@@ -45,7 +45,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
-use crate::metrics::ExtraMetrics;
+use crate::meta::metrics::ExtraMetrics;
 
 use super::{
     start_bound, Encoder, Event, EventType, KeyValue, ListOptions, ListPage, Result, Revision,

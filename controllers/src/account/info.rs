@@ -7,8 +7,8 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject, ListParams};
 
 use super::{account_infos, accounts, AccountError};
-use crate::lifecycle::patch_finalizers;
 use crate::runtime::{Action, ClusterContext, Controller, Reconciler, Request, ResourceKind};
+use crate::subroutines::patch_finalizers;
 
 /// Held by every AccountInfo until its workspace has no Accounts.
 pub const INFO_FINALIZER: &str = "account.core.platform-mesh.io/info";

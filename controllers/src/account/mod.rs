@@ -22,16 +22,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject};
-use serde_json::Value;
 
 use crate::ensure::EnsureError;
-use crate::lifecycle::{drive, Lifecycle, WriteError};
-use crate::platformmesh::api_resource;
-use crate::platformmesh::kcp::Kcp;
+use crate::kcp::Kcp;
+use crate::objects::{api_resource, condition_true};
 use crate::runtime::{
     kube_error_is_transient, Action, ClusterContext, ClusterName, Controller, ReconcileError,
     Reconciler, Request, ResourceKind,
 };
+use crate::subroutines::{drive, Lifecycle, WriteError};
 
 pub use info::{info_controller, AccountInfoReconciler, INFO_FINALIZER};
 pub use steps::{
@@ -305,19 +304,6 @@ pub fn controller(kcp: Arc<Kcp>, workers: usize) -> Controller<AccountReconciler
         Arc::new(owning_accounts),
     )
     .workers(workers)
-}
-
-/// A condition of an object as JSON, if it has one.
-pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-}
-
-/// Whether an object's condition `type_` is `True`.
-pub fn condition_true(obj: &Value, type_: &str) -> bool {
-    condition(obj, type_).is_some_and(|c| c["status"] == "True")
 }
 
 /// How long a step waits before looking again (upstream's effective constant delays).

@@ -9,7 +9,7 @@ use super::{
     INFO_NAME, INFO_WAIT, ORGS_PATH, WAIT,
 };
 use crate::ensure::ensure;
-use crate::lifecycle::{Step, Subroutine};
+use crate::subroutines::{Step, Subroutine};
 
 /// Held by organisations until their WorkspaceTypes are deleted.
 pub const WORKSPACE_TYPE_FINALIZER: &str = "workspacetype.core.platform-mesh.io/finalizer";

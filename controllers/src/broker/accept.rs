@@ -34,8 +34,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::staging::{valid_export_name, Staging, APIEXPORT_ANNOTATION};
 use super::{set_finalizer, BrokerError};
-use crate::lifecycle;
 use crate::runtime::{Action, ClusterContext, ClusterName, Reconciler, Request};
+use crate::subroutines;
 
 /// The finalizer that keeps an AcceptAPI registered until the broker saw its deletion.
 pub const ACCEPTAPI_FINALIZER: &str = "broker.platform-mesh.io/acceptapi-finalizer";
@@ -470,7 +470,7 @@ async fn set_condition(
         .unwrap_or_default();
     let before = conditions.clone();
     let now = Time(Timestamp::now());
-    lifecycle::set(
+    subroutines::set(
         &mut conditions,
         type_,
         status,

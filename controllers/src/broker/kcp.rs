@@ -24,7 +24,7 @@ use kube::ResourceExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::providers::kcp::CLUSTER_ANNOTATION;
+use crate::cluster_providers::kcp::CLUSTER_ANNOTATION;
 use crate::runtime::client::{cluster_prefix, scoped_client};
 use crate::runtime::{
     Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError, ResourceKind,
@@ -33,7 +33,7 @@ use crate::runtime::{
 /// Engages every workspace that holds at least one AcceptAPI, through `/clusters/<name>` of
 /// the server `root` points at (which must be allowed to watch AcceptAPIs across workspaces).
 ///
-/// Not [`ApiExportProvider`](crate::providers::kcp::ApiExportProvider) watching AcceptAPIs: its
+/// Not [`ApiExportProvider`](crate::cluster_providers::kcp::ApiExportProvider) watching AcceptAPIs: its
 /// clusters share wildcard caches, and a wildcard watch of the brokered kind (a CRD of each
 /// provider workspace) is not served; these clusters watch through their own prefix.
 pub struct AcceptApiWorkspaces {
@@ -192,9 +192,9 @@ pub fn options(
     workers: usize,
 ) -> Result<super::wiring::BrokerOptions, String> {
     let (home, client) = platform_home(root, platform)?;
-    let consumers = crate::providers::kcp::ApiExportProvider::new(
+    let consumers = crate::cluster_providers::kcp::ApiExportProvider::new(
         home,
-        crate::providers::kcp::ApiExportOptions::for_slice(export),
+        crate::cluster_providers::kcp::ApiExportOptions::for_slice(export),
     );
     Ok(super::wiring::BrokerOptions {
         consumers: Arc::new(consumers),
@@ -236,9 +236,9 @@ pub fn staging_options(
 ) -> Result<super::wiring::BrokerOptions, String> {
     let (home, client) = platform_home(root, platform)?;
     let provider = |name: &str| {
-        Arc::new(crate::providers::kcp::ApiExportProvider::new(
+        Arc::new(crate::cluster_providers::kcp::ApiExportProvider::new(
             home.clone(),
-            crate::providers::kcp::ApiExportOptions::for_slice(name),
+            crate::cluster_providers::kcp::ApiExportOptions::for_slice(name),
         ))
     };
     let staging = Arc::new(super::staging::Staging::new(

@@ -33,8 +33,8 @@ use serde_json::{json, Value};
 
 use super::generic::Discovery;
 use super::{set_finalizer, BrokerError};
-use crate::lifecycle;
 use crate::runtime::{Action, ClusterContext, Manager, Reconciler, Request};
+use crate::subroutines;
 
 /// Finalizer keeping a MigrationConfiguration registered until the broker saw its deletion.
 pub const CONFIGURATION_FINALIZER: &str =
@@ -573,7 +573,7 @@ impl MigrationReconciler {
         } else {
             "False"
         };
-        lifecycle::set(
+        subroutines::set(
             &mut conditions,
             "Ready",
             ready,

@@ -31,7 +31,7 @@ use super::generic::{
 use super::migration::{
     ConfigurationReconciler, Configurations, MigrationReconciler, MIGRATION_CONTROLLER,
 };
-use crate::providers::FixedClusters;
+use crate::cluster_providers::FixedClusters;
 use crate::runtime::{
     Action, Cluster, ClusterContext, ClusterProvider, Controller, Manager, ManagerOptions,
     Reconciler, Request,

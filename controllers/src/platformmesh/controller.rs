@@ -1,6 +1,6 @@
 //! The PlatformMesh controller: each PlatformMesh in the runtime cluster is driven through its
 //! steps (Deployment, KcpSetup, ProviderSecret, FeatureToggles, Wait) by the
-//! [`lifecycle`](crate::lifecycle). It reconciles again
+//! [`lifecycle`](crate::subroutines). It reconciles again
 //! when the instance changes, when a HelmRelease it deployed changes (they name their owner in
 //! `owner.platform-mesh.io/*` annotations) and when its profile ConfigMap changes (upstream
 //! registers no such watch, so a profile edit waits for the next periodic reconcile there).
@@ -10,22 +10,22 @@ use std::sync::{Arc, RwLock};
 
 use kube::api::{Api, ApiResource, DynamicObject};
 
-use super::api_resource as resource;
+use crate::objects::api_resource as resource;
 use serde_json::Value;
 
-use super::deploy::DeployError;
+use super::apply::DeployError;
 use super::deployment::{Clusters, Context, Deployment, OWNER_PREFIX};
 use super::features::FeatureToggles;
-use super::kcp::KcpSetup;
+use super::kcp_setup::KcpSetup;
 use super::providersecret::ProviderSecret;
 use super::vars::{profile_config_map, Render};
 use super::wait::Wait;
-use crate::lifecycle::{drive, Lifecycle, WriteError};
 use crate::runtime::mapping::{annotated_target, CrossClusterKeys};
 use crate::runtime::{
     kube_error_is_transient, Action, ClusterContext, ClusterName, Controller, ReconcileError,
     Reconciler, Request, ResourceKind,
 };
+use crate::subroutines::{drive, Lifecycle, WriteError};
 
 /// Why reconciling a PlatformMesh failed.
 #[derive(Debug, thiserror::Error)]
@@ -242,7 +242,7 @@ pub fn controller(
         Arc::new(move |cluster, obj| annotated_target(&keys, cluster, obj)),
     )
     .watches_kind(
-        ResourceKind::dynamic(super::resource::applications(), true),
+        ResourceKind::dynamic(super::ocm_resources::applications(), true),
         Arc::new({
             let keys = CrossClusterKeys::with_prefix(OWNER_PREFIX);
             move |cluster, obj| annotated_target(&keys, cluster, obj)

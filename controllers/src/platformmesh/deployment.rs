@@ -1,5 +1,5 @@
 //! `DeploymentSubroutine`: the profile and templates of a PlatformMesh rendered and synced to the
-//! infra and runtime clusters (see [`render`](super::render) and [`deploy`](super::deploy)).
+//! infra and runtime clusters (see [`render`](super::render) and [`apply`](super::apply)).
 
 use std::sync::Arc;
 
@@ -9,13 +9,13 @@ use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::apply::{sync, Policy, Target as SyncTarget};
 use super::controller::PlatformMeshError;
-use super::deploy::{sync, Policy, Target as SyncTarget};
 use super::gates;
 use super::render::{render_deployment, template_kinds, Inputs, Target};
 use super::vars::{profile_config_map, DeploymentTechnology, Profile, RemoteRuntime, Render};
-use crate::lifecycle::{Step, Subroutine};
 use crate::runtime::mapping::CrossClusterKeys;
+use crate::subroutines::{Step, Subroutine};
 
 /// Prefix of the annotations on deployed objects that name their PlatformMesh (cluster,
 /// namespace, name), for mapping changes back to it.
@@ -30,10 +30,10 @@ pub struct Clusters {
     /// The runtime's kubeconfig Secret for the infra cluster's deployers, when they differ.
     pub remote: Option<RemoteRuntime>,
     /// The kcp side (KcpSetup, ProviderSecret, FeatureToggles); without it those steps skip.
-    pub kcp: Option<super::kcp::Kcp>,
+    pub kcp: Option<crate::kcp::Kcp>,
     /// The image versions and unsuspensions the ResourceReconciler set, which the Deployment
     /// step keeps when it applies the releases again.
-    pub images: super::resource::ImageVersions,
+    pub images: super::ocm_resources::ImageVersions,
     /// What the Deployment step waits for and sets up beyond the releases.
     pub gates: super::gates::Gates,
 }
@@ -176,7 +176,7 @@ impl Subroutine<Context, PlatformMeshError> for Deployment {
     }
 
     fn finalizers(&self) -> &'static [&'static str] {
-        &[super::kcp::FINALIZER]
+        &[super::kcp_setup::FINALIZER]
     }
 
     /// Removes everything this PlatformMesh deployed to both clusters.
@@ -281,7 +281,7 @@ impl Subroutine<Context, PlatformMeshError> for Deployment {
 /// placeholder revision is left out of the apply) and gets the recorded image versions in its
 /// Helm values.
 async fn keep_resource_fields(ctx: &Context, obj: &mut Value) -> Result<(), String> {
-    use super::resource::{helm_values_with, set_path, PLACEHOLDER};
+    use super::ocm_resources::{helm_values_with, set_path, PLACEHOLDER};
     let kind = obj["kind"].as_str().unwrap_or_default().to_string();
     let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
     let name = obj["metadata"]["name"]
@@ -309,7 +309,7 @@ async fn keep_resource_fields(ctx: &Context, obj: &mut Value) -> Result<(), Stri
             let apps: Api<DynamicObject> = Api::namespaced_with(
                 ctx.clusters.infra.clone(),
                 &namespace,
-                &super::resource::applications(),
+                &super::ocm_resources::applications(),
             );
             let existing = apps
                 .get_opt(&name)

@@ -10,15 +10,15 @@ use std::collections::BTreeSet;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::apply::{sync, Policy, Target};
 use super::controller::PlatformMeshError;
-use super::deploy::{sync, Policy, Target};
 use super::deployment::Context;
-use super::kcp::{apply_stages, no_kcp, FINALIZER};
+use super::kcp_setup::{apply_stages, no_kcp, FINALIZER};
 use super::manifests::{
     plan, toggles_with_manifests, Stage, DISABLE_CONTENT_CONFIGURATIONS, DISABLE_EMAIL_VERIFICATION,
 };
 use super::vars::{template_vars, Render};
-use crate::lifecycle::{Step, Subroutine};
+use crate::subroutines::{Step, Subroutine};
 
 /// The condition type of the FeatureToggles step.
 pub const FEATURE_TOGGLES: &str = "FeatureToggleSubroutine";

@@ -31,11 +31,11 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
-use super::deploy::{sync, Policy, Target, FIELD_MANAGER};
+use super::apply::{sync, Policy, Target, FIELD_MANAGER};
 use super::deployment::{Clusters, Context};
-use super::resource::{applications, helm_releases};
+use super::ocm_resources::{applications, helm_releases};
 use super::vars::DeploymentTechnology;
-use crate::lifecycle::Step;
+use crate::subroutines::Step;
 
 /// How soon a waiting gate looks again (upstream's 5 s).
 pub const RECHECK: Duration = Duration::from_secs(5);
@@ -128,7 +128,7 @@ pub enum GateError {
     },
     /// Applying the webhook's Issuer, Certificate or kubeconfig Secret failed.
     #[error("the rebac-authz webhook's objects: {0}")]
-    Apply(#[from] super::deploy::DeployError),
+    Apply(#[from] super::apply::DeployError),
     /// The webhook's certificate Secret exists without a CA.
     #[error("Secret {0} has no ca.crt")]
     NoCa(String),
@@ -458,12 +458,12 @@ async fn istio_gate(
 
 /// The kind of kcp-operator's root shards.
 pub fn root_shards() -> kube::api::ApiResource {
-    super::api_resource("operator.kcp.io", "v1alpha1", "RootShard", "rootshards")
+    crate::objects::api_resource("operator.kcp.io", "v1alpha1", "RootShard", "rootshards")
 }
 
 /// The kind of kcp-operator's front proxies.
 pub fn front_proxies() -> kube::api::ApiResource {
-    super::api_resource("operator.kcp.io", "v1alpha1", "FrontProxy", "frontproxies")
+    crate::objects::api_resource("operator.kcp.io", "v1alpha1", "FrontProxy", "frontproxies")
 }
 
 /// Upstream's message when kcp-operator's RootShard or FrontProxy is not Available (a failed

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::render::{objects, RenderError};
 use super::vars::{template_vars, Render};
+use crate::kcp::IdpSettings;
 
 /// A manifest compiled into the binary (path under `manifests/`, text).
 pub use super::render::Template as Manifest;
@@ -94,20 +95,6 @@ pub fn has_toggle(spec: &PlatformMeshSpec, toggle: &str) -> bool {
         .iter()
         .flatten()
         .any(|t| t.name.as_deref() == Some(toggle))
-}
-
-/// Settings of the identity provider configuration KcpSetup writes.
-#[derive(Debug, Clone, Default)]
-pub struct IdpSettings {
-    /// Whether users may register themselves.
-    pub registration_allowed: bool,
-    /// Extra redirect URIs of the portal client.
-    pub redirect_uris: Vec<String>,
-    /// Extra post-logout redirect URIs of the portal client.
-    pub post_logout_redirect_uris: Vec<String>,
-    /// The client ids of the `welcome` realm (the audiences of `orgs-authentication`), as the
-    /// identity provider reports them in the welcome IdentityProviderConfiguration's status.
-    pub welcome_audiences: Vec<String>,
 }
 
 /// The data every kcp manifest is rendered with: addresses (`baseDomain`, `protocol`, `port`,

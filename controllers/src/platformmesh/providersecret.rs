@@ -30,14 +30,15 @@ use kube::config::{
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
 
-use super::api_resource;
+use super::apply::{sync, Policy, Target};
 use super::controller::PlatformMeshError;
-use super::deploy::{sync, Policy, Target};
 use super::deployment::Context;
-use super::kcp::{no_kcp, Kcp, FINALIZER};
+use super::kcp_setup::{no_kcp, FINALIZER};
 use super::manifests::{has_toggle, ENABLE_TERMINAL};
-use crate::lifecycle::{Step, Subroutine};
-use crate::providers::kcp::endpoint_urls;
+use crate::cluster_providers::kcp::endpoint_urls;
+use crate::kcp::Kcp;
+use crate::objects::api_resource;
+use crate::subroutines::{Step, Subroutine};
 
 /// The condition type of the ProviderSecret step.
 pub const PROVIDER_SECRET: &str = "ProvidersecretSubroutine";

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::controller::PlatformMeshError;
 use super::deployment::Context;
-use crate::lifecycle::{Step, Subroutine};
+use crate::subroutines::{Step, Subroutine};
 
 /// The condition type of the Wait step.
 pub const WAIT: &str = "WaitSubroutine";
@@ -199,8 +199,11 @@ async fn applications_waiting(
     client: &kube::Client,
     namespace: &str,
 ) -> Result<Step, PlatformMeshError> {
-    let apps: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &super::resource::applications());
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &super::ocm_resources::applications(),
+    );
     let labels = selector(&default_rule(namespace))?;
     let items = match apps.list(&ListParams::default().labels(&labels)).await {
         Ok(l) => l.items,

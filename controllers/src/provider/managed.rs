@@ -23,15 +23,15 @@ use serde_json::{json, Value};
 use super::{
     ensure, ensure_written, providers, secret_text, stop, ProviderReconcileError, OWNED_STATUS,
 };
-use crate::account::condition_true;
-use crate::lifecycle::{drive_with_status, Lifecycle, StatusFields, Step, Subroutine};
-use crate::platformmesh::api_resource;
+use crate::kcp::Kcp;
+use crate::objects::{api_resource, condition_true};
+use crate::oci::oci_url;
 use crate::platformmesh::controller::platform_meshes;
-use crate::platformmesh::kcp::Kcp;
 use crate::runtime::mapping::owner_requests;
 use crate::runtime::{
     Action, ClusterContext, ClusterName, Controller, Reconciler, Request, ResourceKind,
 };
+use crate::subroutines::{drive_with_status, Lifecycle, StatusFields, Step, Subroutine};
 
 /// The controller's name.
 pub const CONTROLLER: &str = "ManagedProviderReconciler";
@@ -515,19 +515,6 @@ pub fn ocm_name(o: &OcmComponent) -> String {
         .to_string()
 }
 
-/// `oci://host/repository` of an image reference (tag and digest dropped).
-pub fn oci_url(image: &str) -> String {
-    let bare = image.trim_start_matches("oci://");
-    let bare = bare.split('@').next().unwrap_or(bare);
-    // A tag is a `:` after the last `/` (a `:` before it is the registry's port).
-    let cut = match (bare.rfind('/'), bare.rfind(':')) {
-        (Some(slash), Some(colon)) if colon > slash => &bare[..colon],
-        (None, Some(colon)) => &bare[..colon],
-        _ => bare,
-    };
-    format!("oci://{cut}")
-}
-
 /// Writes one object of a deployment, owned by the ManagedProvider; the spec (and labels) are
 /// updated when they differ. Returns the stored object and whether it was written.
 async fn put(
@@ -942,19 +929,5 @@ mod tests {
             ocm_name(&ocm_component(None, None, &[])),
             "provider-quickstart"
         );
-    }
-
-    #[test]
-    fn oci_urls_drop_tags_and_digests_but_keep_ports() {
-        assert_eq!(
-            oci_url("ghcr.io/pm/charts/op:1.2.3"),
-            "oci://ghcr.io/pm/charts/op"
-        );
-        assert_eq!(
-            oci_url("oci://localhost:5000/op:1.0"),
-            "oci://localhost:5000/op"
-        );
-        assert_eq!(oci_url("localhost:5000/op"), "oci://localhost:5000/op");
-        assert_eq!(oci_url("ghcr.io/op@sha256:abc"), "oci://ghcr.io/op");
     }
 }

@@ -20,13 +20,13 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 
 use crate::ensure::EnsureError;
-use crate::lifecycle::{drive_with_status, Lifecycle, StatusFields, Step, WriteError};
-use crate::platformmesh::api_resource;
-use crate::platformmesh::kcp::Kcp;
+use crate::kcp::Kcp;
+use crate::objects::api_resource;
 use crate::runtime::{
     kube_error_is_transient, Action, ClusterContext, Controller, ReconcileError, Reconciler,
     Request, ResourceKind,
 };
+use crate::subroutines::{drive_with_status, Lifecycle, StatusFields, Step, WriteError};
 
 pub(crate) use crate::ensure::{ensure, ensure_written};
 pub use steps::{

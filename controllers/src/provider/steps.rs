@@ -8,9 +8,9 @@ use serde_json::json;
 
 use super::{ensure, phase, secret_text, stop, ProviderContext, ProviderReconcileError};
 use crate::account::workspaces;
-use crate::lifecycle::{Step, Subroutine};
-use crate::platformmesh::api_resource;
+use crate::objects::api_resource;
 use crate::platformmesh::providersecret::{to_text, token_kubeconfig};
+use crate::subroutines::{Step, Subroutine};
 
 /// Held until the provider workspace is deleted.
 pub const WORKSPACE_FINALIZER: &str = "providers.platform-mesh.io/provider-workspace";

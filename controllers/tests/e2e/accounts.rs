@@ -11,11 +11,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{eventually, TestServer};
 use controllers::account::{
-    account_infos, accounts, condition_true, workspace_types, workspaces, INFO_FINALIZER,
-    WORKSPACE_FINALIZER, WORKSPACE_TYPE_FINALIZER,
+    account_infos, accounts, workspace_types, workspaces, INFO_FINALIZER, WORKSPACE_FINALIZER,
+    WORKSPACE_TYPE_FINALIZER,
 };
-use controllers::platformmesh::kcp::Kcp;
-use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
+use controllers::cluster_providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
+use controllers::kcp::Kcp;
+use controllers::objects::condition_true;
 use controllers::runtime::{Manager, ManagerOptions};
 
 /// The server and the workspace controllers running against it.

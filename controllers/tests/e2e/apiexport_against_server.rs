@@ -13,7 +13,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use tokio_util::sync::CancellationToken;
 
 use crate::{eventually, TestServer};
-use controllers::providers::kcp::{
+use controllers::cluster_providers::kcp::{
     api_binding_kind, ApiExportOptions, ApiExportProvider, PathAware,
 };
 use controllers::runtime::{

@@ -22,7 +22,7 @@ use controllers::broker::generic::Brokered;
 use controllers::broker::staging::{staging_name, APIEXPORT_ANNOTATION};
 use controllers::broker::wiring::{Broker, BrokerOptions};
 use controllers::broker::{parse_kind, GENERIC_FINALIZER, PROVIDER_CLUSTER};
-use controllers::providers::FixedClusters;
+use controllers::cluster_providers::FixedClusters;
 use controllers::runtime::Cluster;
 
 const WAIT: Duration = Duration::from_secs(30);

@@ -6,7 +6,7 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use serde_json::{json, Value};
 
 use super::{eventually, TestServer};
-use controllers::platformmesh::deploy::{sync, Policy, Target, DEPLOYED_BY_LABEL};
+use controllers::platformmesh::apply::{sync, Policy, Target, DEPLOYED_BY_LABEL};
 use std::time::Duration;
 
 fn helm_releases() -> ApiResource {

@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use tokio_util::sync::CancellationToken;
 
 use super::{create_config_map, eventually, TestServer};
-use controllers::providers::KubeconfigProvider;
+use controllers::cluster_providers::KubeconfigProvider;
 use controllers::runtime::{
     Action, ClusterContext, ClusterEvent, ClusterProvider, ClusterSink, Controller, Manager,
     ManagerOptions, Reconciler, Request,

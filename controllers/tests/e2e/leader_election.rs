@@ -233,7 +233,7 @@ fn candidate(
     leading_since: std::sync::Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
     kill: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    use controllers::providers::FixedClusters;
+    use controllers::cluster_providers::FixedClusters;
     use controllers::runtime::{Cluster, Controller, Manager, ManagerOptions};
     let provider = std::sync::Arc::new(FixedClusters::new([Cluster::new("root", client.clone())]));
     let _ = ts;

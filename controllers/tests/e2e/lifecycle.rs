@@ -8,7 +8,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use serde_json::json;
 
 use super::TestServer;
-use controllers::lifecycle::{drive, Lifecycle, Step, Subroutine};
+use controllers::subroutines::{drive, Lifecycle, Step, Subroutine};
 
 fn platform_meshes() -> ApiResource {
     ApiResource {

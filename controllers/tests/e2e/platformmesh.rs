@@ -19,16 +19,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::deploy::writes;
 use super::{eventually, TestServer};
-use controllers::lifecycle::drive;
-use controllers::platformmesh::api_resource as res;
+use controllers::cluster_providers::fixed::FixedClusters;
+use controllers::kcp::Kcp;
+use controllers::objects::api_resource as res;
 use controllers::platformmesh::controller::{
     controller, lifecycle, platform_meshes, ready_condition,
 };
 use controllers::platformmesh::deployment::{Clusters, Context};
-use controllers::platformmesh::kcp::Kcp;
 use controllers::platformmesh::vars::Render;
-use controllers::providers::fixed::FixedClusters;
 use controllers::runtime::{Cluster, Manager, ManagerOptions};
+use controllers::subroutines::drive;
 use gotemplate::Engine;
 
 const NS: &str = "platform-mesh-system";
@@ -542,7 +542,7 @@ async fn argo_pass(infra: &kube::Client) {
     else {
         return;
     };
-    let apps_api = controllers::platformmesh::resource::applications();
+    let apps_api = controllers::platformmesh::ocm_resources::applications();
     let Ok(apps) = Api::<DynamicObject>::all_with(infra.clone(), &apps_api)
         .list(&ListParams::default())
         .await
@@ -650,7 +650,7 @@ async fn install_cert_manager_crds(client: &kube::Client) {
 /// The OCM controller's part (ocm-k8s-toolkit's Resource controller): a Resource gets
 /// `status.resource` (name, version, access) and `status.component.version` once resolved, as
 /// the controller writes them, with the made-up repositories of
-/// [`example_resolved_status`](controllers::platformmesh::review::example_resolved_status)
+/// [`example_resolved_status`](controllers::platformmesh::render_cli::example_resolved_status)
 /// (the golden `--resources` files use the same). Resources it has resolved are left alone.
 fn ocm_stand_in(runtime: kube::Client, stop: CancellationToken) {
     tokio::spawn(async move {
@@ -670,7 +670,7 @@ fn ocm_stand_in(runtime: kube::Client, stop: CancellationToken) {
                         item.metadata.namespace.as_deref().unwrap_or("default"),
                         &r,
                     );
-                    let status = json!({"status": controllers::platformmesh::review::example_resolved_status(
+                    let status = json!({"status": controllers::platformmesh::render_cli::example_resolved_status(
                         &serde_json::to_value(&item).expect("a Resource as JSON"),
                     )});
                     written(
@@ -743,7 +743,7 @@ impl Env {
             .add(controller(engine.clone(), clusters.clone()))
             .expect("controller");
         manager
-            .add(controllers::platformmesh::resource::controller(
+            .add(controllers::platformmesh::ocm_resources::controller(
                 clusters.clone(),
             ))
             .expect("ResourceReconciler");
@@ -1561,7 +1561,7 @@ async fn argo_cd_installs_the_reference_profile_with_no_placeholder_left() {
     let env = Env::start().await;
     let infra = env.clusters.infra.clone();
     for r in [
-        controllers::platformmesh::resource::applications(),
+        controllers::platformmesh::ocm_resources::applications(),
         app_projects(),
     ] {
         open_crd(&infra, &r).await;
@@ -1591,7 +1591,7 @@ async fn argo_cd_installs_the_reference_profile_with_no_placeholder_left() {
     let apps: Api<DynamicObject> = Api::namespaced_with(
         infra.clone(),
         NS,
-        &controllers::platformmesh::resource::applications(),
+        &controllers::platformmesh::ocm_resources::applications(),
     );
     // Argo CD holds back: every Application's source is filled in, and the instance is not
     // Ready while they are not synced.

@@ -11,8 +11,9 @@ use serde_json::json;
 use super::accounts::Env;
 use super::eventually;
 use super::platformmesh::kubectl;
-use controllers::account::{condition_true, workspaces};
-use controllers::platformmesh::api_resource;
+use controllers::account::workspaces;
+use controllers::objects::api_resource;
+use controllers::objects::condition_true;
 use controllers::provider::{providers, KUBECONFIG_FINALIZER, WORKSPACE_FINALIZER};
 
 const EXPORT: &str = r#"{"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",

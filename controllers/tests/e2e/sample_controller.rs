@@ -20,8 +20,8 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use tokio_util::sync::CancellationToken;
 
 use super::{eventually, TestServer};
-use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
-use controllers::providers::KubeconfigProvider;
+use controllers::cluster_providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
+use controllers::cluster_providers::KubeconfigProvider;
 use controllers::runtime::{
     Action, ClusterContext, ClusterName, Controller, Manager, ManagerOptions, ReconcileError,
     Reconciler, Request, ResourceKind,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{eventually, TestServer};
-use controllers::providers::FixedClusters;
+use controllers::cluster_providers::FixedClusters;
 use controllers::runtime::sharding::{owner_of, Sharded, ShardingConfig};
 use controllers::runtime::{Cluster, ClusterEvent, ClusterProvider, ClusterSink};
 

@@ -8,9 +8,9 @@ use serde_json::json;
 
 use super::deploy::install_helm_release_crd;
 use super::TestServer;
-use controllers::lifecycle::{Step, Subroutine};
 use controllers::platformmesh::deployment::{Clusters, Context};
 use controllers::platformmesh::wait::Wait;
+use controllers::subroutines::{Step, Subroutine};
 
 fn helm_releases() -> ApiResource {
     ApiResource {

@@ -27,7 +27,7 @@ use super::sample_controller::{
     widgets, Log, ObjectKey,
 };
 use super::{eventually, TestServer};
-use controllers::providers::FixedClusters;
+use controllers::cluster_providers::FixedClusters;
 use controllers::runtime::{Cluster, Manager, ManagerOptions};
 
 /// A TCP proxy in front of the server.

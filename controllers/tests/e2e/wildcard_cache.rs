@@ -10,7 +10,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use tokio_util::sync::CancellationToken;
 
 use super::{create_config_map, eventually, TestServer};
-use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
+use controllers::cluster_providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
 use controllers::runtime::{
     Action, ClusterContext, ClusterName, Controller, Manager, ManagerOptions, Reconciler, Request,
 };

@@ -1,11 +1,11 @@
 //! A small HTTPS client for the workspace API of one server, built on the project's
-//! `apiserver::client` (client certificates) plus an optional bearer token.
+//! `https_client` (client certificates) plus an optional bearer token.
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use http::{Method, StatusCode};
 use serde_json::Value;
 
-use apiserver::client::{ClientConfig, Connection, Reply};
+use https_client::{ClientConfig, Connection, Reply};
 
 use crate::kubeconfig::Credentials;
 use crate::paths::{parse_endpoint, WsPath};

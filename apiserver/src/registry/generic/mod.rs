@@ -13,11 +13,11 @@ use serde_json::{json, Value};
 use super::strategy::{Change, Strategies, Strategy, WriteAttributes};
 use super::validation::{invalid, strict_error, validate_object};
 use super::Resource;
-use crate::heavy::HeavyWork;
-use crate::identity::Identity;
-use crate::objects::{self, meta_mut, meta_str, WritePart};
-use crate::schema::FieldValidation;
-use crate::status::{ApiError, Cause, GroupResource};
+use crate::meta::heavy::HeavyWork;
+use crate::meta::schema::FieldValidation;
+use crate::meta::status::{ApiError, Cause, GroupResource};
+use crate::registry::objects::{self, meta_mut, meta_str, WritePart};
+use crate::request::identity::Identity;
 use crate::storage::{KeyValue, StorageError, Store};
 
 /// The largest object stored: etcd's default request limit (`--max-request-bytes`), under which
@@ -284,11 +284,11 @@ impl GenericStore {
         // Event's empty reportingComponent) is set by nobody.
         let zero = match old {
             None if w.resource.ty.strategic_merge_patch => {
-                crate::protobuf::zero_object(&w.resource.api_version, w.resource.kind())
+                crate::meta::protobuf::zero_object(&w.resource.api_version, w.resource.kind())
             }
             _ => None,
         };
-        let entries = crate::apply::record_update(
+        let entries = crate::meta::apply::record_update(
             old.or(zero.as_ref()),
             new,
             base,
@@ -312,7 +312,7 @@ impl GenericStore {
                 without_server_annotation(e)
             })
             .collect();
-        crate::apply::set_managed_fields(new, &entries);
+        crate::meta::apply::set_managed_fields(new, &entries);
     }
 
     /// The checks every object passes right before it is stored: the type's last preparation,
@@ -355,7 +355,7 @@ impl GenericStore {
             .then(|| meta_str(&obj, "generateName").unwrap_or("").to_string())
             .filter(|p| !p.is_empty());
         if let Some(prefix) = &generate {
-            let name = crate::names::generate_name(prefix, random_suffix_char);
+            let name = crate::meta::names::generate_name(prefix, random_suffix_char);
             meta_mut(&mut obj).insert("name".into(), json!(name));
         }
         // Server-side apply computed the object's managedFields already; keep them.
@@ -406,7 +406,7 @@ impl GenericStore {
                 {
                     attempt += 1;
                     let prefix = generate.as_deref().unwrap_or_default();
-                    let name = crate::names::generate_name(prefix, random_suffix_char);
+                    let name = crate::meta::names::generate_name(prefix, random_suffix_char);
                     meta_mut(&mut obj).insert("name".into(), json!(name));
                 }
                 Err(StorageError::AlreadyExists(_)) if generate.is_some() => {
@@ -676,8 +676,8 @@ fn check_size(gr: &GroupResource, obj: &Value) -> Result<(), ApiError> {
 /// (so managedFields are what kube-apiserver records for the same writes); `None` when nothing
 /// else is left.
 fn without_server_annotation(
-    mut entry: crate::apply::ManagedFieldsEntry,
-) -> Option<crate::apply::ManagedFieldsEntry> {
+    mut entry: crate::meta::apply::ManagedFieldsEntry,
+) -> Option<crate::meta::apply::ManagedFieldsEntry> {
     // `f:` + objects::CLUSTER_ANNOTATION, spelled out: this runs on every write.
     const KEY: &str = "f:kcp.io/cluster";
     debug_assert_eq!(KEY, format!("f:{}", objects::CLUSTER_ANNOTATION));
@@ -698,7 +698,10 @@ fn without_server_annotation(
 
 /// The managedFields a non-apply write starts from: the stored ones, unless the client sent
 /// different ones (then those, and `[{}]` clears them), as kube-apiserver does.
-fn managed_fields_base(old: Option<&Value>, new: &Value) -> Vec<crate::apply::ManagedFieldsEntry> {
+fn managed_fields_base(
+    old: Option<&Value>,
+    new: &Value,
+) -> Vec<crate::meta::apply::ManagedFieldsEntry> {
     let sent = new.get("metadata").and_then(|m| m.get("managedFields"));
     let stored = old
         .and_then(|o| o.get("metadata"))
@@ -707,8 +710,10 @@ fn managed_fields_base(old: Option<&Value>, new: &Value) -> Vec<crate::apply::Ma
         Some(Value::Array(a)) if a.len() == 1 && a[0].as_object().is_some_and(|m| m.is_empty()) => {
             Vec::new()
         }
-        Some(s) if Some(s) != stored && !s.is_null() => crate::apply::managed_fields_of(new),
-        _ => old.map(crate::apply::managed_fields_of).unwrap_or_default(),
+        Some(s) if Some(s) != stored && !s.is_null() => crate::meta::apply::managed_fields_of(new),
+        _ => old
+            .map(crate::meta::apply::managed_fields_of)
+            .unwrap_or_default(),
     }
 }
 
@@ -728,7 +733,7 @@ pub fn storage_status(gr: &GroupResource, name: &str, e: StorageError) -> ApiErr
         StorageError::FutureRevision { requested, current } => ApiError::timeout(format!(
             "Timeout: Too large resource version: {requested}, current: {current}"
         ))
-        .with_details(crate::status::Details {
+        .with_details(crate::meta::status::Details {
             causes: vec![Cause {
                 reason: "ResourceVersionTooLarge".into(),
                 message: "Too large resource version".into(),

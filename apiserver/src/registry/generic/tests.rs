@@ -6,7 +6,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::field_error::FieldError;
+use crate::meta::field_error::FieldError;
 use crate::registry::{Registry, Report, StrategiesBuilder};
 use crate::storage::MemoryStore;
 

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use controllers::providers::kcp::{ApiExportOptions, ApiExportProvider};
+use controllers::cluster_providers::kcp::{ApiExportOptions, ApiExportProvider};
 use controllers::runtime::{
     kube_error_is_transient, Action, CacheError, ClusterContext, Controller, Manager, ManagerError,
     ManagerOptions, ReconcileError, Reconciler, Request, ResourceKind,
