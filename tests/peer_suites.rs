@@ -71,6 +71,20 @@ struct Lists {
     flaky_on_peer: Vec<Entry>,
 }
 
+impl Lists {
+    /// The tests the control runs on the peer: those `serve` does not pass (listed in
+    /// `failing_on_serve`, which the serve side checks) and those that fail on the peer itself.
+    /// A test `serve` passes needs no verdict from the peer, and the controls take the longest
+    /// of the whole suite.
+    fn control(&self) -> BTreeSet<&str> {
+        self.failing_on_serve
+            .iter()
+            .chain(&self.failing_on_peer)
+            .map(|e| e.test.as_str())
+            .collect()
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Entry {
@@ -647,7 +661,11 @@ const KCP_TEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn run_kcp_suite(target: Target, work: &KcpWorkdir, output: &Path) {
     let lists = read_lists("kcp-e2e");
-    let (tests, not_applicable) = kcp_tests(&lists);
+    let (mut tests, not_applicable) = kcp_tests(&lists);
+    if target == Target::Peer {
+        let control = lists.control();
+        tests.retain(|t| control.contains(t.id().as_str()));
+    }
     let args = vec![format!("--kcp-kubeconfig={}", work.kubeconfig.display())];
     let outcomes = run_go_tests(
         tests,
@@ -736,7 +754,12 @@ fn regex_escape(text: &str) -> String {
 /// Each spec runs in a test process of its own, [`CONFORMANCE_PROCS`] at once, then the
 /// `[Serial]` ones one by one; each process writes its own ginkgo report. (The specs and their
 /// per-spec framework are independent of one another, as ginkgo's own parallel runs assume.)
-fn run_conformance(kubeconfig: &Path, lists: &Lists, output: &Path) -> BTreeMap<String, Outcome> {
+fn run_conformance(
+    target: Target,
+    kubeconfig: &Path,
+    lists: &Lists,
+    output: &Path,
+) -> BTreeMap<String, Outcome> {
     let skip = lists
         .not_applicable
         .iter()
@@ -762,6 +785,16 @@ fn run_conformance(kubeconfig: &Path, lists: &Lists, output: &Path) -> BTreeMap<
         "the dry run selected no spec; see {}",
         dry.display()
     );
+    let names: Vec<String> = match target {
+        Target::Serve => names,
+        Target::Peer => {
+            let control = lists.control();
+            names
+                .into_iter()
+                .filter(|n| control.contains(n.as_str()))
+                .collect()
+        }
+    };
     let (serial, parallel): (Vec<String>, Vec<String>) =
         names.into_iter().partition(|n| n.contains("[Serial]"));
     let numbered: Vec<(usize, String)> = parallel.into_iter().enumerate().collect();
@@ -891,7 +924,7 @@ fn spec_name(spec: &serde_json::Value) -> String {
 
 fn conformance_suite(target: Target, kubeconfig: &Path, output: &Path) {
     let lists = read_lists("kube-conformance");
-    let outcomes = run_conformance(kubeconfig, &lists, output);
+    let outcomes = run_conformance(target, kubeconfig, &lists, output);
     let not_applicable = lists.not_applicable.len();
     settle(
         "kube-conformance",

@@ -1731,14 +1731,21 @@ async fn default_bindings_are_made_as_the_owner_and_wait_for_bind() {
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let refused = loop {
-        let now = lc.get("cluster").await.expect("LogicalCluster");
-        if let Some(c) = condition(&now).filter(|c| c["status"] == "False") {
-            break (c, now);
-        }
+        // The workspace's path resolves once it is scheduled: until then its LogicalCluster is
+        // not found there.
+        let status = match lc.get("cluster").await {
+            Ok(now) => {
+                if let Some(c) = condition(&now).filter(|c| c["status"] == "False") {
+                    break (c, now);
+                }
+                now.data["status"].clone()
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => json!("not scheduled yet"),
+            Err(e) => panic!("LogicalCluster: {e}"),
+        };
         assert!(
             tokio::time::Instant::now() < deadline,
-            "never refused: {:?}",
-            now.data["status"]
+            "never refused: {status:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
