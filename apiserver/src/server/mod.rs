@@ -282,7 +282,7 @@ impl http_body::Body for Tracked {
 }
 
 /// The TLS acceptor of new connections: replaced when the serving certificate or client CA
-/// files change (see [`TlsReloader`]).
+/// files change (see `spawn_tls_reloader`).
 pub type SharedAcceptor = Arc<std::sync::RwLock<TlsAcceptor>>;
 
 /// Accepts connections until `shutdown` resolves, then stops accepting and lets open
