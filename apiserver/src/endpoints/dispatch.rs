@@ -1106,6 +1106,9 @@ async fn route(
                 let Some(id) = identity.as_deref() else {
                     return error_response(&ApiError::unauthorized());
                 };
+                if let Err(e) = crate::request::negotiation::refuse_tables_only(accept.as_deref()) {
+                    return error_response(&e);
+                }
                 return crate::endpoints::reviews::serve(
                     &state.rbac,
                     info.cluster.name(),
@@ -1121,6 +1124,9 @@ async fn route(
                 }
             }
             if crate::endpoints::reviews::is_special(&rr) && info.virtual_workspace.is_none() {
+                if let Err(e) = crate::request::negotiation::refuse_tables_only(accept.as_deref()) {
+                    return error_response(&e);
+                }
                 return crate::endpoints::reviews::serve_special(
                     &state.rbac,
                     &state.authn,

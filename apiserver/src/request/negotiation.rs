@@ -131,6 +131,27 @@ pub fn negotiate_resource(accept: Option<&str>) -> Result<Negotiated, ApiError> 
     Err(ApiError::not_acceptable(accept))
 }
 
+/// For the resources kube-apiserver serves without a Table form (the reviews and TokenRequest,
+/// which are only created and have no table convertor there): 406 `NotAcceptable` when the
+/// client accepts nothing but Tables, as kube's negotiation refuses them. Objects (as JSON, YAML
+/// or protobuf, which is answered as JSON), `*/*` and partial metadata are acceptable.
+pub fn refuse_tables_only(accept: Option<&str>) -> Result<(), ApiError> {
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return Ok(());
+    };
+    let acceptable = parse_accept(accept).iter().any(|m| {
+        let object = is_json_like(&m.essence)
+            || m.essence == "application/yaml"
+            || m.essence == "application/vnd.kubernetes.protobuf";
+        object && m.param("as").is_none_or(|k| k != "Table")
+    });
+    if acceptable {
+        Ok(())
+    } else {
+        Err(ApiError::not_acceptable(accept))
+    }
+}
+
 /// Aggregated-discovery version a client asked for (`v2` or `v2beta1`), if any, in its order.
 pub fn aggregated_discovery_version(accept: Option<&str>) -> Option<&'static str> {
     let accept = accept?;
@@ -190,6 +211,24 @@ pub fn body_format(content_type: Option<&str>) -> Result<BodyFormat, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_review_asked_for_only_as_a_table_is_not_acceptable() {
+        let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
+        let e = refuse_tables_only(Some(table)).expect_err("406");
+        assert_eq!(e.code, 406);
+        assert_eq!(e.reason, "NotAcceptable");
+        for ok in [
+            None,
+            Some(""),
+            Some("application/json"),
+            Some("*/*"),
+            Some("application/vnd.kubernetes.protobuf, */*"),
+            Some("application/json;as=Table;v=v1;g=meta.k8s.io, application/json"),
+        ] {
+            assert_eq!(refuse_tables_only(ok), Ok(()), "{ok:?}");
+        }
+    }
 
     #[test]
     fn kubectl_get_asks_for_table() {
