@@ -162,13 +162,9 @@ fn pub_mods(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-/// One crate's modules and the modules each imports, by the rule of the file's header.
-struct Imports {
-    /// module → modules it imports (itself left out)
-    edges: BTreeMap<String, BTreeSet<String>>,
-}
-
-fn imports(name: &str, src: &Path) -> Imports {
+/// One crate's modules, each with the modules it imports (itself left out), by the rule of the
+/// file's header.
+fn imports(name: &str, src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let nested = name == "apiserver";
     let mut layer_mods: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut unit_of_path = |path: &[String]| -> Option<String> {
@@ -221,7 +217,7 @@ fn imports(name: &str, src: &Path) -> Imports {
     for tos in edges.values_mut() {
         tos.retain(|t| modules.contains(t));
     }
-    Imports { edges }
+    edges
 }
 
 /// The strongly connected groups of more than one module (Tarjan's algorithm).
@@ -312,7 +308,7 @@ fn the_apiserver_folders_are_its_layers_and_imports_run_down_them() {
         LAYERS.iter().position(|l| *l == top).expect("a layer")
     };
     let mut upward = Vec::new();
-    for (from, tos) in imports("apiserver", &src).edges {
+    for (from, tos) in imports("apiserver", &src) {
         for to in tos {
             if layer_of(&to) > layer_of(&from) {
                 upward.push(format!("{from} -> {to}"));
@@ -331,7 +327,7 @@ fn no_two_modules_of_a_crate_import_each_other() {
     for (name, dir) in CRATES {
         let src = root().join(dir);
         assert!(src.is_dir(), "{dir} is no folder: update CRATES");
-        for group in circles(&imports(name, &src).edges) {
+        for group in circles(&imports(name, &src)) {
             found.insert(format!("{name}: {}", group.join(" ")));
         }
     }
