@@ -52,7 +52,7 @@ pub fn directives(verbosity: u8) -> String {
     match verbosity {
         0..=2 => format!(
             "info,{}=off",
-            apiserver::endpoints::dispatch::REQUESTS_TARGET
+            apiserver::endpoints::filters::REQUESTS_TARGET
         ),
         3 => "info".to_string(),
         4 | 5 => {

@@ -198,7 +198,7 @@ struct ServeArgs {
     #[arg(long, requires = "etcd_certfile")]
     etcd_keyfile: Option<PathBuf>,
     /// Short (non-watch) requests served at once; beyond it clients get 429 and Retry-After.
-    #[arg(long, default_value_t = apiserver::endpoints::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
+    #[arg(long, default_value_t = apiserver::server::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
     max_requests_inflight: usize,
     /// How long a short request may take before it is answered 504: a duration as kube's flags
     /// take it (`1m0s`, `30s`, `1500ms`), or a number of seconds.
@@ -276,7 +276,7 @@ struct AuditArgs {
 
 impl AuditArgs {
     /// The policy and the log, when both are given (as kube-apiserver, a log needs a policy).
-    fn audit(self) -> anyhow::Result<Option<Arc<apiserver::endpoints::dispatch::Audit>>> {
+    fn audit(self) -> anyhow::Result<Option<Arc<apiserver::meta::audit::Audit>>> {
         let (policy, path) = match (self.audit_policy_file, self.audit_log_path) {
             (Some(policy), Some(path)) => (policy, path),
             (None, None) => return Ok(None),
@@ -302,7 +302,7 @@ impl AuditArgs {
         config.max_backups = self.audit_log_maxbackup;
         config.max_age_days = self.audit_log_maxage;
         let writer = apiserver::meta::audit::LogWriter::open(config).context("--audit-log-path")?;
-        Ok(Some(Arc::new(apiserver::endpoints::dispatch::Audit {
+        Ok(Some(Arc::new(apiserver::meta::audit::Audit {
             policy,
             writer,
         })))
@@ -591,7 +591,7 @@ enum CertsCommand {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     logging::init(cli.log_format, cli.verbosity);
-    apiserver::endpoints::dispatch::set_build(apiserver::endpoints::dispatch::Build {
+    apiserver::endpoints::nonresource::set_build(apiserver::endpoints::nonresource::Build {
         commit: env!("PLATFORM_MESH_GIT_FULL_COMMIT"),
         tree_state: env!("PLATFORM_MESH_GIT_TREE_STATE"),
         date: env!("PLATFORM_MESH_BUILD_DATE"),

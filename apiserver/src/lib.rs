@@ -22,15 +22,22 @@
 //! - [`admission`]: what a write passes besides its type's strategy (the namespace lifecycle,
 //!   the Platform Mesh rules, per-workspace object limits).
 //! - [`access`]: tenancy (the workspace path index), authentication, RBAC and authorization.
-//! - [`endpoints`]: the router and the handlers of each verb (over a narrow
-//!   `ResourceScope`, never the whole server state), reviews, admission webhooks and the
-//!   virtual workspaces.
-//! - [`server`]: the TLS listener and the assembly of the whole server.
+//! - [`endpoints`]: the filters each request passes (one per file, each wrapping the next with
+//!   one narrow dependency), the router, which only routes, a workspace's own API, the virtual
+//!   workspaces (each authorizing and scoping its requests), and the handlers of each verb (over
+//!   a narrow `ResourceScope`, never the whole server state), reviews and admission webhooks.
+//! - [`server`]: the TLS listener, the server's parts ([`server::AppState`]) and the handler
+//!   chain assembled from them in one place ([`server::chain`]).
 //!
 //! A request:
 //!
 //! ```text
-//! request ─▶ server ─▶ dispatch: authn ─▶ tenancy (path) ─▶ authz ─▶ handlers
+//! listener ─▶ log ─▶ in-flight ─▶ gzip ─▶ audit ─▶ timeout ─▶ recovery ─▶ valid path
+//!   ─▶ authentication ─▶ cluster ─▶ workspace authn ─▶ impersonation ─▶ readiness
+//!   ─▶ authorization (non-resource) ─▶ router ─┬─▶ workspace API ─┐
+//!                                              └─▶ virtual workspace (authz, scope) ─┤
+//!                                                                                    ▼
+//!                         handlers (get, list, watch, create, update, patch, delete)
 //!                                                                       │
 //!        admission.admit ◀──────────────────────────────────────────────┤
 //!                                                                       ▼

@@ -18,7 +18,10 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
-use crate::endpoints::dispatch::{handle, AppState, StateOptions};
+pub mod chain;
+pub mod state;
+
+pub use state::{AppState, StateOptions, DEFAULT_MAX_REQUESTS_IN_FLIGHT, DEFAULT_REQUEST_TIMEOUT};
 
 /// PEM material for the listener.
 #[derive(Clone, Debug)]
@@ -313,6 +316,7 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
     let local: SocketAddr = listener.local_addr().map_err(StartError::LocalAddress)?;
+    let chain = Arc::new(chain::build(&state));
     info!(address = %local, "serving");
     tokio::pin!(shutdown);
     loop {
@@ -330,6 +334,7 @@ pub async fn serve_with(
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.read().unwrap_or_else(|p| p.into_inner()).clone();
         let state = state.clone();
+        let chain = chain.clone();
         tokio::spawn(async move {
             let tls = match tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(tcp))
                 .await
@@ -349,17 +354,17 @@ pub async fn serve_with(
             let service = service_fn({
                 let activity = activity.clone();
                 move |mut req: Request<Incoming>| {
-                    let state = state.clone();
+                    let chain = chain.clone();
                     let who = who.clone();
                     let guard = activity.start();
                     req.extensions_mut()
-                        .insert(crate::endpoints::dispatch::RemoteAddr(peer));
+                        .insert(crate::endpoints::exchange::RemoteAddr(peer));
                     // Boxed: HTTP/2 runs each stream as a task holding this future or, once
                     // it is done, the response's body, in one allocation as large as the
                     // larger of the two. Unboxed, every open watch kept the handler's ~11 KiB
                     // for its whole life; boxed, the handler's state goes when the answer starts.
                     Box::pin(async move {
-                        let response = handle(state, who, req).await;
+                        let response = chain::handle(&chain, who, req).await;
                         Ok::<_, std::convert::Infallible>(response.map(|body| Tracked {
                             body,
                             _guard: guard,
@@ -506,7 +511,7 @@ pub struct ServeOptions {
     /// Timeouts and sizes each connection is held to.
     pub connection_limits: ConnectionLimits,
     /// The audit policy and log (`--audit-policy-file`, `--audit-log-path`), when auditing.
-    pub audit: Option<Arc<crate::endpoints::dispatch::Audit>>,
+    pub audit: Option<Arc<crate::meta::audit::Audit>>,
     /// How often the files of `tls_cert_file`, `tls_private_key_file` and `client_ca_file` are
     /// checked for new content.
     pub tls_reload_interval: Duration,
@@ -532,7 +537,7 @@ impl ServeOptions {
             client_ca_file: None,
             store: StoreKind::Redb,
             watch_cache: Some(crate::storage::CacheOptions::default()),
-            max_requests_in_flight: crate::endpoints::dispatch::DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+            max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
             token_auth_file: None,
             service_account_key_file: None,
             service_account_issuer: crate::access::serviceaccounts::DEFAULT_ISSUER.to_string(),
@@ -544,7 +549,7 @@ impl ServeOptions {
             requestheader_group_headers: Vec::new(),
             requestheader_extra_headers_prefix: Vec::new(),
             max_objects_per_workspace: 0,
-            request_timeout: crate::endpoints::dispatch::DEFAULT_REQUEST_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             extra_metrics: None,
             connection_limits: ConnectionLimits::default(),
             audit: None,

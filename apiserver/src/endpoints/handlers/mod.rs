@@ -51,20 +51,14 @@ pub struct ResourceScope {
 
 /// One resource request with everything the verb handlers need.
 pub struct ResourceCall {
-    /// The handles the handlers work with.
+    /// The handles the handlers work with (a virtual workspace puts its own admission here).
     pub scope: ResourceScope,
     /// The API surface the request sees.
     pub view: Arc<crate::registry::catalog::ApiView>,
-    /// Whether the request came through an APIExport virtual workspace.
-    pub virtual_workspace: bool,
-    /// The APIExport virtual workspace the request came through: which of its resources are
-    /// filtered by a claim label.
-    pub export: Option<Arc<crate::registry::catalog::ExportApi>>,
-    /// The accepted permission claim that lets the request through, for a claimed resource.
-    pub claim: Option<crate::access::tenancy::claims::AcceptedClaim>,
-    /// A label selector every list and watch must also satisfy (the lifecycle virtual
-    /// workspaces).
-    pub forced_selector: Option<String>,
+    /// Where the type of a request across every cluster (`/clusters/*`) is looked up.
+    pub types: TypeLookup,
+    /// Which objects the request may see; `None` for all of them.
+    pub visibility: Option<Arc<dyn Visibility>>,
     /// The logical cluster the request addresses, already resolved from a workspace path.
     pub cluster: ClusterTarget,
     /// Group, version, resource, namespace, name, subresource and verb from the URL.
@@ -75,9 +69,36 @@ pub struct ResourceCall {
     pub headers: HeaderMap,
     /// The request body, read whole (empty for reads).
     pub body: Bytes,
-    /// The user the request acts as, after impersonation; `None` only if unauthenticated (dispatch
-    /// lets no unauthenticated request reach a resource).
+    /// The user the request acts as, after impersonation; `None` only if unauthenticated (the
+    /// filters let no unauthenticated request reach a resource).
     pub identity: Option<Arc<Identity>>,
+}
+
+/// Where a request's type is looked up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TypeLookup {
+    /// In the view, and for a request across every cluster in any cluster's types (a
+    /// workspace's own API, and the lifecycle virtual workspaces).
+    Workspaces,
+    /// In the view only (an APIExport's virtual workspace serves its export's types, also
+    /// across clusters).
+    ViewOnly,
+}
+
+/// Which objects of a resource a request sees: a virtual workspace may show only those that
+/// carry a label.
+pub trait Visibility: Send + Sync {
+    /// The label selector the objects of `resource` must match, when only some are visible.
+    fn selector(&self, resource: &Resource) -> Option<String>;
+}
+
+/// Only the objects a label selector picks, whatever their resource.
+pub struct Labelled(pub String);
+
+impl Visibility for Labelled {
+    fn selector(&self, _: &Resource) -> Option<String> {
+        Some(self.0.clone())
+    }
 }
 
 /// The parts of a call after the resource was resolved.
@@ -383,8 +404,8 @@ pub async fn serve(call: ResourceCall) -> Response<Body> {
 
 async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     let req = call.request;
-    let resource = match (&call.cluster, call.virtual_workspace) {
-        (ClusterTarget::Wildcard, false) => {
+    let resource = match (&call.cluster, call.types) {
+        (ClusterTarget::Wildcard, TypeLookup::Workspaces) => {
             call.scope
                 .catalog
                 .wildcard_lookup(&req.group, &req.version, &req.resource)
@@ -398,12 +419,8 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     .ok_or_else(ApiError::path_not_found)?;
     crate::access::tenancy::check_request(&req, call.identity.as_deref())?;
 
-    // Claimed resources (and APIBindings) seen through an export's virtual workspace: only the
-    // objects carrying the export's claim label exist there.
-    let forced_selector = match (&call.export, call.virtual_workspace) {
-        (Some(api), true) => api.selector_for(&resource).map(str::to_string),
-        _ => call.forced_selector.clone(),
-    };
+    // Objects a virtual workspace does not show do not exist there.
+    let forced_selector = call.visibility.as_ref().and_then(|v| v.selector(&resource));
     match req.subresource.as_deref() {
         None => {}
         Some("status")
@@ -459,7 +476,7 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     if let ClusterTarget::Name(c) = &call.cluster {
         call.scope.namespaces.ensure_cluster(c).await?;
     }
-    // A named object the claim does not select is not there for the export's owner.
+    // A named object the visibility does not select is not there.
     if let (Some(selector), Some(name), ClusterTarget::Name(c)) =
         (&forced_selector, &req.name, &call.cluster)
     {
@@ -483,16 +500,9 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
             }
         }
     }
-    // Writes through a claim with a label selector must stay inside it.
-    let admission = match &call.claim {
-        Some(claim) if !req.verb.is_read_only() => {
-            crate::access::tenancy::claims::SelectorAdmission::wrap(claim, call.scope.admission)
-        }
-        _ => call.scope.admission,
-    };
     let mut ctx = Ctx {
         objects: call.scope.objects,
-        admission,
+        admission: call.scope.admission,
         budgets: call.scope.budgets,
         resource,
         cluster: call.cluster,

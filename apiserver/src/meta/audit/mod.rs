@@ -29,6 +29,21 @@ pub use event::*;
 pub use policy::*;
 pub use writer::*;
 
+/// Auditing: which requests are recorded how (`--audit-policy-file`), and the log they go to
+/// (`--audit-log-path`).
+pub struct Audit {
+    /// Decides each request's level and stages.
+    pub policy: Policy,
+    /// Where events go.
+    pub writer: LogWriter,
+}
+
+impl std::fmt::Debug for Audit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Audit").finish_non_exhaustive()
+    }
+}
+
 use std::fmt;
 
 use serde::Serialize;

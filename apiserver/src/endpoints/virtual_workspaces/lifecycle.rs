@@ -12,44 +12,123 @@
 //!   `<id>`; afterwards 403 (and 404 for its LogicalCluster).
 //!
 //! Every request needs `initialize` (`terminate`) on the WorkspaceType `<type>` in the type's
-//! workspace, `<id>` being `<logical cluster>:<type>`.
+//! workspace, `<id>` being `<logical cluster>:<type>`. Discovery and OpenAPI are the
+//! workspace's own.
 
 use std::sync::Arc;
+
+use http::Response;
 
 use bytes::Bytes;
 use serde_json::Value;
 
+use futures::future::BoxFuture;
+
+use crate::access::authz::Authorizer;
 use crate::access::rbac::PolicyRule;
 use crate::access::tenancy::initializers::{self, OnlyOwnName};
-use crate::endpoints::handlers::{self, ResourceCall};
+use crate::endpoints::exchange::{self, Exchange};
+use crate::endpoints::handlers::{self, Labelled, ResourceCall, TypeLookup, Visibility};
+use crate::endpoints::virtual_workspaces::VirtualWorkspace;
+use crate::endpoints::workspaces::Workspaces;
+use crate::meta::body::Body;
 use crate::meta::response::error_response;
 use crate::meta::status::{ApiError, GroupResource};
 use crate::request::identity::Identity;
 use crate::request::query::Query;
-use crate::request::request_info::{ClusterTarget, Lifecycle, ResourceRequest, Verb};
+use crate::request::request_info::{
+    ClusterTarget, Lifecycle, RequestInfo, ResourceRequest, Target, Verb,
+};
 
-/// What a lifecycle request needs from the server.
-pub struct LifecycleCall<'a> {
+/// The initializing and terminating virtual workspaces.
+pub struct LifecycleVirtualWorkspace {
+    /// The workspaces' APIs: the handlers' scope, and what serves the non-resource paths.
+    pub workspaces: Arc<Workspaces>,
+    /// Who decides who may initialize (terminate): the server's RBAC.
+    pub authorizer: Arc<dyn Authorizer>,
+}
+
+impl VirtualWorkspace for LifecycleVirtualWorkspace {
+    fn matches(&self, info: &RequestInfo) -> bool {
+        info.lifecycle.is_some()
+    }
+
+    fn serve(&self, x: Exchange) -> BoxFuture<'_, Response<Body>> {
+        Box::pin(self.serve_exchange(x))
+    }
+}
+
+impl LifecycleVirtualWorkspace {
+    async fn serve_exchange(&self, x: Exchange) -> Response<Body> {
+        let (Some((lifecycle, id)), Target::Resource(_), Some(user)) =
+            (x.info.lifecycle.clone(), &x.info.target, x.user.clone())
+        else {
+            // Discovery and OpenAPI: the workspace's own.
+            return self.workspaces.serve(x).await;
+        };
+        // A workspace is addressed by its logical-cluster name only; a path is not resolved
+        // here.
+        if x.requested != x.info.cluster {
+            return error_response(&ApiError::path_not_found());
+        }
+        let Exchange {
+            parts,
+            body,
+            query,
+            info,
+            record,
+            ..
+        } = x;
+        let Target::Resource(request) = info.target else {
+            return error_response(&ApiError::path_not_found());
+        };
+        let body = match exchange::resource_body(&parts.method, body).await {
+            Ok(b) => b,
+            Err(e) => return error_response(&e),
+        };
+        {
+            let mut r = record.lock().unwrap_or_else(|p| p.into_inner());
+            r.set_resource(&request);
+            r.body = Some(body.clone());
+        }
+        serve(LifecycleCall {
+            scope: self.workspaces.scope.clone(),
+            authorizer: self.authorizer.as_ref(),
+            lifecycle,
+            id: &id,
+            cluster: info.cluster,
+            request,
+            query,
+            headers: parts.headers,
+            body,
+            identity: user,
+        })
+        .await
+    }
+}
+
+/// One lifecycle request.
+struct LifecycleCall<'a> {
     /// The handles of the resource handlers (the store, admission, the catalog).
-    pub scope: handlers::ResourceScope,
+    scope: handlers::ResourceScope,
     /// The server's authorizer, which decides who may initialize (terminate).
-    pub authorizer: &'a dyn crate::access::authz::Authorizer,
+    authorizer: &'a dyn Authorizer,
     /// Initializing or terminating.
-    pub lifecycle: Lifecycle,
+    lifecycle: Lifecycle,
     /// The initializer's (terminator's) id.
-    pub id: &'a str,
+    id: &'a str,
     /// `*` or one logical cluster.
-    pub cluster: ClusterTarget,
+    cluster: ClusterTarget,
     /// The resource request.
-    pub request: ResourceRequest,
+    request: ResourceRequest,
     /// Its query.
-    pub query: Query,
+    query: Query,
     /// Its headers.
-    pub headers: http::HeaderMap,
+    headers: http::HeaderMap,
     /// Its body, read whole.
-    pub body: Bytes,
+    body: Bytes,
     /// The caller.
-    pub identity: Arc<Identity>,
+    identity: Arc<Identity>,
 }
 
 fn logical_clusters(rr: &ResourceRequest) -> bool {
@@ -57,16 +136,14 @@ fn logical_clusters(rr: &ResourceRequest) -> bool {
 }
 
 /// Serves one request of an initializing or terminating virtual workspace.
-pub async fn serve(call: LifecycleCall<'_>) -> http::Response<crate::meta::body::Body> {
+async fn serve(call: LifecycleCall<'_>) -> Response<Body> {
     match serve_inner(call).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     }
 }
 
-async fn serve_inner(
-    call: LifecycleCall<'_>,
-) -> Result<http::Response<crate::meta::body::Body>, ApiError> {
+async fn serve_inner(call: LifecycleCall<'_>) -> Result<Response<Body>, ApiError> {
     let mut scope = call.scope;
     let l = call.lifecycle;
     let Some((type_cluster, type_name)) = initializers::type_of(call.id) else {
@@ -184,10 +261,8 @@ async fn serve_inner(
     let resource_call = ResourceCall {
         scope,
         view,
-        virtual_workspace: false,
-        export: None,
-        claim: None,
-        forced_selector,
+        types: TypeLookup::Workspaces,
+        visibility: forced_selector.map(|s| Arc::new(Labelled(s)) as Arc<dyn Visibility>),
         cluster: call.cluster,
         request: rr,
         query: call.query,

@@ -1,0 +1,44 @@
+//! Impersonation: `Impersonate-User`, `-Group`, `-Uid` and `-Extra-*` headers, each authorized
+//! by RBAC in the addressed workspace (the export's, for an APIExport's virtual workspace), as
+//! kube-apiserver's impersonation filter. The request then acts as the impersonated user; the
+//! audit events name both.
+
+use std::sync::Arc;
+
+use http::Response;
+
+use crate::access::authz::{self, Rbac};
+use crate::endpoints::exchange::{Exchange, Handler};
+use crate::meta::body::Body;
+use crate::meta::response::error_response;
+
+/// Replaces the exchange's user by the one it may impersonate.
+pub struct Impersonation<N> {
+    /// RBAC of the server's workspaces.
+    pub rbac: Rbac,
+    /// The rest of the chain.
+    pub next: N,
+}
+
+impl<N: Handler> Handler for Impersonation<N> {
+    async fn handle(&self, mut x: Exchange) -> Response<Body> {
+        if let Some(id) = x.user.clone() {
+            let cluster = x.scope().cluster().map(str::to_string);
+            match authz::impersonate(&self.rbac, cluster.as_deref(), &id, &mut x.parts.headers)
+                .await
+            {
+                Ok(Some(other)) => {
+                    let other = Arc::new(other);
+                    x.note(|r| {
+                        r.impersonator = Some(id);
+                        r.user = Some(other.clone());
+                    });
+                    x.user = Some(other);
+                }
+                Ok(None) => {}
+                Err(e) => return error_response(&e),
+            }
+        }
+        self.next.handle(x).await
+    }
+}

@@ -1,0 +1,167 @@
+//! A workspace's own API: the resource requests of `/clusters/<name>/...` (and of `/clusters/*`
+//! across every workspace), each authorized by the workspace's RBAC and served by the generic
+//! handlers; the access reviews, token reviews and TokenRequests, which have handlers of their
+//! own; and the workspace's discovery and OpenAPI. An APIExport's virtual workspace serves its
+//! resource requests through here too, with the export's view of the workspace.
+
+use std::sync::Arc;
+
+use http::Response;
+
+use crate::access::authn::Authn;
+use crate::access::authz::{self, Rbac};
+use crate::endpoints::exchange::{self, Exchange};
+use crate::endpoints::handlers::{self, ResourceCall, ResourceScope, TypeLookup, Visibility};
+use crate::endpoints::nonresource::NonResource;
+use crate::endpoints::reviews;
+use crate::meta::body::Body;
+use crate::meta::response::error_response;
+use crate::meta::status::ApiError;
+use crate::registry::catalog::ApiView;
+use crate::request::identity::Identity;
+use crate::request::negotiation::refuse_tables_only;
+use crate::request::request_info::{ClusterTarget, Target};
+use crate::storage::Store;
+
+/// Serves the workspaces' own APIs.
+pub struct Workspaces {
+    /// The handles of the resource handlers.
+    pub scope: ResourceScope,
+    /// RBAC of the server's workspaces.
+    pub rbac: Rbac,
+    /// The authenticators, which TokenReviews ask.
+    pub authn: Arc<Authn>,
+    /// The store ServiceAccounts and their tokens are read from.
+    pub store: Arc<dyn Store>,
+    /// Discovery, OpenAPI and the other non-resource paths.
+    pub nonresource: Arc<NonResource>,
+}
+
+/// How a resource request reaches a workspace's objects.
+pub struct Route {
+    /// The API the request sees.
+    pub view: Arc<ApiView>,
+    /// Where its type is looked up.
+    pub types: TypeLookup,
+    /// Which objects it sees; `None` for all.
+    pub visibility: Option<Arc<dyn Visibility>>,
+    /// The scope of the handlers, when a virtual workspace adds admission of its own.
+    pub scope: Option<ResourceScope>,
+    /// Through an APIExport's virtual workspace: no TokenRequests or TokenReviews there, and
+    /// a request let into one workspace writes with kcp's warrant for it.
+    pub through_export: bool,
+}
+
+impl Workspaces {
+    /// The API of the request's cluster (the built-in types for `/clusters/*`).
+    pub fn view(&self, cluster: &ClusterTarget) -> Arc<ApiView> {
+        match cluster {
+            ClusterTarget::Name(c) => self.scope.catalog.view(c),
+            ClusterTarget::Wildcard => self.scope.catalog.builtin_view(),
+        }
+    }
+
+    /// Serves a request straight into a workspace.
+    pub async fn serve(&self, x: Exchange) -> Response<Body> {
+        let view = self.view(&x.info.cluster);
+        match x.info.target {
+            Target::Resource(_) => {
+                let route = Route {
+                    view,
+                    types: TypeLookup::Workspaces,
+                    visibility: None,
+                    scope: None,
+                    through_export: false,
+                };
+                self.serve_resource(x, route).await
+            }
+            _ => self.nonresource.serve(&view, &x),
+        }
+    }
+
+    /// Serves a resource request into a workspace the way `route` says.
+    pub async fn serve_resource(&self, x: Exchange, route: Route) -> Response<Body> {
+        match self.resource(x, route).await {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        }
+    }
+
+    async fn resource(&self, x: Exchange, route: Route) -> Result<Response<Body>, ApiError> {
+        let Exchange {
+            parts,
+            body,
+            query,
+            info,
+            user,
+            record,
+            ..
+        } = x;
+        let Target::Resource(rr) = info.target else {
+            return Err(ApiError::path_not_found());
+        };
+        let note = |f: &dyn Fn(&mut exchange::RequestRecord)| {
+            f(&mut record.lock().unwrap_or_else(|p| p.into_inner()))
+        };
+        note(&|r| r.set_resource(&rr));
+        let body = exchange::resource_body(&parts.method, body).await?;
+        note(&|r| r.body = Some(body.clone()));
+        let accept = parts
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok());
+        let cluster = info.cluster.name();
+        if reviews::is_review(&rr) {
+            let Some(id) = user.as_deref() else {
+                return Err(ApiError::unauthorized());
+            };
+            refuse_tables_only(accept)?;
+            return Ok(reviews::serve(&self.rbac, cluster, id, &rr, &body).await);
+        }
+        if let Some(id) = user.as_deref() {
+            let scope = match (&info.virtual_workspace, &info.cluster) {
+                (Some((c, e)), _) => authz::Scope::VirtualWorkspace(c, e),
+                (None, ClusterTarget::Name(c)) => authz::Scope::Cluster(c),
+                (None, ClusterTarget::Wildcard) => authz::Scope::Wildcard,
+            };
+            authz::authorize(&self.rbac, scope, id, &rr).await?;
+        }
+        if reviews::is_special(&rr) && !route.through_export {
+            refuse_tables_only(accept)?;
+            let objects = crate::access::serviceaccounts::Objects {
+                store: self.store.as_ref(),
+                catalog: &self.scope.catalog,
+            };
+            return Ok(reviews::serve_special(
+                &self.rbac,
+                &self.authn,
+                objects,
+                cluster,
+                &rr,
+                &body,
+            )
+            .await);
+        }
+        // Let into one workspace through an export, the write then runs with kcp's warrant.
+        let identity = match (route.through_export, &info.cluster, user) {
+            (true, ClusterTarget::Name(c), Some(id)) => Some(Arc::new(Identity {
+                warrant: Some(c.clone()),
+                ..(*id).clone()
+            })),
+            (_, _, identity) => identity,
+        };
+        Ok(handlers::serve(ResourceCall {
+            scope: route.scope.unwrap_or_else(|| self.scope.clone()),
+            view: route.view,
+            types: route.types,
+            visibility: route.visibility,
+            cluster: info.cluster,
+            request: rr,
+            query,
+            headers: parts.headers,
+            body,
+            identity,
+        })
+        .await)
+    }
+}
