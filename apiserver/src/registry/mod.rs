@@ -11,6 +11,8 @@ pub mod resource;
 mod strategy;
 mod validation;
 
+pub use generic::list::{decode_continue, Collection, Page, Selection};
+pub use generic::watch::SelectedEvents;
 pub use generic::{
     reconcile_namespace, storage_status, Attributes, Deleted, GenericStore, NoValidation,
     Operation, Preconditions, Stored, Write, WriteValidation, Written, MAX_OBJECT_BYTES,

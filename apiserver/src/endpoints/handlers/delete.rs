@@ -3,7 +3,6 @@
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::list::{collect_matching, ListFilter};
 use super::Ctx;
 use crate::meta::body::Body;
 use crate::meta::status::{success_status, ApiError};
@@ -127,8 +126,8 @@ fn gone(ctx: &Ctx, obj: &Value) -> Response<Body> {
 pub(super) async fn delete_collection(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     let opts = parse_options(ctx)?;
     let dry_run = body_dry_run(ctx)?;
-    let filter = ListFilter::from_query(ctx)?;
-    let (items, _rev) = collect_matching(ctx, &filter).await?;
+    let selection = ctx.selection()?;
+    let (items, _rev) = ctx.objects.list_all(ctx.collection(), &selection).await?;
     let mut deleted = Vec::new();
     for kv in items {
         match delete_one(ctx, &kv.key, kv.clone(), &opts, dry_run).await {
@@ -138,8 +137,7 @@ pub(super) async fn delete_collection(ctx: &Ctx) -> Result<Response<Body>, ApiEr
             Err(e) => return Err(e),
         }
     }
-    let mut metadata =
-        json!({"resourceVersion": ctx.objects.storage().current_revision().to_string()});
+    let mut metadata = json!({"resourceVersion": ctx.objects.current_revision().to_string()});
     if !ctx.resource.ty.strategic_merge_patch {
         // As a list of custom resources from kube-apiserver.
         metadata["continue"] = json!("");

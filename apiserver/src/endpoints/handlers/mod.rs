@@ -25,12 +25,12 @@ use crate::meta::status::{ApiError, Cause, GroupResource};
 use crate::meta::table;
 use crate::registry::catalog::Catalog;
 use crate::registry::objects::{self, WritePart};
-use crate::registry::{storage_status, GenericStore, Resource, Stored, Write, Written};
+use crate::registry::{GenericStore, Resource, Stored, Write, Written};
 use crate::request::identity::Identity;
 use crate::request::negotiation::{negotiate_resource, Encoding, Negotiated, Output};
 use crate::request::query::{FieldValidation, Query};
 use crate::request::request_info::{ClusterTarget, ResourceRequest, Verb};
-use crate::storage::{KeyValue, StorageError};
+use crate::storage::KeyValue;
 
 pub use crate::registry::MAX_OBJECT_BYTES;
 
@@ -155,9 +155,39 @@ impl Ctx {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
-    /// Maps a storage error to the client's Status.
-    pub fn storage_error(&self, e: StorageError) -> ApiError {
-        storage_status(self.gr(), self.name(), e)
+    /// The collection the request reads.
+    pub fn collection(&self) -> crate::registry::Collection<'_> {
+        crate::registry::Collection {
+            resource: &self.resource,
+            cluster: self.cluster.name(),
+            namespace: self.req.namespace.as_deref(),
+            name: self.name(),
+        }
+    }
+
+    /// The objects of the collection the request selects: its label selector (with the one
+    /// the surface forces), its field selector, its URL's name and namespace.
+    pub fn selection(&self) -> Result<crate::registry::Selection, ApiError> {
+        let user = self
+            .query
+            .get("labelSelector")
+            .filter(|s| !s.trim().is_empty());
+        let labels = match (user, self.forced_selector.as_deref()) {
+            (Some(u), Some(f)) => Some(format!("{u},{f}")),
+            (Some(u), None) => Some(u.to_string()),
+            (None, Some(f)) => Some(f.to_string()),
+            (None, None) => None,
+        };
+        crate::registry::Selection::new(
+            &self.resource,
+            self.cluster == ClusterTarget::Wildcard,
+            self.req.namespace.as_deref(),
+            self.req.name.as_deref(),
+            labels.as_deref(),
+            self.query
+                .get("fieldSelector")
+                .filter(|s| !s.trim().is_empty()),
+        )
     }
 
     /// Reads the current state of the named object.

@@ -7,20 +7,18 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use http::{header, HeaderValue, Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::list::{list_options_error, wait_for_revision, ListFilter};
+use super::list::list_options_error;
 use super::{partial_metadata, Ctx};
 use crate::meta::body::Body;
 use crate::meta::status::ApiError;
 use crate::meta::table::{self, IncludeObject};
-use crate::registry::objects;
-use crate::registry::Resource;
+use crate::registry::{objects, Resource, SelectedEvents};
 use crate::request::negotiation::Output;
-use crate::storage::{Event, EventType, Revision, StorageError};
+use crate::storage::{Event, Revision};
 
 /// How often an idle watch with bookmarks enabled gets one.
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
@@ -137,9 +135,9 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             if on {
                 if let Some(v) = rv.filter(|v| *v != "0") {
                     let want = objects::parse_resource_version(v)?;
-                    wait_for_revision(ctx.objects.storage().as_ref(), want)
-                        .await
-                        .map_err(|e| ctx.storage_error(e))?;
+                    ctx.objects
+                        .wait_for_revision(ctx.collection(), want)
+                        .await?;
                 }
                 // The bookmark that ends the initial events goes only to a client that
                 // takes bookmarks, as kube-apiserver sends it.
@@ -149,7 +147,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             } else {
                 match rv {
                     Some(v) if v != "0" => Start::After(objects::parse_resource_version(v)?),
-                    _ => Start::After(ctx.objects.storage().current_revision()),
+                    _ => Start::After(ctx.objects.current_revision()),
                 }
             }
         }
@@ -168,7 +166,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
             }
         }
     };
-    let filter = ListFilter::from_query(ctx)?;
+    let selection = ctx.selection()?;
     // Taken first, so a user at the limit costs the server nothing more.
     let held = ctx.budgets.hold_watch(ctx.identity.as_deref())?;
     let bookmarks = ctx.query.flag("allowWatchBookmarks");
@@ -188,11 +186,6 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         include,
         headers_sent: false,
     };
-    let prefix = ctx
-        .resource
-        .prefix(ctx.cluster.name(), ctx.req.namespace.as_deref());
-    let type_prefix_len = ctx.resource.all_clusters_prefix().len();
-    let store = ctx.objects.storage().clone();
 
     // Read the initial state before answering, so a bad request still gets a plain error. Only
     // what the watcher selected is kept, and it counts against the user's budget of unread
@@ -201,7 +194,7 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     let (initial, from) = match start {
         Start::Initial { end_bookmark } => {
             // Read page by page, keeping only the selected objects (as a list does).
-            let (items, rev) = super::list::collect_matching(ctx, &filter).await?;
+            let (items, rev) = ctx.objects.list_all(ctx.collection(), &selection).await?;
             let bytes = items.iter().map(|kv| kv.value.len()).sum();
             initial_held = ctx.budgets.hold_list(ctx.identity.as_deref(), bytes)?;
             (Some((items, end_bookmark)), rev)
@@ -210,9 +203,9 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
     };
     // The watch is registered before the answer starts, after the initial list was read, so
     // that no event between the two is missed.
-    let (events, failed) = match store.watch(&prefix, from).await {
+    let (events, failed) = match ctx.objects.watch(ctx.collection(), selection, from).await {
         Ok(events) => (Some(events), None),
-        Err(e) => (None, Some(ctx.storage_error(e))),
+        Err(e) => (None, Some(e)),
     };
     let (initial, end_bookmark) = match initial {
         Some((items, end_bookmark)) => (items, end_bookmark.then_some(from)),
@@ -234,8 +227,6 @@ pub(super) async fn watch(ctx: &Ctx) -> Result<Response<Body>, ApiError> {
         failed,
         deadline: Box::pin(tokio::time::sleep(timeout)),
         bookmarks,
-        filter,
-        type_prefix_len,
         encoder,
         last_rev: from,
     }))
@@ -263,14 +254,12 @@ struct WatchFrames {
     initial_held: Vec<tokio::sync::OwnedSemaphorePermit>,
     /// The revision of the bookmark that closes the initial objects, if one was asked for.
     end_bookmark: Option<Revision>,
-    /// The events; `None` once the watch ended.
-    events: Option<BoxStream<'static, Result<Event, StorageError>>>,
+    /// The events the watcher selected; `None` once the watch ended.
+    events: Option<SelectedEvents>,
     /// Why the watch could not start, sent after the initial objects.
     failed: Option<ApiError>,
     deadline: Pin<Box<tokio::time::Sleep>>,
     bookmarks: Option<tokio::time::Interval>,
-    filter: ListFilter,
-    type_prefix_len: usize,
     encoder: EventEncoder,
     last_rev: Revision,
 }
@@ -311,7 +300,9 @@ impl Stream for WatchFrames {
             return Poll::Ready(None);
         };
         loop {
-            let event = match events.poll_next_unpin(cx) {
+            let polled = events.poll_next_unpin(cx);
+            this.last_rev = events.last_revision();
+            let (kind, event) = match polled {
                 Poll::Pending => break,
                 Poll::Ready(None) => {
                     this.events = None;
@@ -319,17 +310,9 @@ impl Stream for WatchFrames {
                 }
                 Poll::Ready(Some(Err(e))) => {
                     this.events = None;
-                    let err = super::storage_status(&this.encoder.resource.gr, "", e);
-                    return Poll::Ready(Some(error_frame(&err)));
+                    return Poll::Ready(Some(error_frame(&e)));
                 }
-                Poll::Ready(Some(Ok(event))) => event,
-            };
-            this.last_rev = event.revision;
-            if !this.filter.matches_key(this.type_prefix_len, &event.key) {
-                continue;
-            }
-            let Some(kind) = classify(&this.filter, &event) else {
-                continue;
+                Poll::Ready(Some(Ok(selected))) => selected,
             };
             if let Ok(frame) = this.encoder.event_frame(kind, &event) {
                 return Poll::Ready(Some(frame));
@@ -345,36 +328,5 @@ impl Stream for WatchFrames {
             return Poll::Ready(None);
         }
         Poll::Pending
-    }
-}
-
-/// The watch event type of a change for a filtered watcher: an object that stops matching is
-/// DELETED, one that starts matching is ADDED. The objects are decoded once per event (in its
-/// memo), not once per watcher.
-fn classify(filter: &ListFilter, event: &Event) -> Option<&'static str> {
-    if !filter.needs_object() {
-        return Some(match event.kind {
-            EventType::Create => "ADDED",
-            EventType::Update => "MODIFIED",
-            EventType::Delete => "DELETED",
-        });
-    }
-    let matches = |v: Option<std::sync::Arc<Value>>| v.is_some_and(|v| filter.matches_object(&v));
-    let now = matches(event.memo.value(&event.value));
-    let before = || {
-        event
-            .prev_value
-            .as_ref()
-            .is_some_and(|p| matches(event.memo.prev(p)))
-    };
-    match event.kind {
-        EventType::Create => now.then_some("ADDED"),
-        EventType::Delete => (now || before()).then_some("DELETED"),
-        EventType::Update => match (before(), now) {
-            (true, true) => Some("MODIFIED"),
-            (false, true) => Some("ADDED"),
-            (true, false) => Some("DELETED"),
-            (false, false) => None,
-        },
     }
 }

@@ -172,15 +172,14 @@ async fn serve_inner(call: LifecycleCall<'_>) -> Result<Response<Body>, ApiError
             ),
         ));
     }
-    let wt = scope
-        .objects
-        .storage()
-        .get(&format!(
-            "/tenancy.kcp.io/workspacetypes/{type_cluster}/{type_name}"
-        ))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .and_then(|kv| crate::registry::objects::decode_stored(&kv.value).ok());
+    let wt = read(
+        &scope,
+        "tenancy.kcp.io",
+        "workspacetypes",
+        type_cluster,
+        type_name,
+    )
+    .await?;
     let rr = call.request;
     let mut forced_selector = None;
     let mut admission: Arc<dyn crate::admission::Admission> = scope.admission.clone();
@@ -202,13 +201,7 @@ async fn serve_inner(call: LifecycleCall<'_>) -> Result<Response<Body>, ApiError
             scope.catalog.builtin_view()
         }
         ClusterTarget::Name(c) => {
-            let lc = scope
-                .objects
-                .storage()
-                .get(&format!("/core.kcp.io/logicalclusters/{c}/cluster"))
-                .await
-                .map_err(|e| ApiError::internal(e.to_string()))?
-                .and_then(|kv| crate::registry::objects::decode_stored(&kv.value).ok());
+            let lc = read(&scope, "core.kcp.io", "logicalclusters", c, "cluster").await?;
             let waiting = lc.as_ref().is_some_and(|lc| {
                 let in_phase = match l {
                     Lifecycle::Initializing => lc["status"]["phase"] == "Initializing",
@@ -271,6 +264,25 @@ async fn serve_inner(call: LifecycleCall<'_>) -> Result<Response<Body>, ApiError
         identity: Some(call.identity),
     };
     Ok(handlers::serve(resource_call).await)
+}
+
+/// A kcp object of a built-in type, `None` when it does not exist (or cannot be decoded).
+async fn read(
+    scope: &handlers::ResourceScope,
+    group: &str,
+    resource: &str,
+    cluster: &str,
+    name: &str,
+) -> Result<Option<Value>, ApiError> {
+    let view = scope.catalog.builtin_view();
+    let Some(resource) = view.registry.lookup(group, "v1alpha1", resource) else {
+        return Ok(None);
+    };
+    match scope.objects.get(resource, cluster, None, name).await {
+        Ok(kv) => Ok(crate::registry::objects::decode_stored(&kv.value).ok()),
+        Err(e) if e.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The logical cluster a lifecycle request addresses, unless it lists across all of them.

@@ -2,8 +2,13 @@
 //! `genericregistry.Store`. It owns the storage keys, `generateName` and its retries, the server's
 //! metadata, validation, the compare-and-swap loop of updates, deletion with finalizers, dry
 //! runs, the one mapping of storage errors to Status, and calls the type's [`Strategy`] and the
-//! validating admission it is given at fixed points. Requests reach it through the handlers;
-//! the server's own writes (bootstrap, controllers in the tenancy) write the store directly.
+//! validating admission it is given at fixed points. Reads of collections go through it too:
+//! selections, consistent pages ([`list`]) and each watcher's events ([`watch`]). Requests
+//! reach it through the handlers; the server's own writes (bootstrap, controllers in the
+//! tenancy) write the store directly.
+
+pub mod list;
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -207,9 +212,9 @@ impl GenericStore {
         }
     }
 
-    /// The storage underneath (lists and watches read it page by page).
-    pub fn storage(&self) -> &Arc<dyn Store> {
-        &self.store
+    /// The store's newest revision: what a collection is read at when nothing older is asked.
+    pub fn current_revision(&self) -> crate::storage::Revision {
+        self.store.current_revision()
     }
 
     /// The seats for long synchronous work.

@@ -155,7 +155,7 @@ impl Fixture {
 
     async fn stored(&self, name: &str) -> Option<Value> {
         let key = self.resource.key("c1", Some("default"), name);
-        let kv = self.objects.storage().get(&key).await.unwrap()?;
+        let kv = self.objects.store.get(&key).await.unwrap()?;
         Some(objects::decode_stored(&kv.value).unwrap())
     }
 }
@@ -285,7 +285,7 @@ async fn an_update_is_a_compare_and_swap_that_skips_writes_that_change_nothing()
         .await
         .unwrap();
     let first = object(&created);
-    let revision = f.objects.storage().current_revision();
+    let revision = f.objects.current_revision();
 
     // The same object again: nothing is written.
     let same = f
@@ -294,7 +294,7 @@ async fn an_update_is_a_compare_and_swap_that_skips_writes_that_change_nothing()
         .await
         .unwrap();
     assert_eq!(object(&same), first);
-    assert_eq!(f.objects.storage().current_revision(), revision);
+    assert_eq!(f.objects.current_revision(), revision);
 
     // A change is written with a new resourceVersion; the creator set on create stays.
     let changed = f
@@ -353,7 +353,7 @@ async fn a_delete_waits_for_finalizers_and_the_last_one_removed_deletes() {
         .await
         .unwrap();
     let key = f.resource.key("c1", Some("default"), "held");
-    let current = f.objects.storage().get(&key).await.unwrap().unwrap();
+    let current = f.objects.store.get(&key).await.unwrap().unwrap();
     let pending = f
         .objects
         .delete(&f.write("held"), &key, current, &Preconditions::default())
@@ -393,7 +393,7 @@ async fn a_delete_waits_for_finalizers_and_the_last_one_removed_deletes() {
         .await
         .unwrap();
     let key = f.resource.key("c1", Some("default"), "plain");
-    let current = f.objects.storage().get(&key).await.unwrap().unwrap();
+    let current = f.objects.store.get(&key).await.unwrap().unwrap();
     let wrong_uid = Preconditions {
         uid: Some("not-it".into()),
         resource_version: None,
