@@ -6,6 +6,11 @@
 //!   apiserver crate, a module is one that a layer declares `pub mod`; elsewhere a top-level
 //!   module).
 //!
+//! - unit tests have one naming scheme: the tests of module `m` are `m/tests.rs` (a submodule
+//!   `tests`), or `m/tests/<topic>.rs` when there are several; no `tests_<topic>.rs` or
+//!   `<module>_tests.rs` beside them and no `#[path]` to reach one. Whole-binary tests are
+//!   `tests/<suite>.rs`, end-to-end suites one binary per crate.
+//!
 //! The circles that remain are listed, with the reason, in `tests/module-circles.txt`; a new
 //! circle fails, and so does a listed one that is gone (the list only shrinks). Imports through
 //! `super::` stay inside a module and are not read.
@@ -348,6 +353,36 @@ fn no_two_modules_of_a_crate_import_each_other() {
     assert!(
         gone.is_empty(),
         "listed circles that are gone: remove them from tests/module-circles.txt: {gone:?}"
+    );
+}
+
+#[test]
+fn unit_test_files_have_one_naming_scheme() {
+    let mut odd = Vec::new();
+    for (_, dir) in CRATES {
+        let mut files = Vec::new();
+        rust_files(&root().join(dir), &mut files);
+        for file in files {
+            let name = file
+                .file_stem()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            let text = std::fs::read_to_string(&file).expect("read");
+            let misnamed = name.starts_with("tests_") || name.ends_with("_tests");
+            let path_attribute = text.lines().any(|l| l.trim_start().starts_with("#[path"));
+            if misnamed || path_attribute {
+                odd.push(
+                    file.strip_prefix(root())
+                        .unwrap_or(&file)
+                        .display()
+                        .to_string(),
+                );
+            }
+        }
+    }
+    assert!(
+        odd.is_empty(),
+        "unit tests of module m go in m/tests.rs or m/tests/<topic>.rs, without #[path]: {odd:?}"
     );
 }
 

@@ -17,4 +17,6 @@ pub use schemas::{check_schemas, write_schemas, SchemaError};
 pub use serving::{served_types, ColumnSource, PrinterColumn, ResourceType};
 
 #[cfg(test)]
-mod upstream_tests;
+mod tests {
+    mod upstream;
+}

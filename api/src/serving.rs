@@ -610,5 +610,4 @@ fn static_name(name: Cow<'static, str>) -> &'static str {
 }
 
 #[cfg(test)]
-#[path = "serving_tests.rs"]
 mod tests;

@@ -377,5 +377,4 @@ impl Manager {
 }
 
 #[cfg(test)]
-#[path = "manager_tests.rs"]
 mod tests;

@@ -786,5 +786,4 @@ fn status_text(code: &str) -> &'static str {
 }
 
 #[cfg(test)]
-#[path = "openapi/tests.rs"]
 mod tests;

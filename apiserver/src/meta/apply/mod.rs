@@ -29,10 +29,6 @@ mod walk;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_apply;
-#[cfg(test)]
-mod tests_edge;
 
 use serde_json::{Map, Value};
 

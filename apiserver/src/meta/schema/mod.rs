@@ -29,13 +29,12 @@ mod prune;
 mod validate;
 
 #[cfg(test)]
-mod tests_cel;
-#[cfg(test)]
-mod tests_cel_cost;
-#[cfg(test)]
-mod tests_prune_default;
-#[cfg(test)]
-mod tests_validate;
+mod tests {
+    mod cel;
+    mod cel_cost;
+    mod prune_default;
+    mod validate;
+}
 
 pub use self::cel::{
     cel_value, check_expression, evaluate, evaluate_values, validate_cel, CelError,

@@ -2,8 +2,8 @@
 
 use serde_json::{json, Value};
 
-use super::tests::{entry, expect, schema, summary, widget, LATER, NOW};
-use super::*;
+use super::{entry, expect, schema, summary, widget, LATER, NOW};
+use crate::meta::apply::*;
 
 const CSA: &str = "kubectl-client-side-apply";
 

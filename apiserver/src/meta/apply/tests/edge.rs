@@ -3,9 +3,9 @@
 
 use serde_json::{json, Value};
 
-use super::path::{compare_values, go_float, go_quote};
-use super::tests::{entry, expect, schema, summary, widget, LATER, NOW};
-use super::*;
+use super::{entry, expect, schema, summary, widget, LATER, NOW};
+use crate::meta::apply::path::{compare_values, go_float, go_quote};
+use crate::meta::apply::*;
 
 fn apply_as(
     live: Option<&Value>,

@@ -4,6 +4,9 @@ use serde_json::{json, Value};
 
 use super::*;
 
+mod apply;
+mod edge;
+
 pub(super) const NOW: &str = "2024-01-01T00:00:00Z";
 pub(super) const LATER: &str = "2024-01-02T00:00:00Z";
 

@@ -1,9 +1,9 @@
-//! Table tests for [`super::validate_cel`]: `x-kubernetes-validations` rules,
+//! Table tests for [`crate::meta::schema::validate_cel`]: `x-kubernetes-validations` rules,
 //! messages, reasons, field paths and transition rules.
 
 use serde_json::{json, Value};
 
-use super::validate_cel;
+use crate::meta::schema::validate_cel;
 
 /// A resource whose `spec` carries the given rules next to a fixed set of
 /// typed properties.

@@ -1,10 +1,10 @@
-//! The cost limits of CEL rules: estimated at write time ([`super::check_rule_costs`]) and
-//! metered at run time ([`super::cel::validate_cel_within`]).
+//! The cost limits of CEL rules: estimated at write time ([`crate::meta::schema::check_rule_costs`]) and
+//! metered at run time ([`crate::meta::schema::cel::validate_cel_within`]).
 
 use serde_json::{json, Value};
 
-use super::cel::validate_cel_within;
-use super::{check_expression, check_rule_costs, validate_cel};
+use crate::meta::schema::cel::validate_cel_within;
+use crate::meta::schema::{check_expression, check_rule_costs, validate_cel};
 
 const CUBIC: &str = "self.l.all(a, self.l.all(b, self.l.all(c, a + b + c >= 0)))";
 const ROOT: &str = "spec.versions[0].schema.openAPIV3Schema";
@@ -130,7 +130,7 @@ fn rules_that_do_not_compile_are_refused() {
 
 #[test]
 fn factor_is_worded_as_kube() {
-    use super::cel_cost::cost_error_message;
+    use crate::meta::schema::cel_cost::cost_error_message;
     let tail = " (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)";
     assert_eq!(
         cost_error_message("c", 12, 10),

@@ -1,8 +1,8 @@
-//! Table tests for [`super::prune`], [`super::default()`] and [`super::admit`].
+//! Table tests for [`crate::meta::schema::prune`], [`crate::meta::schema::default()`] and [`crate::meta::schema::admit`].
 
 use serde_json::{json, Value};
 
-use super::{admit, default, prune, FieldValidation};
+use crate::meta::schema::{admit, default, prune, FieldValidation};
 
 fn schema() -> Value {
     json!({

@@ -1,9 +1,9 @@
-//! Table tests for [`super::validate`]: one case per keyword, with the exact
+//! Table tests for [`crate::meta::schema::validate`]: one case per keyword, with the exact
 //! kube-apiserver message (`<field>: <body>`) expected.
 
 use serde_json::{json, Value};
 
-use super::validate;
+use crate::meta::schema::validate;
 
 /// A small CRD-like schema (`Widget`) exercising every keyword.
 fn widget_schema() -> Value {
@@ -360,9 +360,9 @@ fn hostile_inputs_do_not_panic() {
         for v in &values {
             let _ = validate(v, s);
             let mut w = v.clone();
-            let _ = super::prune(&mut w, s);
-            super::default(&mut w, s);
-            let _ = super::validate_cel(v, Some(v), s);
+            let _ = crate::meta::schema::prune(&mut w, s);
+            crate::meta::schema::default(&mut w, s);
+            let _ = crate::meta::schema::validate_cel(v, Some(v), s);
         }
     }
 }
