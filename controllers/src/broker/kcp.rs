@@ -16,16 +16,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use api::broker::AcceptAPI;
-use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::watcher::{self, watcher};
 use kube::runtime::WatchStreamExt;
 use kube::ResourceExt;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::cluster_providers::kcp::CLUSTER_ANNOTATION;
 use crate::runtime::client::{cluster_prefix, scoped_client};
+use crate::runtime::providers::{follow, Observed};
 use crate::runtime::{
     Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError, ResourceKind,
 };
@@ -94,32 +94,19 @@ impl ClusterProvider for AcceptApiWorkspaces {
         let wildcard = scoped_client(&self.root, &cluster_prefix("*"));
         let kind = ResourceKind::of::<AcceptAPI>();
         let api: Api<DynamicObject> = Api::all_with(wildcard, &kind.api);
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
-        futures::pin_mut!(stream);
+        let mut accept_apis = follow(
+            watcher(api, watcher::Config::default()).default_backoff(),
+            "AcceptAPIs across workspaces",
+            |obj: DynamicObject| key_of(&obj),
+        );
         let mut index: Index = BTreeMap::new();
-        let mut relist: Option<Index> = None;
-        loop {
-            let next = tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
-                next = stream.next() => next,
-            };
-            match next {
-                None => return Ok(()),
-                Some(Err(e)) => {
-                    warn!(error = %e, "watching AcceptAPIs across workspaces failed; retrying")
-                }
-                Some(Ok(Event::Init)) => relist = Some(BTreeMap::new()),
-                Some(Ok(Event::InitApply(obj))) => {
-                    if let Some((c, k)) = key_of(&obj) {
-                        relist
-                            .get_or_insert_with(BTreeMap::new)
-                            .entry(c)
-                            .or_default()
-                            .insert(k);
+        while let Some(observed) = accept_apis.next(&stop).await {
+            match observed {
+                Observed::Relisted(keys) => {
+                    let mut fresh: Index = BTreeMap::new();
+                    for (c, k) in keys {
+                        fresh.entry(c).or_default().insert(k);
                     }
-                }
-                Some(Ok(Event::InitDone)) => {
-                    let fresh = relist.take().unwrap_or_default();
                     for gone in index.keys().filter(|c| !fresh.contains_key(*c)) {
                         self.disengage(&sink, gone).await?;
                     }
@@ -128,29 +115,26 @@ impl ClusterProvider for AcceptApiWorkspaces {
                     }
                     index = fresh;
                 }
-                Some(Ok(Event::Apply(obj))) => {
-                    if let Some((c, k)) = key_of(&obj) {
-                        let first = !index.contains_key(&c);
-                        index.entry(c.clone()).or_default().insert(k);
-                        if first {
-                            self.engage(&sink, &c).await?;
-                        }
+                Observed::Applied((c, k)) => {
+                    let first = !index.contains_key(&c);
+                    index.entry(c.clone()).or_default().insert(k);
+                    if first {
+                        self.engage(&sink, &c).await?;
                     }
                 }
-                Some(Ok(Event::Delete(obj))) => {
-                    if let Some((c, k)) = key_of(&obj) {
-                        let now_empty = index.get_mut(&c).is_some_and(|s| {
-                            s.remove(&k);
-                            s.is_empty()
-                        });
-                        if now_empty {
-                            index.remove(&c);
-                            self.disengage(&sink, &c).await?;
-                        }
+                Observed::Deleted((c, k)) => {
+                    let now_empty = index.get_mut(&c).is_some_and(|s| {
+                        s.remove(&k);
+                        s.is_empty()
+                    });
+                    if now_empty {
+                        index.remove(&c);
+                        self.disengage(&sink, &c).await?;
                     }
                 }
             }
         }
+        Ok(())
     }
 
     fn get(&self, name: &str) -> Option<Arc<Cluster>> {

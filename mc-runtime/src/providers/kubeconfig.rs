@@ -8,15 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::watcher::{self, watcher};
 use kube::runtime::WatchStreamExt;
 use kube::Api;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::Observed;
 use crate::{Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError};
 
 /// The Secret key holding a kubeconfig.
@@ -270,46 +270,41 @@ impl SecretSource {
     async fn run(&self, sink: &ClusterSink, stop: &CancellationToken) -> Result<(), ProviderError> {
         let api: Api<Secret> = Api::namespaced(self.home.clone(), &self.namespace);
         let config = watcher::Config::default().labels(&self.label_selector);
-        let stream = watcher(api, config).default_backoff();
-        futures::pin_mut!(stream);
-        let mut relisted: Option<Vec<ClusterName>> = None;
-        loop {
-            let next = tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
-                next = stream.next() => next,
-            };
-            match next {
-                None => return Ok(()),
-                Some(Err(e)) => {
-                    warn!(namespace = %self.namespace, error = %e, "kubeconfig secret watch failed; retrying")
-                }
-                Some(Ok(Event::Init)) => relisted = Some(Vec::new()),
-                Some(Ok(Event::InitApply(s))) => {
+        let mut secrets = super::follow(
+            watcher(api, config).default_backoff(),
+            format!("kubeconfig secrets in {}", self.namespace),
+            Some,
+        );
+        while let Some(observed) = secrets.next(stop).await {
+            match observed {
+                Observed::Applied(s) => self.apply(sink, &s).await?,
+                Observed::Deleted(s) => {
                     if let Some(n) = s.metadata.name.clone() {
-                        relisted.get_or_insert_with(Vec::new).push(n.into());
+                        forget(&self.engaged, sink, &n.into()).await?;
                     }
-                    self.apply(sink, &s).await?;
                 }
-                Some(Ok(Event::InitDone)) => {
-                    let present = relisted.take().unwrap_or_default();
+                Observed::Relisted(present) => {
+                    for s in &present {
+                        self.apply(sink, s).await?;
+                    }
+                    let names: Vec<ClusterName> = present
+                        .iter()
+                        .filter_map(|s| s.metadata.name.clone())
+                        .map(ClusterName::from)
+                        .collect();
                     let gone: Vec<ClusterName> = lock(&self.engaged)
                         .clusters
                         .keys()
-                        .filter(|n| !present.contains(n))
+                        .filter(|n| !names.contains(n))
                         .cloned()
                         .collect();
                     for name in gone {
                         forget(&self.engaged, sink, &name).await?;
                     }
                 }
-                Some(Ok(Event::Apply(s))) => self.apply(sink, &s).await?,
-                Some(Ok(Event::Delete(s))) => {
-                    if let Some(n) = s.metadata.name.clone() {
-                        forget(&self.engaged, sink, &n.into()).await?;
-                    }
-                }
             }
         }
+        Ok(())
     }
 }
 

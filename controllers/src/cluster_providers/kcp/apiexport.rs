@@ -4,9 +4,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::watcher::{self, watcher};
 use kube::runtime::WatchStreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -16,6 +15,7 @@ use super::{
     wildcard_url,
 };
 use crate::runtime::client::{cluster_prefix, scoped_client, PoolCounter};
+use crate::runtime::providers::{follow, Observed};
 use crate::runtime::{
     Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError, ResourceKind,
 };
@@ -277,33 +277,19 @@ impl ApiExportProvider {
         let client = kube::Client::try_from(self.home.clone())?;
         let api: Api<DynamicObject> = Api::all_with(client, &endpoint_slice_kind().api);
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let stream = watcher(api, config).default_backoff();
-        futures::pin_mut!(stream);
+        let mut slices = follow(
+            watcher(api, config).default_backoff(),
+            format!("endpoint slice {name}"),
+            |obj: DynamicObject| Some(endpoint_urls(&slice_json(&obj))),
+        );
         let mut endpoints: HashMap<String, (CancellationToken, tokio::task::JoinHandle<()>)> =
             HashMap::new();
-        let mut listed: Option<Vec<String>> = None;
-        loop {
-            let next = tokio::select! {
-                _ = stop.cancelled() => break,
-                next = stream.next() => next,
-            };
-            let urls = match next {
-                None => break,
-                Some(Err(e)) => {
-                    warn!(slice = %name, error = %e, "endpoint slice watch failed; retrying");
-                    continue;
-                }
-                Some(Ok(Event::Init)) => {
-                    listed = Some(Vec::new());
-                    continue;
-                }
-                Some(Ok(Event::InitApply(obj))) => {
-                    listed = Some(endpoint_urls(&slice_json(&obj)));
-                    continue;
-                }
-                Some(Ok(Event::InitDone)) => listed.take().unwrap_or_default(),
-                Some(Ok(Event::Apply(obj))) => endpoint_urls(&slice_json(&obj)),
-                Some(Ok(Event::Delete(_))) => Vec::new(),
+        while let Some(observed) = slices.next(stop).await {
+            let urls = match observed {
+                // One slice, by name: the list has it or not.
+                Observed::Relisted(listed) => listed.into_iter().flatten().collect(),
+                Observed::Applied(urls) => urls,
+                Observed::Deleted(_) => Vec::new(),
             };
             endpoints.retain(|url, (token, _)| {
                 let keep = urls.contains(url);
@@ -355,38 +341,22 @@ async fn run_endpoint(
     let wildcard_base = wildcard_url(&url);
     let wildcard = scoped_client(&shared, &cluster_prefix("*"));
     let api: Api<DynamicObject> = Api::all_with(wildcard.clone(), &options.watched.api);
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
-    futures::pin_mut!(stream);
+    let ready = options.ready.clone();
+    let mut bindings = follow(
+        watcher(api, watcher::Config::default()).default_backoff(),
+        format!("{} at {url}", options.watched.gvr()),
+        // The index needs the object's identity and whether it is ready, not its body.
+        move |obj: DynamicObject| {
+            let is_ready = ready(&obj);
+            Some((identity_only(obj), is_ready))
+        },
+    );
     let mut index = BindingIndex::default();
-    let mut relist: Option<Vec<(DynamicObject, bool)>> = None;
-    loop {
-        let next = tokio::select! {
-            _ = stop.cancelled() => break,
-            next = stream.next() => next,
-        };
-        let decisions = match next {
-            None => break,
-            Some(Err(e)) => {
-                warn!(url = %url, gvr = %options.watched.gvr(), error = %e, "wildcard watch failed; retrying");
-                continue;
-            }
-            Some(Ok(Event::Init)) => {
-                relist = Some(Vec::new());
-                continue;
-            }
-            Some(Ok(Event::InitApply(obj))) => {
-                let ready = (options.ready)(&obj);
-                relist
-                    .get_or_insert_with(Vec::new)
-                    .push((identity_only(obj), ready));
-                continue;
-            }
-            Some(Ok(Event::InitDone)) => index.replace(&relist.take().unwrap_or_default()),
-            Some(Ok(Event::Apply(obj))) => {
-                let ready = (options.ready)(&obj);
-                index.apply(&obj, ready).into_iter().collect()
-            }
-            Some(Ok(Event::Delete(obj))) => index.delete(&obj).into_iter().collect(),
+    while let Some(observed) = bindings.next(&stop).await {
+        let decisions = match observed {
+            Observed::Relisted(listed) => index.replace(&listed),
+            Observed::Applied((obj, ready)) => index.apply(&obj, ready).into_iter().collect(),
+            Observed::Deleted((obj, _)) => index.delete(&obj).into_iter().collect(),
         };
         for decision in decisions {
             let sent = match decision {
