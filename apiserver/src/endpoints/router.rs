@@ -26,7 +26,7 @@ pub struct Router {
 }
 
 impl Handler for Router {
-    async fn handle(&self, x: Exchange) -> Response<Body> {
+    async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
         if let Target::Admission(review) = &x.info.target {
             let review = *review;
             return self.admission(x, review).await;
@@ -46,7 +46,7 @@ impl Router {
     /// An AdmissionReview sent to the webhooks.
     async fn admission(
         &self,
-        x: Exchange,
+        x: Box<Exchange>,
         review: crate::request::request_info::Review,
     ) -> Response<Body> {
         x.note(|r| {

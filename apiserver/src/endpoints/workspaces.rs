@@ -62,7 +62,7 @@ impl Workspaces {
     }
 
     /// Serves a request straight into a workspace.
-    pub async fn serve(&self, x: Exchange) -> Response<Body> {
+    pub async fn serve(&self, x: Box<Exchange>) -> Response<Body> {
         let view = self.view(&x.info.cluster);
         match x.info.target {
             Target::Resource(_) => {
@@ -80,14 +80,14 @@ impl Workspaces {
     }
 
     /// Serves a resource request into a workspace the way `route` says.
-    pub async fn serve_resource(&self, x: Exchange, route: Route) -> Response<Body> {
+    pub async fn serve_resource(&self, x: Box<Exchange>, route: Route) -> Response<Body> {
         match self.resource(x, route).await {
             Ok(r) => r,
             Err(e) => error_response(&e),
         }
     }
 
-    async fn resource(&self, x: Exchange, route: Route) -> Result<Response<Body>, ApiError> {
+    async fn resource(&self, x: Box<Exchange>, route: Route) -> Result<Response<Body>, ApiError> {
         let Exchange {
             parts,
             body,
@@ -96,7 +96,7 @@ impl Workspaces {
             user,
             record,
             ..
-        } = x;
+        } = *x;
         let Target::Resource(rr) = info.target else {
             return Err(ApiError::path_not_found());
         };

@@ -43,7 +43,7 @@ struct Received {
 }
 
 impl<N: Handler> Handler for Auditing<N> {
-    async fn handle(&self, x: Exchange) -> Response<Body> {
+    async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
         let Some(audit) = &self.audit else {
             return self.next.handle(x).await;
         };

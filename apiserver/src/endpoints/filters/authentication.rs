@@ -42,7 +42,7 @@ fn is_public(target: &Target) -> bool {
 }
 
 impl<N: Handler> Handler for Authentication<N> {
-    async fn handle(&self, mut x: Exchange) -> Response<Body> {
+    async fn handle(&self, mut x: Box<Exchange>) -> Response<Body> {
         let token = authn::bearer(
             x.parts
                 .headers

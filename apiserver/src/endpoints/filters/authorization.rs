@@ -25,7 +25,7 @@ pub struct Authorization<N> {
 }
 
 impl<N: Handler> Handler for Authorization<N> {
-    async fn handle(&self, x: Exchange) -> Response<Body> {
+    async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
         let verb = x.parts.method.as_str().to_ascii_lowercase();
         let path = x.parts.uri.path();
         if let (Some(id), true, false) = (

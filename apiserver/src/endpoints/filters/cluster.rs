@@ -32,7 +32,7 @@ pub struct ClusterResolution<N> {
 }
 
 impl<N: Handler> Handler for ClusterResolution<N> {
-    async fn handle(&self, mut x: Exchange) -> Response<Body> {
+    async fn handle(&self, mut x: Box<Exchange>) -> Response<Body> {
         if let Resolver::Upstream(_) = self.resolver {
             let own = matches!(
                 x.info.target,

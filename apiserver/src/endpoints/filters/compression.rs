@@ -17,7 +17,7 @@ pub struct Compression<N> {
 }
 
 impl<N: Handler> Handler for Compression<N> {
-    async fn handle(&self, x: Exchange) -> Response<Body> {
+    async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
         let gzip = !x.long_running && accepts_gzip(&x.parts.headers);
         let response = self.next.handle(x).await;
         if gzip {

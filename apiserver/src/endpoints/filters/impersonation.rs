@@ -21,7 +21,7 @@ pub struct Impersonation<N> {
 }
 
 impl<N: Handler> Handler for Impersonation<N> {
-    async fn handle(&self, mut x: Exchange) -> Response<Body> {
+    async fn handle(&self, mut x: Box<Exchange>) -> Response<Body> {
         if let Some(id) = x.user.clone() {
             let cluster = x.scope().cluster().map(str::to_string);
             match authz::impersonate(&self.rbac, cluster.as_deref(), &id, &mut x.parts.headers)

@@ -20,7 +20,7 @@ pub struct MaxInFlight<N> {
 }
 
 impl<N: Handler> Handler for MaxInFlight<N> {
-    async fn handle(&self, x: Exchange) -> Response<Body> {
+    async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
         if x.long_running || x.is_probe() {
             return self.next.handle(x).await;
         }

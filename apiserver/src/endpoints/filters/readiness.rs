@@ -24,7 +24,7 @@ pub struct WorkspaceReadiness<N> {
 }
 
 impl<N: Handler> Handler for WorkspaceReadiness<N> {
-    async fn handle(&self, x: Exchange) -> Response<Body> {
+    async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
         if let (ClusterTarget::Name(c), true, true) =
             (&x.info.cluster, x.is_direct(), x.cluster_scoped())
         {

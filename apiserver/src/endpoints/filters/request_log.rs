@@ -22,7 +22,7 @@ pub struct RequestLog<N> {
 }
 
 impl<N: Handler> Handler for RequestLog<N> {
-    async fn handle(&self, x: Exchange) -> Response<Body> {
+    async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
         let span = tracing::info_span!(
             target: REQUESTS_TARGET,
             "request",

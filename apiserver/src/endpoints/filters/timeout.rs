@@ -17,7 +17,7 @@ pub struct Timeout<N> {
 }
 
 impl<N: Handler> Handler for Timeout<N> {
-    async fn handle(&self, x: Exchange) -> Response<Body> {
+    async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
         if x.long_running {
             return self.next.handle(x).await;
         }

@@ -14,7 +14,7 @@ pub struct ValidPath<N> {
 }
 
 impl<N: Handler> Handler for ValidPath<N> {
-    async fn handle(&self, x: Exchange) -> Response<Body> {
+    async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
         match &x.malformed {
             Some(e) => error_response(e),
             None => self.next.handle(x).await,

@@ -21,7 +21,7 @@ pub struct WorkspaceAuthentication<N> {
 }
 
 impl<N: Handler> Handler for WorkspaceAuthentication<N> {
-    async fn handle(&self, mut x: Exchange) -> Response<Body> {
+    async fn handle(&self, mut x: Box<Exchange>) -> Response<Body> {
         if let Some(refusal) = x.refused.take() {
             let admitted = match (&self.issuers, &x.info.cluster) {
                 (Some(issuers), ClusterTarget::Name(c)) if x.cluster_scoped() && x.is_direct() => {

@@ -52,7 +52,7 @@ impl VirtualWorkspace for ApiExportVirtualWorkspace {
         info.virtual_workspace.is_some()
     }
 
-    fn serve(&self, x: Exchange) -> BoxFuture<'_, Response<Body>> {
+    fn serve(&self, x: Box<Exchange>) -> BoxFuture<'_, Response<Body>> {
         Box::pin(async move {
             match self.serve_inner(x).await {
                 Ok(r) => r,
@@ -63,7 +63,7 @@ impl VirtualWorkspace for ApiExportVirtualWorkspace {
 }
 
 impl ApiExportVirtualWorkspace {
-    async fn serve_inner(&self, x: Exchange) -> Result<Response<Body>, ApiError> {
+    async fn serve_inner(&self, x: Box<Exchange>) -> Result<Response<Body>, ApiError> {
         let Some((export_cluster, export)) = x.info.virtual_workspace.clone() else {
             return Err(ApiError::path_not_found());
         };

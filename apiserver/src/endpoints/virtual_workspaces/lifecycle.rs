@@ -53,13 +53,13 @@ impl VirtualWorkspace for LifecycleVirtualWorkspace {
         info.lifecycle.is_some()
     }
 
-    fn serve(&self, x: Exchange) -> BoxFuture<'_, Response<Body>> {
+    fn serve(&self, x: Box<Exchange>) -> BoxFuture<'_, Response<Body>> {
         Box::pin(self.serve_exchange(x))
     }
 }
 
 impl LifecycleVirtualWorkspace {
-    async fn serve_exchange(&self, x: Exchange) -> Response<Body> {
+    async fn serve_exchange(&self, x: Box<Exchange>) -> Response<Body> {
         let (Some((lifecycle, id)), Target::Resource(_), Some(user)) =
             (x.info.lifecycle.clone(), &x.info.target, x.user.clone())
         else {
@@ -78,7 +78,7 @@ impl LifecycleVirtualWorkspace {
             info,
             record,
             ..
-        } = x;
+        } = *x;
         let Target::Resource(request) = info.target else {
             return error_response(&ApiError::path_not_found());
         };

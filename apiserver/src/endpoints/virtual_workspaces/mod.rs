@@ -32,5 +32,5 @@ pub trait VirtualWorkspace: Send + Sync {
     /// Whether the request is under this virtual workspace's root path.
     fn matches(&self, info: &RequestInfo) -> bool;
     /// Serves a request it matches.
-    fn serve(&self, x: Exchange) -> BoxFuture<'_, Response<Body>>;
+    fn serve(&self, x: Box<Exchange>) -> BoxFuture<'_, Response<Body>>;
 }

@@ -38,7 +38,7 @@ impl VirtualWorkspace for ViewsVirtualWorkspace {
         info.view.is_some()
     }
 
-    fn serve(&self, x: Exchange) -> BoxFuture<'_, Response<Body>> {
+    fn serve(&self, x: Box<Exchange>) -> BoxFuture<'_, Response<Body>> {
         Box::pin(async move {
             match self.serve_inner(x).await {
                 Ok(r) => r,
@@ -49,7 +49,7 @@ impl VirtualWorkspace for ViewsVirtualWorkspace {
 }
 
 impl ViewsVirtualWorkspace {
-    async fn serve_inner(&self, x: Exchange) -> Result<Response<Body>, ApiError> {
+    async fn serve_inner(&self, x: Box<Exchange>) -> Result<Response<Body>, ApiError> {
         let Some(kind) = x.info.view else {
             return Err(ApiError::path_not_found());
         };
@@ -65,7 +65,7 @@ impl ViewsVirtualWorkspace {
             user,
             record,
             ..
-        } = x;
+        } = *x;
         let Target::Resource(rr) = info.target else {
             return Err(ApiError::path_not_found());
         };
