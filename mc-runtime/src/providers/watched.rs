@@ -1,5 +1,5 @@
 //! The watch loop every cluster provider runs: follow a list+watch of the objects that say
-//! which clusters exist (Secrets with kubeconfigs, kcp's APIBindings or endpoint slices, ...),
+//! which clusters exist (Secrets with kubeconfigs, a control plane's bindings or endpoints, ...),
 //! see each change and, after every (re)list, the complete set, so that what vanished while the
 //! watch was down is let go. A provider keeps its own index and engages from it; this only
 //! turns the watcher's events into those three observations, keeping of each object only what
