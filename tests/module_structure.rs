@@ -6,6 +6,8 @@
 //!   apiserver crate, a module is one that a layer declares `pub mod`; elsewhere a top-level
 //!   module).
 //!
+//! - the reconcilers of the controllers crate are siblings: none imports another; what they
+//!   share lives in modules of its own (`kcp`, `objects`, `kubeconfigs`, `subroutines`, ...);
 //! - unit tests have one naming scheme: the tests of module `m` are `m/tests.rs` (a submodule
 //!   `tests`), or `m/tests/<topic>.rs` when there are several; no `tests_<topic>.rs` or
 //!   `<module>_tests.rs` beside them and no `#[path]` to reach one. Whole-binary tests are
@@ -353,6 +355,26 @@ fn no_two_modules_of_a_crate_import_each_other() {
     assert!(
         gone.is_empty(),
         "listed circles that are gone: remove them from tests/module-circles.txt: {gone:?}"
+    );
+}
+
+/// The controllers crate's reconcilers; `tenants` assembles some of them and is none.
+const RECONCILERS: &[&str] = &["account", "broker", "platformmesh", "provider", "security"];
+
+#[test]
+fn the_reconcilers_import_none_of_each_other() {
+    let edges = imports("controllers", &root().join("controllers/src"));
+    let mut found = Vec::new();
+    for from in RECONCILERS {
+        for to in edges.get(*from).into_iter().flatten() {
+            if RECONCILERS.contains(&to.as_str()) {
+                found.push(format!("{from} -> {to}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "reconcilers that import another (move what they share into a module of its own): {found:?}"
     );
 }
 

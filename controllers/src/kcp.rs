@@ -153,6 +153,41 @@ pub struct IdpSettings {
     pub welcome_audiences: Vec<String>,
 }
 
+/// Whether the kcp serves WorkspaceAuthenticationConfigurations in `workspace` (kcp's
+/// per-workspace authentication; kcp v0.28 has none). A workspace where the tenancy group is not
+/// served (404) or not visible (403) serves none.
+pub async fn serves_workspace_authentication(kcp: &Kcp, workspace: &str) -> Result<bool, String> {
+    match kcp
+        .workspace(workspace)
+        .list_api_group_resources("tenancy.kcp.io/v1alpha1")
+        .await
+    {
+        Ok(list) => Ok(list
+            .resources
+            .iter()
+            .any(|r| r.name == "workspaceauthenticationconfigurations")),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(false),
+        Err(e) => Err(format!(
+            "discovering tenancy.kcp.io/v1alpha1 in {workspace}: {e}"
+        )),
+    }
+}
+
+/// `tenancy.kcp.io/v1alpha1` Workspace.
+pub fn workspaces() -> kube::api::ApiResource {
+    crate::objects::api_resource("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces")
+}
+
+/// `tenancy.kcp.io/v1alpha1` WorkspaceType.
+pub fn workspace_types() -> kube::api::ApiResource {
+    crate::objects::api_resource(
+        "tenancy.kcp.io",
+        "v1alpha1",
+        "WorkspaceType",
+        "workspacetypes",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

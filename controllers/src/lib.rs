@@ -8,6 +8,7 @@ pub mod broker;
 pub mod cluster_providers;
 pub mod ensure;
 pub mod kcp;
+pub mod kubeconfigs;
 pub mod objects;
 pub mod oci;
 pub mod platformmesh;

@@ -35,3 +35,13 @@ pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
 pub fn condition_true(obj: &Value, type_: &str) -> bool {
     condition(obj, type_).is_some_and(|c| c["status"] == "True")
 }
+
+/// `core.platform-mesh.io/v1alpha1` PlatformMesh.
+pub fn platform_meshes() -> kube::api::ApiResource {
+    api_resource(
+        "core.platform-mesh.io",
+        "v1alpha1",
+        "PlatformMesh",
+        "platformmeshes",
+    )
+}

@@ -505,7 +505,7 @@ impl SecurityInitializer {
                 .await
                 .map_err(kube_error("wiring AccountInfo account"))?;
         }
-        if crate::platformmesh::kcp_setup::serves_workspace_authentication(&self.kcp, ORGS)
+        if crate::kcp::serves_workspace_authentication(&self.kcp, ORGS)
             .await
             .map_err(SecurityError::Discovery)?
         {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use kube::api::{Api, ApiResource, DynamicObject};
 
 use crate::ensure::EnsureError;
-use crate::kcp::Kcp;
+use crate::kcp::{workspaces, Kcp};
 use crate::objects::{api_resource, condition_true};
 use crate::runtime::{
     kube_error_is_transient, Action, ClusterContext, ClusterName, Controller, ReconcileError,
@@ -59,21 +59,6 @@ pub fn account_infos() -> ApiResource {
         "v1alpha1",
         "AccountInfo",
         "accountinfos",
-    )
-}
-
-/// `tenancy.kcp.io/v1alpha1` Workspace.
-pub fn workspaces() -> ApiResource {
-    api_resource("tenancy.kcp.io", "v1alpha1", "Workspace", "workspaces")
-}
-
-/// `tenancy.kcp.io/v1alpha1` WorkspaceType.
-pub fn workspace_types() -> ApiResource {
-    api_resource(
-        "tenancy.kcp.io",
-        "v1alpha1",
-        "WorkspaceType",
-        "workspacetypes",
     )
 }
 

@@ -5,10 +5,11 @@ use kube::api::{DeleteParams, DynamicObject};
 use serde_json::{json, Value};
 
 use super::{
-    account_infos, condition_true, workspace_types, workspaces, AccountContext, AccountError,
-    INFO_NAME, INFO_WAIT, ORGS_PATH, WAIT,
+    account_infos, condition_true, AccountContext, AccountError, INFO_NAME, INFO_WAIT, ORGS_PATH,
+    WAIT,
 };
 use crate::ensure::ensure;
+use crate::kcp::{workspace_types, workspaces};
 use crate::subroutines::{Step, Subroutine};
 
 /// Held by organisations until their WorkspaceTypes are deleted.

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use super::{cluster_hash, BrokerError};
+use crate::kcp::workspaces;
 use crate::runtime::client::cluster_prefix;
 use crate::runtime::{Cluster, ClusterName, ClusterProvider, ClusterSink, ProviderError};
 
@@ -142,17 +143,6 @@ pub struct Staging {
     retries: Mutex<BTreeMap<String, (std::time::Instant, std::time::Duration)>>,
     /// The brokered kinds, whose copies a staging workspace holds.
     kinds: Vec<ApiResource>,
-}
-
-fn kcp_resource(group: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk(group, "v1alpha1", kind),
-        plural,
-    )
-}
-
-fn workspaces() -> ApiResource {
-    kcp_resource("tenancy.kcp.io", "Workspace", "workspaces")
 }
 
 /// APIBindings as v1alpha2, whose claims carry verbs: an acceptance must name the verbs the

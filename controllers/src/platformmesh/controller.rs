@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, DynamicObject};
+
+use crate::objects::platform_meshes;
 
 use crate::objects::api_resource as resource;
 use serde_json::Value;
@@ -92,16 +94,6 @@ impl ReconcileError for PlatformMeshError {
 
 /// The controller's name.
 pub const CONTROLLER: &str = "PlatformMeshReconciler";
-
-/// `core.platform-mesh.io/v1alpha1` PlatformMesh.
-pub fn platform_meshes() -> ApiResource {
-    resource(
-        "core.platform-mesh.io",
-        "v1alpha1",
-        "PlatformMesh",
-        "platformmeshes",
-    )
-}
 
 /// A ConfigMap by cluster, namespace and name.
 type ConfigMapKey = (ClusterName, String, String);

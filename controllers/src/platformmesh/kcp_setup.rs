@@ -23,7 +23,7 @@ use super::manifests::{
     WORKSPACE_TYPE_TERMINATORS,
 };
 use super::vars::Render;
-use crate::kcp::Kcp;
+use crate::kcp::{serves_workspace_authentication, Kcp};
 use crate::objects::api_resource;
 use crate::subroutines::{Step, Subroutine};
 
@@ -141,26 +141,6 @@ pub async fn stores_workspace_type_terminators(kcp: &Kcp) -> Result<bool, String
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(false),
         Err(e) => Err(format!(
             "reading the OpenAPI document of tenancy.kcp.io/v1alpha1 in root: {e}"
-        )),
-    }
-}
-
-/// Whether the kcp serves WorkspaceAuthenticationConfigurations in `workspace` (kcp's
-/// per-workspace authentication; kcp v0.28 has none). A workspace where the tenancy group is not
-/// served (404) or not visible (403) serves none.
-pub async fn serves_workspace_authentication(kcp: &Kcp, workspace: &str) -> Result<bool, String> {
-    match kcp
-        .workspace(workspace)
-        .list_api_group_resources("tenancy.kcp.io/v1alpha1")
-        .await
-    {
-        Ok(list) => Ok(list
-            .resources
-            .iter()
-            .any(|r| r.name == "workspaceauthenticationconfigurations")),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(false),
-        Err(e) => Err(format!(
-            "discovering tenancy.kcp.io/v1alpha1 in {workspace}: {e}"
         )),
     }
 }

@@ -740,7 +740,7 @@ impl ResourceReconciler {
         let pms: Api<DynamicObject> = Api::namespaced_with(
             self.clusters.runtime.clone(),
             namespace,
-            &super::controller::platform_meshes(),
+            &crate::objects::platform_meshes(),
         );
         let Ok(list) = pms.list(&Default::default()).await else {
             return DeploymentTechnology::FluxCd;

@@ -23,10 +23,7 @@ use base64::Engine as _;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::config::{
-    AuthInfo, Cluster as KubeCluster, Context as KubeContext, Kubeconfig, NamedAuthInfo,
-    NamedCluster, NamedContext,
-};
+use kube::config::Kubeconfig;
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
 
@@ -37,6 +34,7 @@ use super::kcp_setup::{no_kcp, FINALIZER};
 use super::manifests::{has_toggle, ENABLE_TERMINAL};
 use crate::cluster_providers::kcp::endpoint_urls;
 use crate::kcp::Kcp;
+use crate::kubeconfigs::{b64, to_text, token_kubeconfig};
 use crate::objects::api_resource;
 use crate::subroutines::{Step, Subroutine};
 
@@ -207,10 +205,6 @@ async fn slice_endpoint(
         .map(|u| (u, slice.data)))
 }
 
-fn b64(text: &str) -> String {
-    base64::engine::general_purpose::STANDARD.encode(text)
-}
-
 /// The admin kubeconfig: the controller's kcp credentials with every server set to `server`
 /// and the trust bundle inlined.
 fn admin_kubeconfig(kcp: &Kcp, server: &str) -> Kubeconfig {
@@ -222,45 +216,6 @@ fn admin_kubeconfig(kcp: &Kcp, server: &str) -> Kubeconfig {
         c.insecure_skip_tls_verify = None;
     }
     kc
-}
-
-/// A kubeconfig of one cluster `default-cluster`, user `default-auth` with `token`, context
-/// `default-context`.
-pub(crate) fn token_kubeconfig(server: &str, ca_pem: &str, token: &str) -> Kubeconfig {
-    Kubeconfig {
-        clusters: vec![NamedCluster {
-            name: "default-cluster".into(),
-            cluster: Some(KubeCluster {
-                server: Some(server.into()),
-                certificate_authority_data: (!ca_pem.is_empty()).then(|| b64(ca_pem)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        auth_infos: vec![NamedAuthInfo {
-            name: "default-auth".into(),
-            auth_info: Some(AuthInfo {
-                token: Some(token.to_string().into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        contexts: vec![NamedContext {
-            name: "default-context".into(),
-            context: Some(KubeContext {
-                cluster: "default-cluster".into(),
-                user: Some("default-auth".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        current_context: Some("default-context".into()),
-        ..Default::default()
-    }
-}
-
-pub(crate) fn to_text(kc: &Kubeconfig) -> Result<String, serde_json::Error> {
-    serde_json::to_string_pretty(kc)
 }
 
 /// [`to_text`] for this module's text errors.

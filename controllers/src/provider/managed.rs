@@ -24,9 +24,9 @@ use super::{
     ensure, ensure_written, providers, secret_text, stop, ProviderReconcileError, OWNED_STATUS,
 };
 use crate::kcp::Kcp;
+use crate::objects::platform_meshes;
 use crate::objects::{api_resource, condition_true};
 use crate::oci::oci_url;
-use crate::platformmesh::controller::platform_meshes;
 use crate::runtime::mapping::owner_requests;
 use crate::runtime::{
     Action, ClusterContext, ClusterName, Controller, Reconciler, Request, ResourceKind,

@@ -7,9 +7,9 @@ use kube::config::KubeConfigOptions;
 use serde_json::json;
 
 use super::{ensure, phase, secret_text, stop, ProviderContext, ProviderReconcileError};
-use crate::account::workspaces;
+use crate::kcp::workspaces;
+use crate::kubeconfigs::{to_text, token_kubeconfig};
 use crate::objects::api_resource;
-use crate::platformmesh::providersecret::{to_text, token_kubeconfig};
 use crate::subroutines::{Step, Subroutine};
 
 /// Held until the provider workspace is deleted.

@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::{eventually, TestServer};
 use controllers::account::{
-    account_infos, accounts, workspace_types, workspaces, INFO_FINALIZER, WORKSPACE_FINALIZER,
-    WORKSPACE_TYPE_FINALIZER,
+    account_infos, accounts, INFO_FINALIZER, WORKSPACE_FINALIZER, WORKSPACE_TYPE_FINALIZER,
 };
 use controllers::cluster_providers::kcp::{ApiExportOptions, ApiExportProvider, PathAware};
 use controllers::kcp::Kcp;
+use controllers::kcp::{workspace_types, workspaces};
 use controllers::objects::condition_true;
 use controllers::runtime::{Manager, ManagerOptions};
 

@@ -15,11 +15,11 @@ use tokio_util::sync::CancellationToken;
 use super::accounts::Env;
 use super::eventually;
 use super::platformmesh::{kubectl, open_crd};
-use controllers::account::workspaces;
 use controllers::cluster_providers::fixed::FixedClusters;
+use controllers::kcp::workspaces;
 use controllers::objects::api_resource;
 use controllers::objects::condition_true;
-use controllers::platformmesh::controller::platform_meshes;
+use controllers::objects::platform_meshes;
 use controllers::provider::managed::{
     controller, helm_releases, helm_repositories, managed_providers, oci_repositories, ocm,
     DEPLOY_FINALIZER, KUBECONFIG_FINALIZER, PROVIDER_FINALIZER,

@@ -21,10 +21,8 @@ use super::deploy::writes;
 use super::{eventually, TestServer};
 use controllers::cluster_providers::fixed::FixedClusters;
 use controllers::kcp::Kcp;
-use controllers::objects::api_resource as res;
-use controllers::platformmesh::controller::{
-    controller, lifecycle, platform_meshes, ready_condition,
-};
+use controllers::objects::{api_resource as res, platform_meshes};
+use controllers::platformmesh::controller::{controller, lifecycle, ready_condition};
 use controllers::platformmesh::deployment::{Clusters, Context};
 use controllers::platformmesh::vars::Render;
 use controllers::runtime::{Cluster, Manager, ManagerOptions};

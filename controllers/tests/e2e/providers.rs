@@ -11,7 +11,7 @@ use serde_json::json;
 use super::accounts::Env;
 use super::eventually;
 use super::platformmesh::kubectl;
-use controllers::account::workspaces;
+use controllers::kcp::workspaces;
 use controllers::objects::api_resource;
 use controllers::objects::condition_true;
 use controllers::provider::{providers, KUBECONFIG_FINALIZER, WORKSPACE_FINALIZER};
