@@ -30,6 +30,9 @@ pub enum CacheError {
     /// A cached object does not fit the requested type.
     #[error("cached object does not decode: {0}")]
     Decode(String),
+    /// The request's object was asked of a context whose controller has no primary kind.
+    #[error("controller {0} has no primary kind to read the request's object from")]
+    NoPrimary(String),
 }
 
 /// A change a cache saw, delivered to the subscribers of the object's cluster.

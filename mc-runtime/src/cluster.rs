@@ -306,6 +306,7 @@ pub struct ClusterContext {
     controller: Arc<str>,
     sync_timeout: Duration,
     others: Option<crate::manager::Manager>,
+    primary: Option<ResourceKind>,
 }
 
 impl ClusterContext {
@@ -322,6 +323,42 @@ impl ClusterContext {
             controller: Arc::from(controller.as_ref()),
             sync_timeout,
             others: None,
+            primary: None,
+        }
+    }
+
+    /// The same context for a controller whose requests name objects of `kind`
+    /// ([`ClusterContext::requested_object`]).
+    pub fn with_primary(mut self, kind: ResourceKind) -> Self {
+        self.primary = Some(kind);
+        self
+    }
+
+    /// The object a request names, as the controller's own watch cache holds it (without
+    /// `metadata.managedFields`): what controller-runtime's client reads for a reconciler, with
+    /// no request to the API server. `None` when the cache has no such object (it was deleted).
+    /// The cache is the one the controller's events come from, so it has seen at least the
+    /// change that queued the request.
+    pub async fn requested_object(
+        &self,
+        req: &crate::request::Request,
+    ) -> Result<Option<Arc<DynamicObject>>, CacheError> {
+        let Some(kind) = &self.primary else {
+            return Err(CacheError::NoPrimary(self.controller.to_string()));
+        };
+        let cache = self.cache(kind).await?;
+        let namespace = req.namespace.as_deref().filter(|_| kind.namespaced);
+        Ok(cache.get(self.cluster.name(), namespace, &req.name))
+    }
+
+    /// [`ClusterContext::requested_object`] as a typed object.
+    pub async fn requested<K: DeserializeOwned>(
+        &self,
+        req: &crate::request::Request,
+    ) -> Result<Option<K>, CacheError> {
+        match self.requested_object(req).await? {
+            Some(obj) => Ok(Some(decode(&obj)?)),
+            None => Ok(None),
         }
     }
 

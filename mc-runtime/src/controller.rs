@@ -278,7 +278,8 @@ impl<R: Reconciler> RunningController<R> {
             &self.name,
             manager.options().cache_sync_timeout,
         )
-        .with_manager(manager.clone());
+        .with_manager(manager.clone())
+        .with_primary(self.sources[0].kind.clone());
         let span = info_span!("reconcile", controller = %self.name, cluster = %req.cluster,
             namespace = req.namespace.as_deref().unwrap_or(""), name = %req.name);
         let started = Instant::now();

@@ -31,7 +31,7 @@ impl ReconcileError for CacheError {
     fn is_transient(&self) -> bool {
         match self {
             CacheError::NotSynced { .. } => true,
-            CacheError::Decode(_) => false,
+            CacheError::Decode(_) | CacheError::NoPrimary(_) => false,
         }
     }
 }

@@ -35,11 +35,8 @@ impl Reconciler for AccountInfoReconciler {
 
     async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, AccountError> {
         let api: Api<DynamicObject> = ctx.cluster().dynamic_api(&account_infos(), None);
-        let Some(info) = api
-            .get_opt(&req.name)
-            .await
-            .map_err(|e| AccountError::kube(format!("reading AccountInfo {req}"), e))?
-        else {
+        // The object as the controller's watch cache holds it: no request to the API server.
+        let Some(info) = ctx.requested_object(&req).await?.map(|o| (*o).clone()) else {
             return Ok(Action::await_change());
         };
         let mut finalizers = info.metadata.finalizers.clone().unwrap_or_default();

@@ -65,6 +65,9 @@ pub fn account_infos() -> ApiResource {
 /// Why reconciling an Account or an AccountInfo failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AccountError {
+    /// The controller's watch cache could not be read (it did not sync in time).
+    #[error("reading the watch cache: {0}")]
+    Cache(#[from] crate::runtime::CacheError),
     /// A call to the API server failed; `context` says which.
     #[error("{context}: {source}")]
     Kube {
@@ -147,6 +150,7 @@ impl ReconcileError for AccountError {
     fn is_transient(&self) -> bool {
         let forbidden = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 403);
         match self {
+            AccountError::Cache(e) => e.is_transient(),
             AccountError::Kube { source, .. } | AccountError::InfoFinalizers { source, .. } => {
                 kube_error_is_transient(source) || forbidden(source)
             }
@@ -232,11 +236,8 @@ impl Reconciler for AccountReconciler {
 
     async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, AccountError> {
         let api: Api<DynamicObject> = ctx.cluster().dynamic_api(&accounts(), None);
-        let Some(account) = api
-            .get_opt(&req.name)
-            .await
-            .map_err(|e| AccountError::kube(format!("reading Account {req}"), e))?
-        else {
+        // The object as the controller's watch cache holds it: no request to the API server.
+        let Some(account) = ctx.requested_object(&req).await?.map(|o| (*o).clone()) else {
             return Ok(Action::await_change());
         };
         let context = AccountContext {

@@ -392,7 +392,8 @@ impl Reconciler for AcceptApiReconciler {
                 staging.remove_export(&origin);
             }
         };
-        let Some(obj) = api.get_opt(&req.name).await.map_err(BrokerError::Read)? else {
+        // The object as the controller's watch cache holds it: no request to the API server.
+        let Some(obj) = ctx.requested::<AcceptAPI>(&req).await? else {
             forget();
             return Ok(Action::await_change());
         };

@@ -135,7 +135,8 @@ impl Reconciler for ConfigurationReconciler {
     async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, BrokerError> {
         let namespace = req.namespace.clone().unwrap_or_default();
         let api: Api<MigrationConfiguration> = ctx.namespaced(&namespace);
-        let obj = api.get_opt(&req.name).await.map_err(BrokerError::Read)?;
+        // The object as the controller's watch cache holds it: no request to the API server.
+        let obj = ctx.requested::<MigrationConfiguration>(&req).await?;
         match obj {
             None => self.configurations.remove(&namespace, &req.name),
             Some(obj) if obj.metadata.deletion_timestamp.is_some() => {
@@ -194,6 +195,9 @@ impl Reconciler for MigrationReconciler {
     async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, BrokerError> {
         let namespace = req.namespace.clone().unwrap_or_default();
         let api: Api<Migration> = ctx.namespaced(&namespace);
+        // Read from the API server, not the watch cache: a migration is a state machine whose
+        // next step depends on the stage its last reconcile wrote, which the cache may not
+        // have yet when a requeue comes.
         let Some(m) = api.get_opt(&req.name).await.map_err(BrokerError::Read)? else {
             return Ok(Action::await_change());
         };

@@ -32,6 +32,9 @@ use crate::subroutines::{drive, Lifecycle, WriteError};
 /// Why reconciling a PlatformMesh failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PlatformMeshError {
+    /// The controller's watch cache could not be read (it did not sync in time).
+    #[error("reading the watch cache: {0}")]
+    Cache(#[from] crate::runtime::CacheError),
     /// A call to an API server failed; `context` says which.
     #[error("{context}: {source}")]
     Kube {
@@ -80,6 +83,7 @@ impl ReconcileError for PlatformMeshError {
     /// are retried (they were before the classification, and may depend on other clusters).
     fn is_transient(&self) -> bool {
         match self {
+            PlatformMeshError::Cache(e) => e.is_transient(),
             PlatformMeshError::Kube { source, .. } => kube_error_is_transient(source),
             PlatformMeshError::Deploy { source, .. } => match source {
                 DeployError::Malformed(_) => false,
@@ -157,11 +161,8 @@ impl Reconciler for PlatformMeshReconciler {
         let api: Api<DynamicObject> = ctx
             .cluster()
             .dynamic_api(&platform_meshes(), req.namespace.as_deref());
-        let Some(obj) = api
-            .get_opt(&req.name)
-            .await
-            .map_err(|e| PlatformMeshError::kube(format!("reading PlatformMesh {req}"), e))?
-        else {
+        // The object as the controller's watch cache holds it: no request to the API server.
+        let Some(obj) = ctx.requested_object(&req).await?.map(|o| (*o).clone()) else {
             return Ok(Action::await_change());
         };
         let mut context = match Context::new(obj.clone(), self.clusters.clone()) {

@@ -151,6 +151,9 @@ impl ImageVersions {
 /// Why a Resource could not be carried over.
 #[derive(Debug, thiserror::Error)]
 pub enum ResourceError {
+    /// The controller's watch cache could not be read (it did not sync in time).
+    #[error("reading the watch cache: {0}")]
+    Cache(#[from] crate::runtime::CacheError),
     /// A call to an API server failed.
     #[error("{context}: {source}")]
     Kube {
@@ -190,6 +193,7 @@ pub enum ResourceError {
 impl ReconcileError for ResourceError {
     fn is_transient(&self) -> bool {
         match self {
+            ResourceError::Cache(e) => e.is_transient(),
             ResourceError::Kube { source, .. } => kube_error_is_transient(source),
             // The OCM controller fills the status, the Deployment step creates the targets.
             ResourceError::Incomplete { .. } | ResourceError::NoTarget { .. } => true,
@@ -874,14 +878,8 @@ impl Reconciler for ResourceReconciler {
     type Error = ResourceError;
 
     async fn reconcile(&self, req: Request, ctx: ClusterContext) -> Result<Action, ResourceError> {
-        let api: Api<DynamicObject> = ctx
-            .cluster()
-            .dynamic_api(&ocm_resources(), req.namespace.as_deref());
-        let Some(obj) = api
-            .get_opt(&req.name)
-            .await
-            .map_err(kube_err(format!("reading Resource {req}")))?
-        else {
+        // The object as the controller's watch cache holds it: no request to the API server.
+        let Some(obj) = ctx.requested_object(&req).await?.map(|o| (*o).clone()) else {
             return Ok(Action::await_change());
         };
         if obj.metadata.deletion_timestamp.is_some() || obj.data["status"].is_null() {

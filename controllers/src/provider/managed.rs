@@ -819,10 +819,8 @@ impl Reconciler for ManagedProviderReconciler {
         let api = ctx
             .cluster()
             .dynamic_api(&managed_providers(), req.namespace.as_deref());
-        let Some(obj) = api.get_opt(&req.name).await.map_err(|e| {
-            ProviderReconcileError::kube(format!("reading ManagedProvider {req}"), e)
-        })?
-        else {
+        // The object as the controller's watch cache holds it: no request to the API server.
+        let Some(obj) = ctx.requested_object(&req).await?.map(|o| (*o).clone()) else {
             return Ok(Action::await_change());
         };
         let spec: ManagedProviderSpec = match serde_json::from_value(obj.data["spec"].clone()) {

@@ -67,6 +67,9 @@ pub mod phase {
 /// Why reconciling a Provider or a ManagedProvider failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderReconcileError {
+    /// The controller's watch cache could not be read (it did not sync in time).
+    #[error("reading the watch cache: {0}")]
+    Cache(#[from] crate::runtime::CacheError),
     /// A call to the API server failed; `context` says which.
     #[error("{context}: {source}")]
     Kube {
@@ -138,6 +141,7 @@ impl ReconcileError for ProviderReconcileError {
     /// (whose deletion brings no event). An unencodable kubeconfig is fatal.
     fn is_transient(&self) -> bool {
         match self {
+            ProviderReconcileError::Cache(e) => e.is_transient(),
             ProviderReconcileError::Kube { source, .. }
             | ProviderReconcileError::RuntimeClient(source) => kube_error_is_transient(source),
             ProviderReconcileError::Ensure(e) => e.is_transient(),
@@ -211,11 +215,8 @@ impl Reconciler for ProviderReconciler {
         ctx: ClusterContext,
     ) -> Result<Action, ProviderReconcileError> {
         let api: Api<DynamicObject> = ctx.cluster().dynamic_api(&providers(), None);
-        let Some(provider) = api
-            .get_opt(&req.name)
-            .await
-            .map_err(|e| ProviderReconcileError::kube(format!("reading Provider {req}"), e))?
-        else {
+        // The object as the controller's watch cache holds it: no request to the API server.
+        let Some(provider) = ctx.requested_object(&req).await?.map(|o| (*o).clone()) else {
             return Ok(Action::await_change());
         };
         let context = ProviderContext {
