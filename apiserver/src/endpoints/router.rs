@@ -37,7 +37,9 @@ impl Handler for Router {
             .find(|vw| vw.matches(&x.info))
         {
             Some(vw) => vw.serve(x).await,
-            None => self.workspaces.serve(x).await,
+            // Boxed: the handlers' future is several KiB, and every filter's future would hold
+            // it inline and move it once more; boxed here, they hold a pointer.
+            None => Box::pin(self.workspaces.serve(x)).await,
         }
     }
 }

@@ -73,21 +73,21 @@ impl Workspaces {
                     scope: None,
                     through_export: false,
                 };
-                self.serve_resource(x, route).await
+                match self.serve_resource(x, route).await {
+                    Ok(r) => r,
+                    Err(e) => error_response(&e),
+                }
             }
             _ => self.nonresource.serve(&view, &x),
         }
     }
 
     /// Serves a resource request into a workspace the way `route` says.
-    pub async fn serve_resource(&self, x: Box<Exchange>, route: Route) -> Response<Body> {
-        match self.resource(x, route).await {
-            Ok(r) => r,
-            Err(e) => error_response(&e),
-        }
-    }
-
-    async fn resource(&self, x: Box<Exchange>, route: Route) -> Result<Response<Body>, ApiError> {
+    pub async fn serve_resource(
+        &self,
+        x: Box<Exchange>,
+        route: Route,
+    ) -> Result<Response<Body>, ApiError> {
         let Exchange {
             parts,
             body,

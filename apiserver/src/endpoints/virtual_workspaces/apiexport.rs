@@ -113,7 +113,7 @@ impl ApiExportVirtualWorkspace {
             scope,
             through_export: true,
         };
-        Ok(self.workspaces.serve_resource(x, route).await)
+        self.workspaces.serve_resource(x, route).await
     }
 
     /// kcp's bound-API authorizer for a request into one workspace: the export's own resources
