@@ -29,7 +29,7 @@ impl Handler for Router {
     async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
         if let Target::Admission(review) = &x.info.target {
             let review = *review;
-            return self.admission(x, review).await;
+            return Box::pin(self.admission(x, review)).await;
         }
         match self
             .virtual_workspaces

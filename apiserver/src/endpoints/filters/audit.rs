@@ -74,7 +74,14 @@ impl<N: Handler> Handler for Auditing<N> {
         let response = self.next.handle(x).await;
         // A copy: the lock is not held while the events are written.
         let record = record.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        write_events(audit, self.paths.as_ref(), &record, received, response).await
+        Box::pin(write_events(
+            audit,
+            self.paths.as_ref(),
+            &record,
+            received,
+            response,
+        ))
+        .await
     }
 }
 

@@ -33,9 +33,14 @@ impl<N: Handler> Handler for Authorization<N> {
             x.cluster_scoped(),
             matches!(x.info.target, Target::Resource(_)),
         ) {
-            if let Err(e) =
-                authz::authorize_non_resource(self.authorizer.as_ref(), x.scope(), id, &verb, path)
-                    .await
+            if let Err(e) = Box::pin(authz::authorize_non_resource(
+                self.authorizer.as_ref(),
+                x.scope(),
+                id,
+                &verb,
+                path,
+            ))
+            .await
             {
                 return error_response(&e);
             }
@@ -46,7 +51,11 @@ impl<N: Handler> Handler for Authorization<N> {
             let Some(id) = x.user.as_deref() else {
                 return error_response(&ApiError::unauthorized());
             };
-            if let Err(e) = authz::authorize_root_non_resource(&self.rbac, id, &verb, path).await {
+            if let Err(e) = Box::pin(authz::authorize_root_non_resource(
+                &self.rbac, id, &verb, path,
+            ))
+            .await
+            {
                 return error_response(&e);
             }
         }

@@ -46,7 +46,7 @@ impl<N: Handler> Handler for ClusterResolution<N> {
             let target = std::mem::replace(&mut x.info.cluster, ClusterTarget::Wildcard);
             let resolved = match (&self.resolver, target) {
                 (Resolver::Upstream(kcp), ClusterTarget::Name(c)) => {
-                    kcp.resolve(&c).await.map(ClusterTarget::Name)
+                    Box::pin(kcp.resolve(&c)).await.map(ClusterTarget::Name)
                 }
                 (Resolver::Upstream(_), target) => Ok(target),
                 (Resolver::Tenancy(tenancy), target) => tenancy.resolve(target),

@@ -21,7 +21,7 @@ impl<N: Handler> Handler for Compression<N> {
         let gzip = !x.long_running && accepts_gzip(&x.parts.headers);
         let response = self.next.handle(x).await;
         if gzip {
-            compress(response).await
+            Box::pin(compress(response)).await
         } else {
             response
         }

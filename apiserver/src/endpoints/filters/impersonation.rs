@@ -22,11 +22,22 @@ pub struct Impersonation<N> {
 
 impl<N: Handler> Handler for Impersonation<N> {
     async fn handle(&self, mut x: Box<Exchange>) -> Response<Body> {
-        if let Some(id) = x.user.clone() {
+        let asks = x
+            .parts
+            .headers
+            .keys()
+            .any(|k| k.as_str().starts_with("impersonate-"));
+        if let (Some(id), true) = (x.user.clone(), asks) {
             let cluster = x.scope().cluster().map(str::to_string);
-            match authz::impersonate(&self.rbac, cluster.as_deref(), &id, &mut x.parts.headers)
-                .await
-            {
+            // Boxed: most requests impersonate no one, and the filter's future stays small.
+            let impersonated = Box::pin(authz::impersonate(
+                &self.rbac,
+                cluster.as_deref(),
+                &id,
+                &mut x.parts.headers,
+            ))
+            .await;
+            match impersonated {
                 Ok(Some(other)) => {
                     let other = Arc::new(other);
                     x.note(|r| {

@@ -25,7 +25,7 @@ impl<N: Handler> Handler for WorkspaceAuthentication<N> {
         if let Some(refusal) = x.refused.take() {
             let admitted = match (&self.issuers, &x.info.cluster) {
                 (Some(issuers), ClusterTarget::Name(c)) if x.cluster_scoped() && x.is_direct() => {
-                    match issuers.authenticate(c, &refusal.token).await {
+                    match Box::pin(issuers.authenticate(c, &refusal.token)).await {
                         Ok(id) => Some(Arc::new(id)),
                         Err(why) => {
                             tracing::debug!(cluster = %c, reason = %why, "workspace authentication refused a token");
