@@ -170,6 +170,59 @@ impl Exchange {
     }
 }
 
+/// A resource request taken apart for what serves it, its body read.
+pub struct ResourceExchange {
+    /// Group, version, resource, namespace, name, subresource and verb.
+    pub request: request_info::ResourceRequest,
+    /// The body, read whole (empty for reads).
+    pub body: Bytes,
+    /// Method, URI, headers and extensions.
+    pub parts: http::request::Parts,
+    /// The decoded query string.
+    pub query: Query,
+    /// The logical cluster, resolved.
+    pub cluster: ClusterTarget,
+    /// The APIExport virtual workspace it came through, if it did.
+    pub virtual_workspace: Option<(String, String)>,
+    /// Who the request acts as.
+    pub user: Option<Arc<Identity>>,
+}
+
+impl Exchange {
+    /// The resource request with its body read; both go into the record for the log line and
+    /// the audit events (the resource first, so a body that cannot be read is still recorded
+    /// against it).
+    pub async fn into_resource(self: Box<Self>) -> Result<ResourceExchange, ApiError> {
+        let Exchange {
+            parts,
+            body,
+            query,
+            info,
+            user,
+            record,
+            ..
+        } = *self;
+        let Target::Resource(request) = info.target else {
+            return Err(ApiError::path_not_found());
+        };
+        record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_resource(&request);
+        let body = resource_body(&parts.method, body).await?;
+        record.lock().unwrap_or_else(|p| p.into_inner()).body = Some(body.clone());
+        Ok(ResourceExchange {
+            request,
+            body,
+            parts,
+            query,
+            cluster: info.cluster,
+            virtual_workspace: info.virtual_workspace,
+            user,
+        })
+    }
+}
+
 /// What the server learned about a request, for the metrics, the request's log line and span,
 /// and audit events. Filled in as the filters and the router get to know each part.
 #[derive(Clone, Default)]

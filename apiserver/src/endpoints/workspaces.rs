@@ -10,7 +10,7 @@ use http::Response;
 
 use crate::access::authn::Authn;
 use crate::access::authz::{self, Rbac};
-use crate::endpoints::exchange::{self, Exchange};
+use crate::endpoints::exchange::{Exchange, ResourceExchange};
 use crate::endpoints::handlers::{self, ResourceCall, ResourceScope, TypeLookup, Visibility};
 use crate::endpoints::nonresource::NonResource;
 use crate::endpoints::reviews;
@@ -88,38 +88,29 @@ impl Workspaces {
         x: Box<Exchange>,
         route: Route,
     ) -> Result<Response<Body>, ApiError> {
-        let Exchange {
-            parts,
+        let ResourceExchange {
+            request: rr,
             body,
+            parts,
             query,
-            info,
+            cluster,
+            virtual_workspace,
             user,
-            record,
-            ..
-        } = *x;
-        let Target::Resource(rr) = info.target else {
-            return Err(ApiError::path_not_found());
-        };
-        let note = |f: &dyn Fn(&mut exchange::RequestRecord)| {
-            f(&mut record.lock().unwrap_or_else(|p| p.into_inner()))
-        };
-        note(&|r| r.set_resource(&rr));
-        let body = exchange::resource_body(&parts.method, body).await?;
-        note(&|r| r.body = Some(body.clone()));
+        } = x.into_resource().await?;
         let accept = parts
             .headers
             .get(http::header::ACCEPT)
             .and_then(|v| v.to_str().ok());
-        let cluster = info.cluster.name();
+        let target = cluster.name();
         if reviews::is_review(&rr) {
             let Some(id) = user.as_deref() else {
                 return Err(ApiError::unauthorized());
             };
             refuse_tables_only(accept)?;
-            return Ok(reviews::serve(&self.rbac, cluster, id, &rr, &body).await);
+            return Ok(reviews::serve(&self.rbac, target, id, &rr, &body).await);
         }
         if let Some(id) = user.as_deref() {
-            let scope = match (&info.virtual_workspace, &info.cluster) {
+            let scope = match (&virtual_workspace, &cluster) {
                 (Some((c, e)), _) => authz::Scope::VirtualWorkspace(c, e),
                 (None, ClusterTarget::Name(c)) => authz::Scope::Cluster(c),
                 (None, ClusterTarget::Wildcard) => authz::Scope::Wildcard,
@@ -136,14 +127,14 @@ impl Workspaces {
                 &self.rbac,
                 &self.authn,
                 objects,
-                cluster,
+                target,
                 &rr,
                 &body,
             )
             .await);
         }
         // Let into one workspace through an export, the write then runs with kcp's warrant.
-        let identity = match (route.through_export, &info.cluster, user) {
+        let identity = match (route.through_export, &cluster, user) {
             (true, ClusterTarget::Name(c), Some(id)) => Some(Arc::new(Identity {
                 warrant: Some(c.clone()),
                 ..(*id).clone()
@@ -155,7 +146,7 @@ impl Workspaces {
             view: route.view,
             types: route.types,
             visibility: route.visibility,
-            cluster: info.cluster,
+            cluster,
             request: rr,
             query,
             headers: parts.headers,

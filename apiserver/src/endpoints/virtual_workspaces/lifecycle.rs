@@ -27,7 +27,7 @@ use futures::future::BoxFuture;
 use crate::access::authz::Authorizer;
 use crate::access::rbac::PolicyRule;
 use crate::access::tenancy::initializers::{self, OnlyOwnName};
-use crate::endpoints::exchange::{self, Exchange};
+use crate::endpoints::exchange::{Exchange, ResourceExchange};
 use crate::endpoints::handlers::{self, Labelled, ResourceCall, TypeLookup, Visibility};
 use crate::endpoints::virtual_workspaces::VirtualWorkspace;
 use crate::endpoints::workspaces::Workspaces;
@@ -71,32 +71,23 @@ impl LifecycleVirtualWorkspace {
         if x.requested != x.info.cluster {
             return error_response(&ApiError::path_not_found());
         }
-        let Exchange {
-            parts,
+        let ResourceExchange {
+            request,
             body,
+            parts,
             query,
-            info,
-            record,
+            cluster,
             ..
-        } = *x;
-        let Target::Resource(request) = info.target else {
-            return error_response(&ApiError::path_not_found());
-        };
-        let body = match exchange::resource_body(&parts.method, body).await {
-            Ok(b) => b,
+        } = match x.into_resource().await {
+            Ok(r) => r,
             Err(e) => return error_response(&e),
         };
-        {
-            let mut r = record.lock().unwrap_or_else(|p| p.into_inner());
-            r.set_resource(&request);
-            r.body = Some(body.clone());
-        }
         serve(LifecycleCall {
             scope: self.workspaces.scope.clone(),
             authorizer: self.authorizer.as_ref(),
             lifecycle,
             id: &id,
-            cluster: info.cluster,
+            cluster,
             request,
             query,
             headers: parts.headers,

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use http::Response;
 
 use crate::access::authz::{self, Authorizer};
-use crate::endpoints::exchange::{self, Exchange};
+use crate::endpoints::exchange::{Exchange, ResourceExchange};
 use crate::endpoints::handlers::{self, ResourceCall, ResourceScope, TypeLookup};
 use crate::endpoints::nonresource::NonResource;
 use crate::endpoints::views::{ViewKind, Views};
@@ -57,28 +57,19 @@ impl ViewsVirtualWorkspace {
         if !matches!(x.info.target, Target::Resource(_)) {
             return Ok(self.nonresource.serve(&view, &x));
         }
-        let Exchange {
+        // The body is read (a client still sending gets its answer) but a view takes none.
+        let ResourceExchange {
+            request: rr,
             parts,
-            body,
             query,
-            info,
+            cluster,
             user,
-            record,
             ..
-        } = *x;
-        let Target::Resource(rr) = info.target else {
-            return Err(ApiError::path_not_found());
-        };
-        record
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .set_resource(&rr);
-        let body = exchange::resource_body(&parts.method, body).await?;
-        record.lock().unwrap_or_else(|p| p.into_inner()).body = Some(body);
+        } = x.into_resource().await?;
         let Some(id) = user.as_deref() else {
             return Err(ApiError::unauthorized());
         };
-        let ClusterTarget::Name(c) = &info.cluster else {
+        let ClusterTarget::Name(c) = &cluster else {
             return Err(ApiError::bad_request(format!(
                 "the {} virtual workspace is computed for one workspace: name it (by name or path) instead of *",
                 kind.as_str()
@@ -125,7 +116,7 @@ impl ViewsVirtualWorkspace {
             view,
             types: TypeLookup::Workspaces,
             visibility: None,
-            cluster: info.cluster,
+            cluster,
             request: rr,
             query,
             headers: parts.headers,
