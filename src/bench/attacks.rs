@@ -643,10 +643,21 @@ pub(crate) async fn attacks(
                     .map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/c{i}")}))
                     .collect();
                 let body = serde_json::to_vec(&ops)?;
+                // The window opens at the first answer: on a loaded machine a debug build's
+                // first patch can take longer than a short window, which then measured none.
+                let armed = Arc::new(tokio::sync::Notify::new());
                 let attack = {
                     let (client, collection) = (client.clone(), collection.clone());
                     let (sent, refused) = (sent.clone(), refused.clone());
+                    let armed = armed.clone();
                     async move {
+                        let first = sent.clone();
+                        tokio::spawn(async move {
+                            while first.load(Ordering::Relaxed) == 0 {
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                            }
+                            armed.notify_one();
+                        });
                         let mut tasks = Vec::new();
                         for _ in 0..4 {
                             let (client, collection, body) =
@@ -668,7 +679,7 @@ pub(crate) async fn attacks(
                         Ok(())
                     }
                 };
-                let w = watch_over(&server, &b, opts.seconds, attack, None).await?;
+                let w = watch_over(&server, &b, opts.seconds, attack, Some(armed)).await?;
                 (
                     w,
                     format!(
