@@ -865,8 +865,11 @@ impl CachedWatch {
             return Err(StorageError::TooSlow { last: self.last });
         }
         let from = (next - feed.first_seq) as usize;
+        // A watch registered before the cache applied the revision it starts from finds that
+        // revision (and older ones) still coming down the feed: they are not after it.
+        let after = self.ready.back().map_or(self.last, |e| e.revision);
         for (event, _) in feed.entries.range(from..).take(READ_BATCH) {
-            if event.key.starts_with(&*self.prefix) {
+            if event.revision > after && event.key.starts_with(&*self.prefix) {
                 self.ready.push_back(event.clone());
             }
             next += 1;
@@ -1403,6 +1406,20 @@ mod tests {
             let got = take(via_cache, n).await;
             assert_eq!(got, want, "{prefix}");
         }
+    }
+
+    /// A client that wrote through the store and watches from its write's revision at once,
+    /// before the cache has applied that write, gets only what comes after it (the test's one
+    /// thread lets the cache's feed run only once the watch is registered).
+    #[tokio::test]
+    async fn a_watch_from_a_revision_the_cache_has_not_applied_yet_starts_after_it() {
+        let (store, cache) = cached(options(100, 100));
+        load(&cache, "/g/r/").await;
+        let written = store.create("/g/r/c1/ns/a", tagged("a")).await.unwrap();
+        let mut w = cache.watch("/g/r/", written.mod_revision).await.unwrap();
+        let later = store.create("/g/r/c1/ns/b", tagged("b")).await.unwrap();
+        let first = next(&mut w).await.unwrap();
+        assert_eq!(first.revision, later.mod_revision, "{first:?}");
     }
 
     #[tokio::test]
