@@ -145,19 +145,12 @@ impl Exchange {
     /// Where the request's RBAC is evaluated: its cluster, or the export's workspace for an
     /// APIExport's virtual workspace.
     pub fn scope(&self) -> crate::access::authz::Scope<'_> {
-        match (&self.info.virtual_workspace, &self.info.cluster) {
-            (Some((c, e)), _) => crate::access::authz::Scope::VirtualWorkspace(c, e),
-            (None, ClusterTarget::Name(c)) => crate::access::authz::Scope::Cluster(c),
-            (None, ClusterTarget::Wildcard) => crate::access::authz::Scope::Wildcard,
-        }
+        scope(&self.info.virtual_workspace, &self.info.cluster)
     }
 
     /// The `Accept` header, if it is text.
     pub fn accept(&self) -> Option<&str> {
-        self.parts
-            .headers
-            .get(http::header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
+        accept(&self.parts)
     }
 
     /// Whether the path is one of the probes and scrapes that come every few seconds and must
@@ -186,6 +179,37 @@ pub struct ResourceExchange {
     pub virtual_workspace: Option<(String, String)>,
     /// Who the request acts as.
     pub user: Option<Arc<Identity>>,
+}
+
+impl ResourceExchange {
+    /// Where the request's RBAC is evaluated (see [`Exchange::scope`]).
+    pub fn scope(&self) -> crate::access::authz::Scope<'_> {
+        scope(&self.virtual_workspace, &self.cluster)
+    }
+
+    /// The `Accept` header, if it is text.
+    pub fn accept(&self) -> Option<&str> {
+        accept(&self.parts)
+    }
+}
+
+/// The request's cluster, or the export's workspace for an APIExport's virtual workspace.
+fn scope<'a>(
+    virtual_workspace: &'a Option<(String, String)>,
+    cluster: &'a ClusterTarget,
+) -> crate::access::authz::Scope<'a> {
+    match (virtual_workspace, cluster) {
+        (Some((c, e)), _) => crate::access::authz::Scope::VirtualWorkspace(c, e),
+        (None, ClusterTarget::Name(c)) => crate::access::authz::Scope::Cluster(c),
+        (None, ClusterTarget::Wildcard) => crate::access::authz::Scope::Wildcard,
+    }
+}
+
+fn accept(parts: &http::request::Parts) -> Option<&str> {
+    parts
+        .headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
 }
 
 impl Exchange {

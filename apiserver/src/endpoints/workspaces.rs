@@ -73,10 +73,9 @@ impl Workspaces {
                     scope: None,
                     through_export: false,
                 };
-                match self.serve_resource(x, route).await {
-                    Ok(r) => r,
-                    Err(e) => error_response(&e),
-                }
+                self.serve_resource(x, route)
+                    .await
+                    .unwrap_or_else(|e| error_response(&e))
             }
             _ => self.nonresource.serve(&view, &x),
         }
@@ -88,37 +87,20 @@ impl Workspaces {
         x: Box<Exchange>,
         route: Route,
     ) -> Result<Response<Body>, ApiError> {
-        let ResourceExchange {
-            request: rr,
-            body,
-            parts,
-            query,
-            cluster,
-            virtual_workspace,
-            user,
-        } = x.into_resource().await?;
-        let accept = parts
-            .headers
-            .get(http::header::ACCEPT)
-            .and_then(|v| v.to_str().ok());
-        let target = cluster.name();
-        if reviews::is_review(&rr) {
-            let Some(id) = user.as_deref() else {
+        let r = x.into_resource().await?;
+        let target = r.cluster.name();
+        if reviews::is_review(&r.request) {
+            let Some(id) = r.user.as_deref() else {
                 return Err(ApiError::unauthorized());
             };
-            refuse_tables_only(accept)?;
-            return Ok(reviews::serve(&self.rbac, target, id, &rr, &body).await);
+            refuse_tables_only(r.accept())?;
+            return Ok(reviews::serve(&self.rbac, target, id, &r.request, &r.body).await);
         }
-        if let Some(id) = user.as_deref() {
-            let scope = match (&virtual_workspace, &cluster) {
-                (Some((c, e)), _) => authz::Scope::VirtualWorkspace(c, e),
-                (None, ClusterTarget::Name(c)) => authz::Scope::Cluster(c),
-                (None, ClusterTarget::Wildcard) => authz::Scope::Wildcard,
-            };
-            authz::authorize(&self.rbac, scope, id, &rr).await?;
+        if let Some(id) = r.user.as_deref() {
+            authz::authorize(&self.rbac, r.scope(), id, &r.request).await?;
         }
-        if reviews::is_special(&rr) && !route.through_export {
-            refuse_tables_only(accept)?;
+        if reviews::is_special(&r.request) && !route.through_export {
+            refuse_tables_only(r.accept())?;
             let objects = crate::access::serviceaccounts::Objects {
                 store: self.store.as_ref(),
                 catalog: &self.scope.catalog,
@@ -128,11 +110,20 @@ impl Workspaces {
                 &self.authn,
                 objects,
                 target,
-                &rr,
-                &body,
+                &r.request,
+                &r.body,
             )
             .await);
         }
+        let ResourceExchange {
+            request: rr,
+            body,
+            parts,
+            query,
+            cluster,
+            user,
+            ..
+        } = r;
         // Let into one workspace through an export, the write then runs with kcp's warrant.
         let identity = match (route.through_export, &cluster, user) {
             (true, ClusterTarget::Name(c), Some(id)) => Some(Arc::new(Identity {

@@ -26,8 +26,9 @@ pub struct Authorization<N> {
 
 impl<N: Handler> Handler for Authorization<N> {
     async fn handle(&self, x: Box<Exchange>) -> Response<Body> {
-        let verb = x.parts.method.as_str().to_ascii_lowercase();
         let path = x.parts.uri.path();
+        // Only non-resource requests need the verb (most requests are resource requests).
+        let verb = || x.parts.method.as_str().to_ascii_lowercase();
         if let (Some(id), true, false) = (
             x.user.as_deref(),
             x.cluster_scoped(),
@@ -37,7 +38,7 @@ impl<N: Handler> Handler for Authorization<N> {
                 self.authorizer.as_ref(),
                 x.scope(),
                 id,
-                &verb,
+                &verb(),
                 path,
             ))
             .await
@@ -52,7 +53,10 @@ impl<N: Handler> Handler for Authorization<N> {
                 return error_response(&ApiError::unauthorized());
             };
             if let Err(e) = Box::pin(authz::authorize_root_non_resource(
-                &self.rbac, id, &verb, path,
+                &self.rbac,
+                id,
+                &verb(),
+                path,
             ))
             .await
             {

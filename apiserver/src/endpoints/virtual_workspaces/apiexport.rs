@@ -54,10 +54,9 @@ impl VirtualWorkspace for ApiExportVirtualWorkspace {
 
     fn serve(&self, x: Box<Exchange>) -> BoxFuture<'_, Response<Body>> {
         Box::pin(async move {
-            match self.serve_inner(x).await {
-                Ok(r) => r,
-                Err(e) => error_response(&e),
-            }
+            self.serve_inner(x)
+                .await
+                .unwrap_or_else(|e| error_response(&e))
         })
     }
 }
