@@ -13,6 +13,10 @@
 //!   `<module>_tests.rs` beside them and no `#[path]` to reach one. Whole-binary tests are
 //!   `tests/<suite>.rs`, end-to-end suites one binary per crate.
 //!
+//! - objects are written through the generic store: the writes to the raw store outside
+//!   `storage/` and `registry/generic/` are listed, with the reason, in
+//!   `tests/raw-store-writes.txt`, and the list only shrinks.
+//!
 //! The circles that remain are listed, with the reason, in `tests/module-circles.txt`; a new
 //! circle fails, and so does a listed one that is gone (the list only shrinks). Imports through
 //! `super::` stay inside a module and are not read.
@@ -453,4 +457,63 @@ fn a_circle_is_found_and_a_chain_is_not() {
         vec![vec!["a".to_string(), "b".to_string(), "c".to_string()]]
     );
     assert!(circles(&edges(&[("a", "b"), ("b", "c"), ("a", "c")])).is_empty());
+}
+
+/// The writes to the raw store in `text` (`store.create(`, `.update(`, `.delete(`, however
+/// rustfmt breaks the chain), outside its unit tests.
+fn raw_store_writes(text: &str) -> usize {
+    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
+    let squeezed: String = code.chars().filter(|c| !c.is_whitespace()).collect();
+    ["store.create(", "store.update(", "store.delete("]
+        .iter()
+        .map(|call| squeezed.matches(call).count())
+        .sum()
+}
+
+#[test]
+fn objects_are_written_through_the_generic_store() {
+    let mut found = BTreeMap::new();
+    let src = root().join("apiserver/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    for file in files {
+        let rel = file
+            .strip_prefix(root())
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        let inside = |dir: &str| rel.starts_with(&format!("apiserver/src/{dir}/"));
+        let is_test = rel.ends_with("/tests.rs") || rel.contains("/tests/");
+        if inside("storage") || inside("registry/generic") || is_test {
+            continue;
+        }
+        let n = raw_store_writes(&std::fs::read_to_string(&file).expect("read"));
+        if n > 0 {
+            found.insert(rel, n);
+        }
+    }
+    let listed: BTreeMap<String, usize> =
+        std::fs::read_to_string(root().join("tests/raw-store-writes.txt"))
+            .expect("the list")
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or_default().trim())
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (file, n) = l.split_once(':').expect("`file: count`");
+                (file.trim().to_string(), n.trim().parse().expect("a count"))
+            })
+            .collect();
+    assert_eq!(
+        found, listed,
+        "writes to the raw store go through the generic store (`GenericStore::own` for the \
+         server's own); the ones that may not are listed in tests/raw-store-writes.txt"
+    );
+}
+
+#[test]
+fn raw_store_writes_are_counted_across_broken_chains() {
+    let text = "state\n    .store\n    .update(&k, 1, e)\n; self.store.create(&k, e); \
+                #[cfg(test)]\nmod tests { store.delete(&k) }";
+    assert_eq!(raw_store_writes(text), 2);
+    assert_eq!(raw_store_writes("objects.own(M).create(place, obj)"), 0);
 }

@@ -1,5 +1,14 @@
 //! How the controllers reach kcp: `platform-mesh serve`'s own workspace tree, or a real kcp given
 //! by kubeconfig. Every reconciler that writes into kcp workspaces takes a [`Kcp`].
+//!
+//! A reconcile that writes into another *engaged* workspace reaches it through the runtime's
+//! cluster lookup (`ClusterContext::reachable_cluster`, as multicluster-runtime's `GetCluster`),
+//! with the same provider, credentials and route as its own: the Account reconciler does so for
+//! a child workspace. [`Kcp`] is for the workspaces no cluster provider engages, which upstream's
+//! operators also reach with a kcp rest config of their own: the Provider reconciler's
+//! `root:providers` and the provider workspace it has just created (neither binds the export
+//! the reconciler watches through), and the ManagedProvider reconciler's kcp, which it reaches
+//! from the runtime cluster.
 
 use base64::Engine as _;
 use kube::config::Kubeconfig;

@@ -5,7 +5,7 @@
 //! that signs the server's certificate, both put back when deleted or changed.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,8 +17,12 @@ use crate::meta::names::NameRule;
 use crate::meta::status::{ApiError, GroupResource};
 use crate::registry::catalog::Catalog;
 use crate::registry::objects::{self, meta_mut};
-use crate::registry::{Change, Resource, StrategiesBuilder, Strategy};
+use crate::registry::{Change, GenericStore, Place, Resource, StrategiesBuilder, Strategy};
 use crate::storage::{list_all, StorageError, Store};
+
+/// The name the namespace machinery's writes record in `managedFields`: kube's controllers
+/// that do the same work run in kube-controller-manager.
+const MANAGER: &str = "kube-controller-manager";
 
 /// The namespace every logical cluster has.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -34,6 +38,8 @@ pub struct NamespaceLifecycle {
 /// terminating namespaces hold it weakly, so they end with the server.
 struct Inner {
     store: Arc<dyn Store>,
+    /// The generic store the writes go through (it holds this lifecycle's strategies).
+    objects: Weak<GenericStore>,
     catalog: Arc<Catalog>,
     /// Clusters whose `default` namespace is known to have been created.
     initialized: Mutex<HashSet<String>>,
@@ -57,10 +63,16 @@ fn namespace_key(cluster: &str, name: &str) -> String {
 impl NamespaceLifecycle {
     /// The lifecycle of the namespaces in `store`, whose types `catalog` describes.
     /// `root_ca` is published in every namespace as `kube-root-ca.crt`.
-    pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>, root_ca: Option<String>) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        objects: Weak<GenericStore>,
+        catalog: Arc<Catalog>,
+        root_ca: Option<String>,
+    ) -> Self {
         NamespaceLifecycle {
             inner: Arc::new(Inner {
                 store,
+                objects,
                 catalog,
                 initialized: Mutex::new(HashSet::new()),
                 root_ca,
@@ -100,13 +112,13 @@ impl NamespaceLifecycle {
             .map_err(|e| ApiError::internal(e.to_string()))?
             .is_some();
         if !exists {
-            let mut obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEFAULT_NAMESPACE}, "spec": {}});
-            objects::prepare_for_create(&mut obj, &ns, cluster);
-            match state.store.create(&key, objects::encoder(obj)).await {
-                Ok(_) => self.fill(cluster, DEFAULT_NAMESPACE).await,
-                Err(StorageError::AlreadyExists(_)) => {}
-                Err(e) => return Err(ApiError::internal(e.to_string())),
-            }
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEFAULT_NAMESPACE}, "spec": {}});
+            // The namespace's strategy fills it once created.
+            let objects = state.objects()?;
+            objects
+                .own(MANAGER)
+                .create_missing(Place::cluster(&ns, cluster), obj)
+                .await?;
         }
         if let Ok(mut s) = state.initialized.lock() {
             s.insert(cluster.to_string());
@@ -201,41 +213,33 @@ impl NamespaceLifecycle {
 }
 
 /// One pass over a terminating namespace: deletes what it can; true once the namespace is gone.
-async fn sweep(state: &Inner, cluster: &str, namespace: &str) -> Result<bool, StorageError> {
+async fn sweep(state: &Inner, cluster: &str, namespace: &str) -> Result<bool, ApiError> {
+    let objects = state.objects()?;
+    let own = objects.own(MANAGER);
     let mut remaining = 0usize;
     let view = state.catalog.view(cluster);
+    let listed = |r: &Resource| r.prefix(Some(cluster), Some(namespace));
+    let list = |prefix: String| async move {
+        list_all(state.store.as_ref(), &prefix)
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))
+    };
     for r in view.registry.resources().iter().filter(|r| r.ty.namespaced) {
-        let (items, _) = list_all(
-            state.store.as_ref(),
-            &r.prefix(Some(cluster), Some(namespace)),
-        )
-        .await?;
+        let (items, _) = list(listed(r)).await?;
         for kv in items {
             remaining += 1;
-            let Ok(mut obj) = objects::decode_stored(&kv.value) else {
+            let Ok(obj) = objects::decode_stored(&kv.value) else {
                 continue;
             };
-            if objects::finalizers(&obj).is_empty() {
-                match state
-                    .store
-                    .delete(&kv.key, kv.mod_revision, objects::encoder(obj))
-                    .await
-                {
-                    Ok(_) | Err(StorageError::Conflict { .. } | StorageError::NotFound(_)) => {}
-                    Err(e) => return Err(e),
-                }
-            } else if !objects::is_deleting(&obj) {
-                let m = meta_mut(&mut obj);
-                m.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
-                m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                match state
-                    .store
-                    .update(&kv.key, kv.mod_revision, objects::encoder(obj))
-                    .await
-                {
-                    Ok(_) | Err(StorageError::Conflict { .. } | StorageError::NotFound(_)) => {}
-                    Err(e) => return Err(e),
-                }
+            if objects::is_deleting(&obj) {
+                continue;
+            }
+            // Deleted as a client would: an object with finalizers is marked and waits.
+            let place = Place::namespaced(r, cluster, namespace);
+            match own.delete(place, objects::name(&obj)).await {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -243,20 +247,21 @@ async fn sweep(state: &Inner, cluster: &str, namespace: &str) -> Result<bool, St
         // Check again: what had no finalizers is gone now.
         let mut left = 0;
         for r in view.registry.resources().iter().filter(|r| r.ty.namespaced) {
-            left += list_all(
-                state.store.as_ref(),
-                &r.prefix(Some(cluster), Some(namespace)),
-            )
-            .await?
-            .0
-            .len();
+            left += list(listed(r)).await?.0.len();
         }
         if left > 0 {
             return Ok(false);
         }
     }
-    let key = namespace_key(cluster, namespace);
-    let Some(kv) = state.store.get(&key).await? else {
+    let Some(ns) = NamespaceLifecycle::namespaces(state) else {
+        return Ok(true);
+    };
+    let Some(kv) = state
+        .store
+        .get(&namespace_key(cluster, namespace))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+    else {
         return Ok(true);
     };
     let Ok(obj) = objects::decode_stored(&kv.value) else {
@@ -265,21 +270,22 @@ async fn sweep(state: &Inner, cluster: &str, namespace: &str) -> Result<bool, St
     if !objects::finalizers(&obj).is_empty() {
         return Ok(false);
     }
-    match state
-        .store
-        .delete(&key, kv.mod_revision, objects::encoder(obj))
-        .await
-    {
-        Ok(_) | Err(StorageError::NotFound(_)) => {
-            if namespace == DEFAULT_NAMESPACE {
-                if let Ok(mut s) = state.initialized.lock() {
-                    s.remove(cluster);
-                }
-            }
-            Ok(true)
+    // Empty: the namespace itself goes now (it is marked already; removing is the last step).
+    own.remove(Place::cluster(&ns, cluster), namespace).await?;
+    if namespace == DEFAULT_NAMESPACE {
+        if let Ok(mut s) = state.initialized.lock() {
+            s.remove(cluster);
         }
-        Err(StorageError::Conflict { .. }) => Ok(false),
-        Err(e) => Err(e),
+    }
+    Ok(true)
+}
+
+impl Inner {
+    /// The generic store, while the server runs.
+    fn objects(&self) -> Result<Arc<GenericStore>, ApiError> {
+        self.objects
+            .upgrade()
+            .ok_or_else(|| ApiError::internal("the server is shutting down"))
     }
 }
 
@@ -451,59 +457,34 @@ impl NamespaceLifecycle {
     /// replaces its data.
     async fn put(
         &self,
-        r: &Resource,
+        r: &Arc<Resource>,
         cluster: &str,
         namespace: &str,
-        mut obj: Value,
-        current: impl Fn(&Value) -> bool,
+        obj: Value,
+        current: impl Fn(&Value) -> bool + Send + Sync,
     ) {
-        let store = &self.inner.store;
-        let key = r.key(cluster, Some(namespace), objects::name(&obj));
-        for _ in 0..3 {
-            let existing = match store.get(&key).await {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::warn!(%key, error = %e, "reading a namespace's default object");
-                    return;
-                }
-            };
-            let written = match existing {
-                None => {
-                    let mut fresh = obj.clone();
-                    objects::prepare_for_create(&mut fresh, r, cluster);
-                    store
-                        .create(&key, objects::encoder(fresh))
-                        .await
-                        .map(|_| ())
-                }
-                Some(kv) => {
-                    let Ok(old) = objects::decode_stored(&kv.value) else {
-                        return;
-                    };
-                    if objects::is_deleting(&old) || current(&old) {
-                        return;
-                    }
-                    let mut next = old.clone();
-                    next["data"] = obj["data"].take();
-                    if objects::prepare_for_update(&mut next, &old, r, objects::WritePart::Main)
-                        .is_err()
-                    {
-                        return;
-                    }
-                    store
-                        .update(&key, kv.mod_revision, objects::encoder(next))
-                        .await
-                        .map(|_| ())
-                }
-            };
-            match written {
-                Ok(()) | Err(StorageError::AlreadyExists(_)) => return,
-                Err(StorageError::Conflict { .. }) => continue,
-                Err(e) => {
-                    tracing::warn!(%key, error = %e, "writing a namespace's default object");
-                    return;
-                }
+        let name = objects::name(&obj).to_string();
+        let data = obj["data"].clone();
+        let written = async {
+            let objects = self.inner.objects()?;
+            let own = objects.own(MANAGER);
+            let place = Place::namespaced(r, cluster, namespace);
+            if own.create_missing(place, obj).await? {
+                return Ok(());
             }
+            own.update(place, &name, |old| {
+                if objects::is_deleting(old) || current(old) {
+                    return false;
+                }
+                old["data"] = data.clone();
+                true
+            })
+            .await
+            .map(drop)
+        };
+        if let Err(e) = written.await {
+            let e: ApiError = e;
+            tracing::warn!(cluster, namespace, name, error = %e, "writing a namespace's default object");
         }
     }
 }

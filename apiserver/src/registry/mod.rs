@@ -12,6 +12,7 @@ mod strategy;
 mod validation;
 
 pub use generic::list::{decode_continue, Collection, Page, Selection};
+pub use generic::own::{OwnWrites, Place};
 pub use generic::watch::SelectedEvents;
 pub use generic::{
     reconcile_namespace, storage_status, Attributes, Deleted, GenericStore, NoValidation,

@@ -253,6 +253,9 @@ pub enum WritePart {
     Main,
     /// The status subresource: only `.status`.
     Status,
+    /// The main resource and its status together: only the server's own controllers write so
+    /// (the generic store's `own` writes).
+    Whole,
 }
 
 /// Carries the server-owned and subresource-owned parts of `old` into `new`, checks the
@@ -277,7 +280,7 @@ pub fn prepare_for_update(
         *new = merged;
         return Ok(());
     }
-    if r.ty.status_subresource {
+    if r.ty.status_subresource && part == WritePart::Main {
         match old.get("status") {
             Some(s) => new["status"] = s.clone(),
             None => {

@@ -114,6 +114,9 @@ pub enum StartError {
     /// The root workspace could not be set up.
     #[error("setting up the root workspace: {0}")]
     Root(#[source] crate::meta::status::ApiError),
+    /// The workspace tree could not be set up.
+    #[error("setting up the workspaces: {0}")]
+    Tenancy(#[from] crate::access::tenancy::TenancyError),
     /// The listener's own address cannot be read.
     #[error("the listener's address: {0}")]
     LocalAddress(#[source] std::io::Error),

@@ -126,43 +126,54 @@ impl AppState {
             Arc::new(move |key: &str, revision| observer.observe_write(key, revision)),
         ));
         let rbac = Rbac::new(store.clone(), policies.clone());
-        let namespaces = Arc::new(namespaces::NamespaceLifecycle::new(
-            store.clone(),
-            catalog.clone(),
-            options
-                .authn
-                .service_accounts
-                .as_ref()
-                .map(|tokens| tokens.ca_pem().to_string()),
-        ));
-        let tenancy = crate::access::tenancy::Tenancy::new(crate::access::tenancy::TenancyDeps {
-            store: store.clone(),
-            catalog: catalog.clone(),
-            advertise_address: options.advertise_address.clone(),
-            rbac: rbac.clone(),
-            namespaces: namespaces.clone(),
-            policies: policies.clone(),
-        });
-        // Each type's behaviour, contributed by the layer that owns it.
-        let mut strategies = crate::registry::StrategiesBuilder::default();
-        crate::admission::rules::register(&mut strategies);
-        strategies.add(
-            "",
-            "secrets",
-            Arc::new(crate::access::serviceaccounts::LegacyTokenSecrets {
-                store: store.clone(),
-                catalog: catalog.clone(),
-                signer: options.authn.service_accounts.clone(),
-            }),
-        );
-        crate::access::authz::RbacEscalation::register(&rbac, &mut strategies);
-        namespaces.add_strategies(&mut strategies);
-        tenancy.add_strategies(&mut strategies);
-        let objects = Arc::new(crate::registry::GenericStore::new(
-            store.clone(),
-            strategies.build(),
-            crate::meta::heavy::HeavyWork::default(),
-        ));
+        // The generic store holds every type's strategy; the namespace and tenancy machinery
+        // contribute strategies and write through the store, so they hold it weakly.
+        let mut parts = None;
+        let objects =
+            Arc::new_cyclic(|objects: &std::sync::Weak<crate::registry::GenericStore>| {
+                let namespaces = Arc::new(namespaces::NamespaceLifecycle::new(
+                    store.clone(),
+                    objects.clone(),
+                    catalog.clone(),
+                    options
+                        .authn
+                        .service_accounts
+                        .as_ref()
+                        .map(|tokens| tokens.ca_pem().to_string()),
+                ));
+                let tenancy =
+                    crate::access::tenancy::Tenancy::new(crate::access::tenancy::TenancyDeps {
+                        store: store.clone(),
+                        objects: objects.clone(),
+                        catalog: catalog.clone(),
+                        advertise_address: options.advertise_address.clone(),
+                        rbac: rbac.clone(),
+                        namespaces: namespaces.clone(),
+                        policies: policies.clone(),
+                    });
+                // Each type's behaviour, contributed by the layer that owns it.
+                let mut strategies = crate::registry::StrategiesBuilder::default();
+                crate::admission::rules::register(&mut strategies);
+                strategies.add(
+                    "",
+                    "secrets",
+                    Arc::new(crate::access::serviceaccounts::LegacyTokenSecrets {
+                        store: store.clone(),
+                        catalog: catalog.clone(),
+                        signer: options.authn.service_accounts.clone(),
+                    }),
+                );
+                crate::access::authz::RbacEscalation::register(&rbac, &mut strategies);
+                namespaces.add_strategies(&mut strategies);
+                tenancy.add_strategies(&mut strategies);
+                parts = Some((namespaces, tenancy));
+                crate::registry::GenericStore::new(
+                    store.clone(),
+                    strategies.build(),
+                    crate::meta::heavy::HeavyWork::default(),
+                )
+            });
+        let (namespaces, tenancy) = parts.expect("Arc::new_cyclic calls its closure");
         let admission = Arc::new(crate::admission::Chain::new(vec![
             namespaces.clone(),
             Arc::new(crate::access::tenancy::PathAnnotation(tenancy.clone())),

@@ -10,11 +10,11 @@
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha224};
 
-use super::{Tenancy, TypeRef, PATH_ANNOTATION};
+use super::{Tenancy, TenancyError, TypeRef, MANAGER, PATH_ANNOTATION};
 use crate::meta::status::ApiError;
 use crate::registry::objects::{self, meta_mut};
+use crate::registry::Place;
 use crate::request::request_info::{ClusterTarget, ROOT_CLUSTER};
-use crate::storage::StorageError;
 
 /// The initializer the server itself is, for workspaces whose types bind APIs by default.
 pub const APIBINDINGS_INITIALIZER: &str = "system:apibindings";
@@ -171,38 +171,23 @@ pub fn check_status_update(old: &Value, new: &mut Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads the object at `key`, lets `change` edit it (returning `false` leaves it as it is), and
-/// writes it back with compare-and-swap, reading again after a lost race. The object as stored
-/// afterwards; `None` when there is none (or it does not decode, or races kept being lost).
-pub(super) async fn update_stored(
-    store: &dyn crate::storage::Store,
-    key: &str,
-    mut change: impl FnMut(&mut Value) -> bool + Send,
-) -> Result<Option<Value>, StorageError> {
-    for _ in 0..8 {
-        let Some(kv) = store.get(key).await? else {
-            return Ok(None);
-        };
-        let Ok(mut obj) = objects::decode_stored(&kv.value) else {
-            return Ok(None);
-        };
-        if !change(&mut obj) {
-            return Ok(Some(obj));
-        }
-        match store
-            .update(key, kv.mod_revision, objects::encoder(obj.clone()))
-            .await
-        {
-            Ok(_) => return Ok(Some(obj)),
-            Err(StorageError::Conflict { .. }) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    // Eight lost races in a row: leave it to the next write, which comes through here again.
-    Ok(None)
-}
-
 impl Tenancy {
+    /// Lets `change` edit the LogicalCluster of `cluster` (returning `false` leaves it as it
+    /// is), written through the generic store; the object afterwards, `None` when there is
+    /// none.
+    pub(super) async fn update_logical_cluster(
+        &self,
+        cluster: &str,
+        change: impl FnMut(&mut Value) -> bool + Send,
+    ) -> Result<Option<Value>, TenancyError> {
+        let res = self.builtin("core.kcp.io/v1alpha1/logicalclusters")?;
+        let generic = self.objects()?;
+        Ok(generic
+            .own(MANAGER)
+            .update(Place::cluster(&res, cluster), "cluster", change)
+            .await?)
+    }
+
     /// Keeps the set of logical clusters that are not Ready (initializing or terminating), from
     /// the LogicalCluster `lc` of `cluster` as written.
     pub(crate) fn note_phase(&self, cluster: &str, lc: Option<&Value>) {
@@ -288,8 +273,8 @@ impl Tenancy {
         &self,
         cluster: &str,
         id: &str,
-    ) -> Result<(), StorageError> {
-        update_stored(self.store.as_ref(), &logical_cluster_key(cluster), |lc| {
+    ) -> Result<(), TenancyError> {
+        self.update_logical_cluster(cluster, |lc| {
             let mut list = waiting(lc, Lifecycle::Initializing);
             if !list.iter().any(|i| i == id) {
                 return false;
@@ -305,9 +290,9 @@ impl Tenancy {
 
     /// Moves logical cluster `cluster` (and its Workspace) on: Ready once no initializer is
     /// left; the Workspace mirrors the phase and the initializers still waited for.
-    pub(crate) async fn advance(&self, cluster: &str) -> Result<(), StorageError> {
+    pub(crate) async fn advance(&self, cluster: &str) -> Result<(), TenancyError> {
         let now = objects::now_rfc3339();
-        let Some(lc) = update_stored(self.store.as_ref(), &logical_cluster_key(cluster), |lc| {
+        let Some(lc) = self.update_logical_cluster(cluster, |lc| {
             let left = waiting(lc, Lifecycle::Initializing);
             let initializing = lc["status"]["phase"] == "Initializing";
             let condition = if left.is_empty() {
@@ -356,21 +341,35 @@ impl Tenancy {
     /// Whether logical cluster `cluster` may go: no terminator is left. The first call marks it
     /// deleting (a deletion timestamp, a finalizer so status writes keep it, phase
     /// `Terminating`), which opens it to its terminators.
-    pub(crate) async fn await_terminators(&self, cluster: &str) -> Result<bool, StorageError> {
+    pub(crate) async fn await_terminators(&self, cluster: &str) -> Result<bool, TenancyError> {
         let mut free = true;
-        let lc = update_stored(self.store.as_ref(), &logical_cluster_key(cluster), |lc| {
-            free = waiting(lc, Lifecycle::Terminating).is_empty();
-            if free || objects::is_deleting(lc) {
-                return false;
+        let lc = self
+            .update_logical_cluster(cluster, |lc| {
+                free = waiting(lc, Lifecycle::Terminating).is_empty();
+                if free || objects::is_deleting(lc) {
+                    return false;
+                }
+                meta_mut(lc).insert("finalizers".into(), json!([TERMINATORS_FINALIZER]));
+                lc["status"]["phase"] = json!("Terminating");
+                set_labels(lc);
+                true
+            })
+            .await?;
+        let lc = match lc {
+            // Deleted as a client would: the finalizer keeps it, marked, for the status
+            // writes of its terminators.
+            Some(lc) if !free && !objects::is_deleting(&lc) => {
+                let res = self.builtin("core.kcp.io/v1alpha1/logicalclusters")?;
+                let generic = self.objects()?;
+                let place = Place::cluster(&res, cluster);
+                generic.own(MANAGER).delete(place, "cluster").await?;
+                self.store
+                    .get(&logical_cluster_key(cluster))
+                    .await?
+                    .and_then(|kv| objects::decode_stored(&kv.value).ok())
             }
-            let meta = meta_mut(lc);
-            meta.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
-            meta.insert("finalizers".into(), json!([TERMINATORS_FINALIZER]));
-            lc["status"]["phase"] = json!("Terminating");
-            set_labels(lc);
-            true
-        })
-        .await?;
+            lc => lc,
+        };
         self.note_phase(cluster, lc.as_ref());
         Ok(free)
     }
@@ -407,39 +406,43 @@ impl Tenancy {
     }
 
     /// Copies a LogicalCluster's phase and waiting initializers to the Workspace that placed it.
-    async fn mirror_to_workspace(&self, lc: &Value) -> Result<(), StorageError> {
+    async fn mirror_to_workspace(&self, lc: &Value) -> Result<(), TenancyError> {
         let Some((parent, name)) = self.placement(lc) else {
             return Ok(());
         };
         let phase = lc["status"]["phase"].clone();
         let left = waiting(lc, Lifecycle::Initializing);
-        let key = format!("/tenancy.kcp.io/workspaces/{parent}/{name}");
-        update_stored(self.store.as_ref(), &key, |ws| {
-            let want_inits = match left.is_empty() {
-                true => Value::Null,
-                false => json!(left),
-            };
-            if objects::is_deleting(ws)
-                || (ws["status"]["phase"] == phase
-                    && ws["status"]
-                        .get("initializers")
-                        .cloned()
-                        .unwrap_or(Value::Null)
-                        == want_inits)
-            {
-                return false;
-            }
-            ws["status"]["phase"] = phase.clone();
-            if let Some(s) = ws["status"].as_object_mut() {
-                match want_inits {
-                    Value::Null => s.remove("initializers"),
-                    v => s.insert("initializers".into(), v),
+        let workspaces = self.builtin("tenancy.kcp.io/v1alpha1/workspaces")?;
+        let generic = self.objects()?;
+        let place = Place::cluster(&workspaces, &parent);
+        generic
+            .own(MANAGER)
+            .update(place, &name, |ws| {
+                let want_inits = match left.is_empty() {
+                    true => Value::Null,
+                    false => json!(left),
                 };
-            }
-            true
-        })
-        .await
-        .map(|_| ())
+                if objects::is_deleting(ws)
+                    || (ws["status"]["phase"] == phase
+                        && ws["status"]
+                            .get("initializers")
+                            .cloned()
+                            .unwrap_or(Value::Null)
+                            == want_inits)
+                {
+                    return false;
+                }
+                ws["status"]["phase"] = phase.clone();
+                if let Some(s) = ws["status"].as_object_mut() {
+                    match want_inits {
+                        Value::Null => s.remove("initializers"),
+                        v => s.insert("initializers".into(), v),
+                    };
+                }
+                true
+            })
+            .await?;
+        Ok(())
     }
 }
 

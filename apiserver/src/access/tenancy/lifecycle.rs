@@ -6,10 +6,10 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::Tenancy;
-use crate::registry::objects::{self, meta_mut};
+use super::{Tenancy, TenancyError, MANAGER};
+use crate::registry::objects;
+use crate::registry::Place;
 use crate::storage::list_all;
-use crate::storage::StorageError;
 
 use super::{PATH_ANNOTATION, WORKSPACE_FINALIZER};
 use crate::request::request_info::ROOT_CLUSTER;
@@ -38,20 +38,12 @@ pub(super) async fn ensure_logical_cluster(
     path: &str,
     type_ref: &super::TypeRef,
     (initializers, terminators): (&[String], &[String]),
-) -> Result<(), StorageError> {
-    let key = format!("/core.kcp.io/logicalclusters/{name}/cluster");
+) -> Result<(), TenancyError> {
+    let key = super::initializers::logical_cluster_key(name);
     if state.store.get(&key).await?.is_some() {
         return Ok(());
     }
-    let Some(res) = state
-        .catalog
-        .builtin_view()
-        .registry
-        .lookup("core.kcp.io", "v1alpha1", "logicalclusters")
-        .cloned()
-    else {
-        return Ok(());
-    };
+    let res = state.builtin("core.kcp.io/v1alpha1/logicalclusters")?;
     let mut lc = json!({
         "apiVersion": "core.kcp.io/v1alpha1", "kind": "LogicalCluster",
         "metadata": {"name": "cluster", "annotations": {
@@ -65,48 +57,36 @@ pub(super) async fn ensure_logical_cluster(
         }},
         "spec": {"type": {"name": type_ref.name, "path": type_ref.path},
                  "initializers": initializers, "terminators": terminators},
+        // Initializing until every initializer removed itself (the server's own included).
+        "status": {"phase": "Initializing",
+            "URL": format!("https://{}/clusters/{path}", state.advertise_address),
+            "initializers": initializers, "terminators": terminators},
     });
-    objects::prepare_for_create(&mut lc, &res, name);
-    // Initializing until every initializer removed itself (the server's own included).
-    lc["status"] = json!({"phase": "Initializing",
-        "URL": format!("https://{}/clusters/{path}", state.advertise_address),
-        "initializers": initializers, "terminators": terminators});
     super::initializers::set_labels(&mut lc);
     state.note_phase(name, Some(&lc));
-    match state.store.create(&key, objects::encoder(lc)).await {
-        Ok(_) | Err(StorageError::AlreadyExists(_)) => Ok(()),
-        Err(e) => Err(e),
-    }
+    let generic = state.objects()?;
+    generic
+        .own(MANAGER)
+        .create_missing(Place::cluster(&res, name), lc)
+        .await?;
+    Ok(())
 }
 
 /// kcp's `workspace-admin`: the workspace's owner (the user who created it, [`super::OWNER_ANNOTATION`])
 /// gets `cluster-admin` in it. The role itself is not written: `cluster-admin` is one of the
 /// roles every workspace shares (`auth::bootstrap`), and, as on kcp, not an object of the
 /// workspace.
-async fn make_owner_admin(state: &Tenancy, child: &str, user: &str) -> Result<(), StorageError> {
-    let Some(bindings) = state
-        .catalog
-        .builtin_view()
-        .registry
-        .lookup("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
-        .cloned()
-    else {
-        return Ok(());
-    };
-    let mut binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+async fn make_owner_admin(state: &Tenancy, child: &str, user: &str) -> Result<(), TenancyError> {
+    let bindings = state.builtin("rbac.authorization.k8s.io/v1/clusterrolebindings")?;
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "workspace-admin"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
-    let key = format!(
-        "/rbac.authorization.k8s.io/{}/{child}/workspace-admin",
-        bindings.ty.plural
-    );
-    objects::prepare_for_create(&mut binding, &bindings, child);
-    match state.store.create(&key, objects::encoder(binding)).await {
-        Ok(kv) => state.policies.observe_write(&key, kv.mod_revision),
-        Err(StorageError::AlreadyExists(_)) => {}
-        Err(e) => return Err(e),
-    }
+    let generic = state.objects()?;
+    generic
+        .own(MANAGER)
+        .create_missing(Place::cluster(&bindings, child), binding)
+        .await?;
     Ok(())
 }
 
@@ -115,17 +95,20 @@ async fn set_phase(
     cluster: &str,
     name: &str,
     phase: &str,
-) -> Result<(), StorageError> {
-    let key = format!("/tenancy.kcp.io/workspaces/{cluster}/{name}");
-    super::initializers::update_stored(state.store.as_ref(), &key, |ws| {
-        if objects::is_deleting(ws) {
-            return false;
-        }
-        ws["status"]["phase"] = json!(phase);
-        true
-    })
-    .await
-    .map(|_| ())
+) -> Result<(), TenancyError> {
+    let workspaces = state.builtin("tenancy.kcp.io/v1alpha1/workspaces")?;
+    let generic = state.objects()?;
+    generic
+        .own(MANAGER)
+        .update(Place::cluster(&workspaces, cluster), name, |ws| {
+            if objects::is_deleting(ws) {
+                return false;
+            }
+            ws["status"]["phase"] = json!(phase);
+            true
+        })
+        .await?;
+    Ok(())
 }
 
 /// Scheduling → Initializing → Ready: the logical cluster with its path and the initializers
@@ -137,7 +120,7 @@ pub(super) async fn initialize_workspace(
     name: &str,
     child: &str,
     path: &str,
-) -> Result<(), StorageError> {
+) -> Result<(), TenancyError> {
     set_phase(state, cluster, name, "Initializing").await?;
     let Some(ws) = state
         .store
@@ -189,7 +172,7 @@ async fn finish_default_bindings(
     child: &str,
     type_ref: &super::TypeRef,
     owner: Option<&crate::request::identity::Identity>,
-) -> Result<(), StorageError> {
+) -> Result<(), TenancyError> {
     let refused = bind_defaults(state, child, type_ref, owner).await?;
     set_bindings_condition(state, child, &refused).await?;
     if refused.is_empty() {
@@ -258,17 +241,15 @@ async fn set_bindings_condition(
     state: &Tenancy,
     child: &str,
     refused: &[String],
-) -> Result<(), StorageError> {
+) -> Result<(), TenancyError> {
     let condition = match refused.is_empty() {
         true => json!({"type": "APIBindingsInitialized", "status": "True"}),
         false => json!({"type": "APIBindingsInitialized", "status": "False",
             "reason": "APIBindingErrors", "severity": "Error",
             "message": format!("encountered errors: {}", refused.join(", "))}),
     };
-    super::initializers::update_stored(
-        state.store.as_ref(),
-        &super::initializers::logical_cluster_key(child),
-        |lc| {
+    state
+        .update_logical_cluster(child, |lc| {
             let mut conditions: Vec<Value> = lc["status"]["conditions"]
                 .as_array()
                 .cloned()
@@ -289,10 +270,9 @@ async fn set_bindings_condition(
             conditions.push(c);
             lc["status"]["conditions"] = Value::Array(conditions);
             true
-        },
-    )
-    .await
-    .map(|_| ())
+        })
+        .await
+        .map(|_| ())
 }
 
 /// Deletes everything in logical cluster `child` (child workspaces first), then lets the
@@ -316,36 +296,26 @@ pub(super) async fn finish_workspace_deletion(
         }
         delete_cluster(state, child).await;
     }
-    let key = format!("/tenancy.kcp.io/workspaces/{cluster}/{name}");
-    for _ in 0..8 {
-        let Ok(Some(kv)) = state.store.get(&key).await else {
-            return;
-        };
-        let Ok(ws) = objects::decode_stored(&kv.value) else {
-            return;
-        };
-        let mut remaining = objects::finalizers(&ws);
-        remaining.retain(|f| f != WORKSPACE_FINALIZER);
-        let result = if remaining.is_empty() {
-            state
-                .store
-                .delete(&key, kv.mod_revision, objects::encoder(ws))
-                .await
-                .map(|_| ())
-        } else {
-            let mut ws = ws;
-            meta_mut(&mut ws).insert("finalizers".into(), json!(remaining));
-            state
-                .store
-                .update(&key, kv.mod_revision, objects::encoder(ws))
-                .await
-                .map(|_| ())
-        };
-        match result {
-            Ok(()) => return,
-            Err(StorageError::Conflict { .. }) => continue,
-            Err(_) => return,
-        }
+    let Ok(workspaces) = state.builtin("tenancy.kcp.io/v1alpha1/workspaces") else {
+        return;
+    };
+    let Ok(generic) = state.objects() else { return };
+    let own = generic.own(MANAGER);
+    let place = Place::cluster(&workspaces, cluster);
+    let released = own
+        .update(place, name, |ws| {
+            let before = objects::finalizers(ws);
+            let mut remaining = before.clone();
+            remaining.retain(|f| f != WORKSPACE_FINALIZER);
+            if remaining == before {
+                return false;
+            }
+            objects::meta_mut(ws).insert("finalizers".into(), json!(remaining));
+            true
+        })
+        .await;
+    if let Err(e) = released {
+        tracing::warn!(cluster, workspace = name, error = %e, "releasing a deleted workspace");
     }
 }
 
@@ -381,6 +351,7 @@ pub fn delete_cluster<'a>(
             use futures::StreamExt;
             while pending.next().await.is_some() {}
         }
+        let Ok(generic) = state.objects() else { return };
         let view = state.catalog.view(cluster);
         let mut deletes = futures::stream::FuturesUnordered::new();
         for r in view.registry.resources() {
@@ -390,14 +361,21 @@ pub fn delete_cluster<'a>(
                 continue;
             };
             for kv in items {
+                let generic = generic.clone();
                 deletes.push(async move {
-                    // Watchers see the final state at the deletion revision.
                     let Ok(obj) = objects::decode_stored(&kv.value) else {
                         return;
                     };
-                    let _ = state
-                        .store
-                        .delete(&kv.key, kv.mod_revision, objects::encoder(obj))
+                    let namespace = obj["metadata"]["namespace"].as_str();
+                    let place = Place {
+                        resource: r,
+                        cluster,
+                        namespace: namespace.filter(|_| r.ty.namespaced),
+                    };
+                    // Nothing is left to finalize it: it goes with its logical cluster.
+                    let _ = generic
+                        .own(MANAGER)
+                        .remove(place, objects::name(&obj))
                         .await;
                 });
             }
@@ -417,7 +395,7 @@ async fn bind_defaults(
     child: &str,
     type_ref: &super::TypeRef,
     owner: Option<&crate::request::identity::Identity>,
-) -> Result<Vec<String>, StorageError> {
+) -> Result<Vec<String>, TenancyError> {
     let mut refused = Vec::new();
     let Some(wt) = state.workspace_type_at(state, type_ref).await else {
         return Ok(refused);
@@ -437,15 +415,8 @@ async fn bind_defaults(
     if defaults.is_empty() {
         return Ok(refused);
     }
-    let Some(res) = state
-        .catalog
-        .builtin_view()
-        .registry
-        .lookup("apis.kcp.io", "v1alpha1", "apibindings")
-        .cloned()
-    else {
-        return Ok(refused);
-    };
+    let res = state.builtin("apis.kcp.io/v1alpha1/apibindings")?;
+    let generic = state.objects()?;
     for d in defaults {
         let export = d["export"].as_str().unwrap_or("").to_string();
         if export.is_empty() {
@@ -500,21 +471,16 @@ async fn bind_defaults(
                 continue;
             }
         }
-        objects::prepare_for_create(&mut binding, &res, child);
-        if state
-            .prepare_binding_write(child, &mut binding, None, None)
-            .await
-            .is_err()
-        {
-            continue;
-        }
-        match state
-            .store
-            .create(&res.key(child, None, &export), objects::encoder(binding))
+        // The binding's strategy completes it (its path, its phase); one it refuses is left
+        // out, as before any owner check.
+        match generic
+            .own(MANAGER)
+            .create_missing(Place::cluster(&res, child), binding)
             .await
         {
-            Ok(_) | Err(StorageError::AlreadyExists(_)) => {}
-            Err(e) => return Err(e),
+            Ok(_) => {}
+            Err(e) if e.code == 422 || e.code == 403 => continue,
+            Err(e) => return Err(e.into()),
         }
     }
     super::reload_cluster_types(state, child).await;

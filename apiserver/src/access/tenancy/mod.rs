@@ -30,7 +30,8 @@ use crate::admission::namespaces::NamespaceLifecycle;
 use crate::meta::status::{ApiError, Cause};
 use crate::registry::catalog::Catalog;
 use crate::registry::objects::{self, meta_mut};
-use crate::registry::Resource;
+use crate::registry::Place;
+use crate::registry::{GenericStore, Resource};
 use crate::request::identity::Identity;
 use crate::request::request_info::{ClusterTarget, ROOT_CLUSTER};
 use crate::storage::{key_cluster, list_all};
@@ -110,10 +111,33 @@ fn invalid(r: &Resource, name: &str, field: &str, message: String) -> ApiError {
     )
 }
 
+/// The name the tenancy's own writes record in `managedFields`, as kcp's controllers' do.
+const MANAGER: &str = "kcp";
+
+/// Why one of the tenancy's own steps failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TenancyError {
+    /// Reading the store failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The generic store refused or failed a write.
+    #[error(transparent)]
+    Write(#[from] ApiError),
+    /// The server is going away: its generic store is gone.
+    #[error("the server is shutting down")]
+    Stopped,
+    /// A type the tenancy writes is not served.
+    #[error("{0} is not served")]
+    Unserved(&'static str),
+}
+
 /// What the tenancy works with: narrow handles, not the whole server.
 pub struct TenancyDeps {
-    /// The store every object lives in.
+    /// The store every object lives in (read here; written through `objects`).
     pub store: Arc<dyn Store>,
+    /// The generic store the tenancy's own writes go through; it holds the tenancy's
+    /// strategies, so the tenancy holds it weakly.
+    pub objects: Weak<GenericStore>,
     /// What every logical cluster serves (its CRDs and bindings change it).
     pub catalog: Arc<Catalog>,
     /// `host:port` clients reach the server at (workspace URLs, endpoint slices).
@@ -131,6 +155,7 @@ pub struct Tenancy {
     /// Itself, for the work it spawns (which ends when the tenancy is dropped).
     state: Weak<Tenancy>,
     store: Arc<dyn Store>,
+    objects: Weak<GenericStore>,
     catalog: Arc<Catalog>,
     advertise_address: String,
     rbac: crate::access::authz::Rbac,
@@ -160,6 +185,7 @@ impl Tenancy {
         Arc::new_cyclic(|me| Tenancy {
             state: me.clone(),
             store: deps.store,
+            objects: deps.objects,
             catalog: deps.catalog,
             advertise_address: deps.advertise_address,
             rbac: deps.rbac,
@@ -231,6 +257,27 @@ impl Tenancy {
 
     fn state(&self) -> Option<Arc<Tenancy>> {
         self.state.upgrade()
+    }
+
+    /// The generic store, for the tenancy's own writes.
+    fn objects(&self) -> Result<Arc<GenericStore>, TenancyError> {
+        self.objects.upgrade().ok_or(TenancyError::Stopped)
+    }
+
+    /// A built-in type the tenancy writes (`group/version/plural`).
+    fn builtin(&self, gvr: &'static str) -> Result<Arc<Resource>, TenancyError> {
+        let mut parts = gvr.rsplitn(3, '/');
+        let (plural, version, group) = (
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default(),
+        );
+        self.catalog
+            .builtin_view()
+            .registry
+            .lookup(group, version, plural)
+            .cloned()
+            .ok_or(TenancyError::Unserved(gvr))
     }
 
     /// Puts the canonical path of `cluster` in the object's path annotation, as kcp's path
@@ -826,14 +873,17 @@ impl Tenancy {
         let Some(state) = self.state() else { return };
         let name = objects::name(obj).to_string();
         let key = format!("/apis.kcp.io/apiexportendpointslices/{cluster}/{name}");
+        let (Ok(slices), Ok(generic)) = (
+            state.builtin("apis.kcp.io/v1alpha1/apiexportendpointslices"),
+            state.objects(),
+        ) else {
+            return;
+        };
+        let own = generic.own(MANAGER);
+        let place = Place::cluster(&slices, cluster);
         if deleted {
-            if let Ok(Some(kv)) = state.store.get(&key).await {
-                if let Ok(slice) = objects::decode_stored(&kv.value) {
-                    let _ = state
-                        .store
-                        .delete(&key, kv.mod_revision, objects::encoder(slice))
-                        .await;
-                }
+            if let Err(e) = own.delete(place, &name).await {
+                tracing::warn!(cluster, export = name, error = %e, "deleting an endpoint slice");
             }
             return;
         }
@@ -843,22 +893,16 @@ impl Tenancy {
                 "https://{}/services/apiexport/{cluster}/{name}",
                 state.advertise_address
             );
-            let mut slice = json!({
+            let slice = json!({
                 "apiVersion": "apis.kcp.io/v1alpha1",
                 "kind": "APIExportEndpointSlice",
                 "metadata": {"name": name},
                 "spec": {"export": {"path": path, "name": name}},
                 "status": {"endpoints": [{"url": url}]},
             });
-            if let Some(res) = state.catalog.builtin_view().registry.lookup(
-                "apis.kcp.io",
-                "v1alpha1",
-                "apiexportendpointslices",
-            ) {
-                objects::prepare_for_create(&mut slice, res, cluster);
-                slice["status"] = json!({"endpoints": [{"url": url}]});
+            if let Err(e) = own.create_missing(place, slice).await {
+                tracing::warn!(cluster, export = name, error = %e, "creating an endpoint slice");
             }
-            let _ = state.store.create(&key, objects::encoder(slice)).await;
         }
         // Bindings that waited for this export bind now.
         self.retry_waiting_bindings(&state, &name).await;
@@ -875,8 +919,14 @@ impl Tenancy {
         else {
             return;
         };
+        let (Ok(res), Ok(generic)) = (
+            state.builtin("apis.kcp.io/v1alpha1/apibindings"),
+            state.objects(),
+        ) else {
+            return;
+        };
         for kv in bindings {
-            let Ok(mut b) = objects::decode_stored(&kv.value) else {
+            let Ok(b) = objects::decode_stored(&kv.value) else {
                 continue;
             };
             if b["status"]["phase"] != "Binding"
@@ -887,27 +937,21 @@ impl Tenancy {
             let Some(cluster) = key_cluster(&kv.key).map(str::to_string) else {
                 continue;
             };
-            if self
-                .prepare_binding_write(&cluster, &mut b, None, None)
+            // Written again as it is: the binding's strategy binds it now that its export
+            // resolves, and its hook reloads what the cluster serves.
+            let place = Place::cluster(&res, &cluster);
+            if let Err(e) = generic
+                .own(MANAGER)
+                .update(place, objects::name(&b), |_| true)
                 .await
-                .is_err()
-                || b["status"]["phase"] != "Bound"
             {
-                continue;
-            }
-            if state
-                .store
-                .update(&kv.key, kv.mod_revision, objects::encoder(b))
-                .await
-                .is_ok()
-            {
-                reload_cluster_types(state, &cluster).await;
+                tracing::warn!(%cluster, binding = objects::name(&b), error = %e, "binding to a new export");
             }
         }
     }
 
     /// Brings a fresh data directory to the initial tree and rebuilds in-memory indexes.
-    pub async fn bootstrap(&self) -> Result<(), StorageError> {
+    pub async fn bootstrap(&self) -> Result<(), TenancyError> {
         let Some(state) = self.state() else {
             return Ok(());
         };
@@ -1005,39 +1049,30 @@ impl Tenancy {
     }
 
     /// The workspace types and initial workspaces of the root cluster.
-    async fn ensure_root_content(&self, state: &Tenancy) -> Result<(), StorageError> {
+    async fn ensure_root_content(&self, state: &Tenancy) -> Result<(), TenancyError> {
+        let types = state.builtin("tenancy.kcp.io/v1alpha1/workspacetypes")?;
+        let generic = state.objects()?;
         for (t, parents, children) in WORKSPACE_TYPES {
-            let key = format!("/tenancy.kcp.io/workspacetypes/{ROOT_CLUSTER}/{t}");
-            if state.store.get(&key).await?.is_none() {
-                if let Some(res) = state.catalog.builtin_view().registry.lookup(
-                    "tenancy.kcp.io",
-                    "v1alpha1",
-                    "workspacetypes",
-                ) {
-                    let mut wt = json!({
-                        "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
-                        "metadata": {"name": t},
-                        "spec": {
-                            "limitAllowedParents": type_limit(parents),
-                            "limitAllowedChildren": type_limit(children),
-                        },
-                    });
-                    if let Some(s) = wt["spec"].as_object_mut() {
-                        s.retain(|_, v| !v.is_null());
-                    }
-                    objects::prepare_for_create(&mut wt, res, ROOT_CLUSTER);
-                    wt["status"] = initializers::type_status(
-                        &state.advertise_address,
-                        ROOT_CLUSTER,
-                        t,
-                        &objects::now_rfc3339(),
-                    );
-                    match state.store.create(&key, objects::encoder(wt)).await {
-                        Ok(_) | Err(StorageError::AlreadyExists(_)) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
+            let key = types.key(ROOT_CLUSTER, None, t);
+            if state.store.get(&key).await?.is_some() {
+                continue;
             }
+            let mut wt = json!({
+                "apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceType",
+                "metadata": {"name": t},
+                "spec": {
+                    "limitAllowedParents": type_limit(parents),
+                    "limitAllowedChildren": type_limit(children),
+                },
+            });
+            if let Some(s) = wt["spec"].as_object_mut() {
+                s.retain(|_, v| !v.is_null());
+            }
+            // Another replica on the same store may have created it meanwhile.
+            generic
+                .own(MANAGER)
+                .create_missing(Place::cluster(&types, ROOT_CLUSTER), wt)
+                .await?;
         }
         if let Some(res) = state
             .catalog
@@ -1064,7 +1099,7 @@ impl Tenancy {
                 let kv = match state.store.create(&key, objects::encoder(obj)).await {
                     Ok(kv) => kv,
                     Err(StorageError::AlreadyExists(_)) => continue,
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 };
                 if let Ok(v) = objects::decode_stored(&kv.value) {
                     let child = v["spec"]["cluster"].as_str().unwrap_or("").to_string();

@@ -8,10 +8,9 @@
 use serde_json::{json, Value};
 use sha2::{Digest, Sha224};
 
-use super::Tenancy;
-use crate::registry::objects;
+use super::{Tenancy, TenancyError, MANAGER};
+use crate::registry::{objects, Place};
 use crate::request::request_info::ROOT_CLUSTER;
-use crate::storage::StorageError;
 
 /// The name of the one shard this server is.
 pub const ROOT_SHARD: &str = "root";
@@ -88,66 +87,34 @@ pub(super) fn keep_placement(obj: &mut Value, old: &Value) {
 
 impl Tenancy {
     /// Creates the Shard `root` in the root workspace, or brings its addresses up to date.
-    pub(super) async fn ensure_root_shard(&self) -> Result<(), StorageError> {
-        let state = self;
-        let Some(res) = state
-            .catalog
-            .builtin_view()
-            .registry
-            .lookup("core.kcp.io", "v1alpha1", "shards")
-            .cloned()
-        else {
-            return Ok(());
-        };
-        let url = format!("https://{}", state.advertise_address);
+    pub(super) async fn ensure_root_shard(&self) -> Result<(), TenancyError> {
+        let res = self.builtin("core.kcp.io/v1alpha1/shards")?;
+        let generic = self.objects()?;
+        let own = generic.own(MANAGER);
+        let place = Place::cluster(&res, ROOT_CLUSTER);
+        let url = format!("https://{}", self.advertise_address);
         let spec = json!({"baseURL": url, "externalURL": url, "virtualWorkspaceURL": url});
-        let key = res.key(ROOT_CLUSTER, None, ROOT_SHARD);
-        for _ in 0..5 {
-            match state.store.get(&key).await? {
-                None => {
-                    let mut shard = json!({
-                        "apiVersion": "core.kcp.io/v1alpha1", "kind": "Shard",
-                        "metadata": {"name": ROOT_SHARD, "labels": {"name": ROOT_SHARD}},
-                        "spec": spec,
-                    });
-                    objects::prepare_for_create(&mut shard, &res, ROOT_CLUSTER);
-                    match state.store.create(&key, objects::encoder(shard)).await {
-                        Ok(_) | Err(StorageError::AlreadyExists(_)) => return Ok(()),
-                        Err(e) => return Err(e),
-                    }
-                }
-                Some(kv) => {
-                    let Ok(mut shard) = objects::decode_stored(&kv.value) else {
-                        return Ok(());
-                    };
-                    if shard["spec"]["baseURL"] == spec["baseURL"]
-                        && shard["spec"]["externalURL"] == spec["externalURL"]
-                        && shard["spec"]["virtualWorkspaceURL"] == spec["virtualWorkspaceURL"]
-                    {
-                        return Ok(());
-                    }
-                    let old = shard.clone();
-                    for f in ["baseURL", "externalURL", "virtualWorkspaceURL"] {
-                        shard["spec"][f] = spec[f].clone();
-                    }
-                    if objects::prepare_for_update(&mut shard, &old, &res, objects::WritePart::Main)
-                        .is_err()
-                    {
-                        return Ok(());
-                    }
-                    match state
-                        .store
-                        .update(&key, kv.mod_revision, objects::encoder(shard))
-                        .await
-                    {
-                        Ok(_) => return Ok(()),
-                        // Another replica wrote it meanwhile: read again.
-                        Err(StorageError::Conflict { .. }) => continue,
-                        Err(e) => return Err(e),
-                    }
+        let shard = json!({
+            "apiVersion": "core.kcp.io/v1alpha1", "kind": "Shard",
+            "metadata": {"name": ROOT_SHARD, "labels": {"name": ROOT_SHARD}},
+            "spec": spec,
+        });
+        // Another replica on the same store may have created it meanwhile: then it is
+        // brought up to date like one from an earlier start.
+        if own.create_missing(place, shard).await? {
+            return Ok(());
+        }
+        own.update(place, ROOT_SHARD, |shard| {
+            let mut changed = false;
+            for f in ["baseURL", "externalURL", "virtualWorkspaceURL"] {
+                if shard["spec"][f] != spec[f] {
+                    shard["spec"][f] = spec[f].clone();
+                    changed = true;
                 }
             }
-        }
+            changed
+        })
+        .await?;
         Ok(())
     }
 }

@@ -120,13 +120,22 @@ impl Strategy for LogicalClusters {
         obj: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        prepare_logical_cluster(w.resource, obj, old, w.user)?;
-        if let Some(old) = old {
-            super::initializers::check_status_update(old, obj)
-                .map_err(|m| super::initializers::invalid_status(w.resource, m))?;
+        // The server's own writes (no user) create LogicalClusters and move their phase;
+        // a client's are held to what a client may change.
+        if w.user.is_some() {
+            prepare_logical_cluster(w.resource, obj, old, w.user)?;
+            if let Some(old) = old {
+                super::initializers::check_status_update(old, obj)
+                    .map_err(|m| super::initializers::invalid_status(w.resource, m))?;
+            }
         }
         super::initializers::set_labels(obj);
         Ok(())
+    }
+
+    /// Marked deleting, a LogicalCluster is offered to its terminators: their labels go on.
+    fn begin_delete(&self, obj: &mut Value) {
+        super::initializers::set_labels(obj);
     }
 
     async fn after_write(&self, _: &Resource, cluster: &str, _: &Bytes, change: Change) {

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::initializers::update_stored;
-use super::{reload_cluster_types, Tenancy};
+use super::{reload_cluster_types, Tenancy, TenancyError, MANAGER};
 use crate::registry::objects::{self, meta_mut};
-use crate::storage::{list_all, StorageError};
+use crate::registry::Place;
+use crate::storage::list_all;
 
 /// The finalizer every APIBinding carries until what it bound is gone.
 pub const FINALIZER: &str = "apis.kcp.io/apibinding-finalizer";
@@ -124,7 +124,7 @@ impl Tenancy {
     }
 
     /// Resumes the deletions of bindings that were marked when the server stopped.
-    pub(super) async fn resume_unbinding(&self) -> Result<(), StorageError> {
+    pub(super) async fn resume_unbinding(&self) -> Result<(), TenancyError> {
         for kv in list_all(self.store.as_ref(), "/apis.kcp.io/apibindings/")
             .await?
             .0
@@ -143,7 +143,7 @@ impl Tenancy {
 }
 
 /// One pass over a binding being deleted; true once it is gone (or not being deleted).
-async fn pass(state: &Tenancy, cluster: &str, name: &str) -> Result<bool, StorageError> {
+async fn pass(state: &Tenancy, cluster: &str, name: &str) -> Result<bool, TenancyError> {
     let key = binding_key(cluster, name);
     let Some(kv) = state.store.get(&key).await? else {
         return Ok(true);
@@ -176,35 +176,31 @@ async fn pass(state: &Tenancy, cluster: &str, name: &str) -> Result<bool, Storag
             }
         }
     }
+    let generic = state.objects()?;
+    let own = generic.own(MANAGER);
     for r in &resources {
         for kv in list_all(state.store.as_ref(), &r.prefix(Some(cluster), None))
             .await?
             .0
         {
-            let Ok(mut obj) = objects::decode_stored(&kv.value) else {
+            let Ok(obj) = objects::decode_stored(&kv.value) else {
                 continue;
             };
-            let written = if objects::finalizers(&obj).is_empty() {
-                state
-                    .store
-                    .delete(&kv.key, kv.mod_revision, objects::encoder(obj))
-                    .await
-                    .map(|_| ())
-            } else if !objects::is_deleting(&obj) {
-                let m = meta_mut(&mut obj);
-                m.insert("deletionTimestamp".into(), json!(objects::now_rfc3339()));
-                m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                state
-                    .store
-                    .update(&kv.key, kv.mod_revision, objects::encoder(obj))
-                    .await
-                    .map(|_| ())
-            } else {
-                Ok(())
+            if objects::is_deleting(&obj) {
+                continue;
+            }
+            // Deleted as a client would: an object with finalizers is marked and waits.
+            let place = Place {
+                resource: r,
+                cluster,
+                namespace: obj["metadata"]["namespace"]
+                    .as_str()
+                    .filter(|_| r.ty.namespaced),
             };
-            match written {
-                Ok(()) | Err(StorageError::Conflict { .. } | StorageError::NotFound(_)) => {}
-                Err(e) => return Err(e),
+            match own.delete(place, objects::name(&obj)).await {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -227,7 +223,47 @@ async fn pass(state: &Tenancy, cluster: &str, name: &str) -> Result<bool, Storag
     }
     let condition = remaining.condition();
     let done = condition["status"] == "True";
-    update_stored(state.store.as_ref(), &key, |b| {
+    record_condition(state, &key, &condition).await?;
+    let bindings = state.builtin("apis.kcp.io/v1alpha1/apibindings")?;
+    let place = Place::cluster(&bindings, cluster);
+    if !done {
+        return Ok(false);
+    }
+    // Nothing is left: the finalizer goes, and with the last one the binding (the generic
+    // store removes a deleting object whose last finalizer went).
+    let released = own
+        .update(place, name, |b| {
+            let before = objects::finalizers(b);
+            let after: Vec<String> = before.iter().filter(|f| *f != FINALIZER).cloned().collect();
+            if after.len() == before.len() {
+                return false;
+            }
+            meta_mut(b).insert("finalizers".into(), json!(after));
+            true
+        })
+        .await?;
+    if released.is_some_and(|b| objects::finalizers(&b).is_empty()) {
+        reload_cluster_types(state, cluster).await;
+    }
+    // Gone, or another finalizer holds the binding: whoever owns it lets it go.
+    Ok(true)
+}
+
+/// Records `condition` on the binding at `key`, unless it says so already. Written to the
+/// store as it is: the binding's strategy recomputes its conditions on every write through the
+/// generic store, which would drop this one.
+async fn record_condition(
+    state: &Tenancy,
+    key: &str,
+    condition: &Value,
+) -> Result<(), TenancyError> {
+    for _ in 0..8 {
+        let Some(kv) = state.store.get(key).await? else {
+            return Ok(());
+        };
+        let Ok(mut b) = objects::decode_stored(&kv.value) else {
+            return Ok(());
+        };
         let mut conditions: Vec<Value> = b["status"]["conditions"]
             .as_array()
             .cloned()
@@ -238,51 +274,24 @@ async fn pass(state: &Tenancy, cluster: &str, name: &str) -> Result<bool, Storag
                 && h["reason"] == condition["reason"]
                 && h["message"] == condition["message"]
         }) {
-            return false;
+            return Ok(());
         }
         let mut c = condition.clone();
         c["lastTransitionTime"] = json!(objects::now_rfc3339());
         conditions.retain(|c| c["type"] != CONDITION);
         conditions.push(c);
         b["status"]["conditions"] = Value::Array(conditions);
-        true
-    })
-    .await?;
-    if !done {
-        return Ok(false);
-    }
-    // Nothing is left: the finalizer goes, and with the last one the binding.
-    let released = update_stored(state.store.as_ref(), &key, |b| {
-        let before = objects::finalizers(b);
-        let after: Vec<String> = before.iter().filter(|f| *f != FINALIZER).cloned().collect();
-        if after.len() == before.len() {
-            return false;
+        match state
+            .store
+            .update(key, kv.mod_revision, objects::encoder(b))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(crate::storage::StorageError::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
         }
-        meta_mut(b).insert("finalizers".into(), json!(after));
-        true
-    })
-    .await?;
-    if released.is_some_and(|b| objects::finalizers(&b).is_empty()) {
-        if let Some(kv) = state.store.get(&key).await? {
-            if let Ok(b) = objects::decode_stored(&kv.value) {
-                if objects::finalizers(&b).is_empty() {
-                    match state
-                        .store
-                        .delete(&key, kv.mod_revision, objects::encoder(b))
-                        .await
-                    {
-                        Ok(_) | Err(StorageError::NotFound(_)) => {}
-                        Err(StorageError::Conflict { .. }) => return Ok(false),
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-        }
-        reload_cluster_types(state, cluster).await;
-        return Ok(true);
     }
-    // Another finalizer holds the binding: whoever owns it lets it go.
-    Ok(true)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -105,7 +105,7 @@ fn applied_configuration(ctx: &mut Ctx) -> Result<(Value, Option<String>), ApiEr
                 o.remove("status");
             }
         }
-        WritePart::Main => {}
+        WritePart::Main | WritePart::Whole => {}
         WritePart::Status => {
             let mut only = json!({"apiVersion": applied["apiVersion"], "kind": applied["kind"], "metadata": {"name": ctx.name()}});
             if let Some(ns) = meta_str(&applied, "namespace") {

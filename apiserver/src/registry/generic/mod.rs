@@ -4,10 +4,10 @@
 //! runs, the one mapping of storage errors to Status, and calls the type's [`Strategy`] and the
 //! validating admission it is given at fixed points. Reads of collections go through it too:
 //! selections, consistent pages ([`list`]) and each watcher's events ([`watch`]). Requests
-//! reach it through the handlers; the server's own writes (bootstrap, controllers in the
-//! tenancy) write the store directly.
+//! reach it through the handlers, the server's own controllers through [`own`].
 
 pub mod list;
+pub mod own;
 pub mod watch;
 
 use std::sync::Arc;
@@ -368,7 +368,15 @@ impl GenericStore {
             None => obj["metadata"].get("managedFields").cloned(),
             Some(_) => None,
         };
+        // The server's own write keeps the status it sets with the object.
+        let status = match w.part {
+            WritePart::Whole => obj.get("status").cloned(),
+            _ => None,
+        };
         objects::prepare_for_create(&mut obj, r, w.cluster);
+        if let Some(status) = status {
+            obj["status"] = status;
+        }
         if let Some(fields) = applied_fields {
             meta_mut(&mut obj).insert("managedFields".into(), fields);
         }
@@ -625,6 +633,43 @@ impl GenericStore {
                 Ok(None) => return Err(ApiError::not_found(w.gr(), &name)),
                 Err(e) => return Err(storage_status(w.gr(), &name, e)),
             };
+        }
+    }
+}
+
+impl GenericStore {
+    /// Removes the object at `key` now, whatever its finalizers, reading it again after a lost
+    /// race; whether it was there.
+    async fn remove(
+        &self,
+        r: &Resource,
+        cluster: &str,
+        key: &str,
+        name: &str,
+    ) -> Result<bool, ApiError> {
+        loop {
+            let current = match self.store.get(key).await {
+                Ok(Some(kv)) => kv,
+                Ok(None) => return Ok(false),
+                Err(e) => return Err(storage_status(&r.gr, name, e)),
+            };
+            // Watchers see the final state at the deletion revision.
+            let last = objects::decode_stored(&current.value)?;
+            match self
+                .store
+                .delete(key, current.mod_revision, objects::encoder(last))
+                .await
+            {
+                Ok(event) => {
+                    self.strategy(r)
+                        .after_write(r, cluster, &event.value, Change::Deleted)
+                        .await;
+                    return Ok(true);
+                }
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(StorageError::NotFound(_)) => return Ok(false),
+                Err(e) => return Err(storage_status(&r.gr, name, e)),
+            }
         }
     }
 }

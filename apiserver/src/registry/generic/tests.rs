@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use super::own::Place;
 use super::*;
 use crate::meta::field_error::FieldError;
 use crate::registry::{Registry, Report, StrategiesBuilder};
@@ -466,4 +467,98 @@ async fn types_without_a_strategy_get_the_contributions_to_every_type() {
         1,
         "only the ConfigMap reached its own strategy"
     );
+}
+
+#[tokio::test]
+async fn the_servers_own_writes_run_the_strategy_and_record_their_manager() {
+    let f = fixture();
+    let own = f.objects.own("kcp");
+    let place = Place::namespaced(&f.resource, "c1", "default");
+    let created = own
+        .create(place, config_map("mine", json!({"color": "red"})))
+        .await
+        .unwrap();
+    let got = objects::decode_stored(&created).unwrap();
+    assert_eq!(got["data"]["stored"], "yes", "the type prepared it");
+    assert!(got["metadata"]["uid"].is_string(), "the server's metadata");
+    assert_eq!(got["metadata"]["managedFields"][0]["manager"], "kcp");
+    assert!(f
+        .strategy
+        .calls()
+        .contains(&"after_write c1 mine Created".to_string()));
+    assert!(
+        !own.create_missing(place, config_map("mine", json!({})))
+            .await
+            .unwrap(),
+        "an object of the name is there already"
+    );
+
+    // An edit that changes nothing writes nothing; one that does is stored.
+    let before = f.stored("mine").await.unwrap();
+    let same = own.update(place, "mine", |_| false).await.unwrap().unwrap();
+    assert_eq!(
+        same["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
+    let changed = own
+        .update(place, "mine", |cm| {
+            cm["data"]["color"] = json!("green");
+            true
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(changed["data"]["color"], "green");
+    assert_eq!(f.stored("mine").await.unwrap()["data"]["color"], "green");
+    assert!(own
+        .update(place, "absent", |_| true)
+        .await
+        .unwrap()
+        .is_none());
+
+    // A delete waits for finalizers, as a client's; a removal does not.
+    own.update(place, "mine", |cm| {
+        cm["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        true
+    })
+    .await
+    .unwrap();
+    assert!(own.delete(place, "mine").await.unwrap());
+    assert!(objects::is_deleting(&f.stored("mine").await.unwrap()));
+    assert!(own.remove(place, "mine").await.unwrap());
+    assert!(f.stored("mine").await.is_none());
+    assert!(f
+        .strategy
+        .calls()
+        .contains(&"after_write c1 mine Deleted".to_string()));
+    assert!(!own.remove(place, "mine").await.unwrap());
+    assert!(!own.delete(place, "mine").await.unwrap());
+}
+
+#[tokio::test]
+async fn the_servers_own_writes_set_the_status_with_the_object() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let objects = GenericStore::new(store, Strategies::default(), HeavyWork::default());
+    let namespaces = Registry::builtin()
+        .lookup("", "v1", "namespaces")
+        .cloned()
+        .expect("namespaces are built in");
+    assert!(namespaces.ty.status_subresource);
+    let own = objects.own("kcp");
+    let place = Place::cluster(&namespaces, "c1");
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"},
+        "status": {"phase": "Active", "conditions": [{"type": "Held", "status": "True"}]}});
+    let got = objects::decode_stored(&own.create(place, ns).await.unwrap()).unwrap();
+    assert_eq!(got["status"]["conditions"][0]["type"], "Held");
+    let got = own
+        .update(place, "n", |ns| {
+            ns["status"]["conditions"][0]["status"] = json!("False");
+            ns["metadata"]["labels"] = json!({"a": "b"});
+            true
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got["status"]["conditions"][0]["status"], "False");
+    assert_eq!(got["metadata"]["labels"]["a"], "b");
 }
