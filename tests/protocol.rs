@@ -438,26 +438,48 @@ async fn writes_follow_kube_semantics() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_count_requests() {
+async fn metrics_count_requests_as_kube_apiserver_and_only_of_served_types() {
     let (_s, client, _d) = server().await;
     let mut c = client.connect().await.expect("connect");
     c.get("/api/v1/namespaces/default/configmaps")
         .await
         .expect("list");
+    // Paths that name no served type: a hostile client's way to add series, if they counted.
+    for i in 0..50 {
+        let r = c
+            .get(&format!("/api/v1/namespaces/default/made-up-{i}"))
+            .await
+            .expect("get");
+        assert_eq!(r.status, 404);
+        let r = c
+            .get(&format!("/apis/made.up/v{i}/things"))
+            .await
+            .expect("get");
+        assert_eq!(r.status, 404);
+    }
     let m = c.get("/metrics").await.expect("metrics");
+    assert_eq!(
+        m.headers.get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
     let text = String::from_utf8_lossy(&m.body);
     assert!(
         text.contains(
-            "apiserver_request_total{verb=\"list\",resource=\"configmaps\",code=\"200\"}"
+            "apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 1"
         ),
         "{text}"
     );
     assert!(
         text.lines().any(
-            |l| l.starts_with("apiserver_request_duration_seconds_bucket{")
-                && l.contains("verb=\"list\",resource=\"configmaps\"")
+            |l| l.starts_with("apiserver_request_sli_duration_seconds_bucket{")
+                && l.contains("resource=\"configmaps\"")
+                && l.contains("verb=\"LIST\"")
         ),
         "{text}"
+    );
+    assert!(
+        !text.contains("made"),
+        "unserved types are not counted: {text}"
     );
 }
 

@@ -110,7 +110,7 @@ impl NonResource {
             Target::Health { endpoint, check } => health(endpoint, check.as_deref(), query),
             Target::Metrics => bytes_response(
                 StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
+                crate::meta::metrics::CONTENT_TYPE,
                 Bytes::from(self.metrics.render()),
             ),
             Target::Resource(_) | Target::Admission(_) | Target::Unknown => {

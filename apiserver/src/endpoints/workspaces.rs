@@ -94,7 +94,9 @@ impl Workspaces {
                 return Err(ApiError::unauthorized());
             };
             refuse_tables_only(r.accept())?;
-            return Ok(reviews::serve(&self.rbac, target, id, &r.request, &r.body).await);
+            let mut answer = reviews::serve(&self.rbac, target, id, &r.request, &r.body).await;
+            answer.extensions_mut().insert(handlers::ServedType);
+            return Ok(answer);
         }
         if let Some(id) = r.user.as_deref() {
             authz::authorize(&self.rbac, r.scope(), id, &r.request).await?;
@@ -105,7 +107,7 @@ impl Workspaces {
                 store: self.store.as_ref(),
                 catalog: &self.scope.catalog,
             };
-            return Ok(reviews::serve_special(
+            let mut answer = reviews::serve_special(
                 &self.rbac,
                 &self.authn,
                 objects,
@@ -113,7 +115,9 @@ impl Workspaces {
                 &r.request,
                 &r.body,
             )
-            .await);
+            .await;
+            answer.extensions_mut().insert(handlers::ServedType);
+            return Ok(answer);
         }
         let ResourceExchange {
             request: rr,

@@ -10,27 +10,79 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+/// What kube-apiserver's request metrics say of one request: its labels but the code, with
+/// kube's values (`LIST`, `POST`, `APPLY`; scope `resource`, `namespace` or `cluster`). Every
+/// value comes from the server's own routes, never from the path as sent: a request for a type
+/// that is not served is not recorded, so a client cannot add series.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct RequestLabels {
+    /// `GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`, `APPLY`, `DELETE`.
+    pub verb: &'static str,
+    /// `All` for a dry run, `invalid` for a dryRun value kube refuses, else empty.
+    pub dry_run: &'static str,
+    /// The API group (empty for the core group and non-resource paths).
+    pub group: String,
+    /// The API version.
+    pub version: String,
+    /// The resource.
+    pub resource: String,
+    /// The subresource; for a non-resource path, the path as kube names it (`apis`, `/readyz`).
+    pub subresource: String,
+    /// `resource`, `namespace`, `cluster`, or empty for a non-resource path.
+    pub scope: &'static str,
+    /// `apiserver`, or empty for the health and OpenAPI v3 paths (as kube-apiserver).
+    pub component: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    verb: String,
-    resource: String,
+struct TotalLabels {
     code: String,
+    component: String,
+    dry_run: String,
+    group: String,
+    resource: String,
+    scope: String,
+    subresource: String,
+    verb: String,
+    version: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DurationLabels {
-    verb: String,
+    component: String,
+    dry_run: String,
+    group: String,
     resource: String,
+    scope: String,
+    subresource: String,
+    verb: String,
+    version: String,
 }
 
-/// Request counters and latency histograms, labelled like kube-apiserver's.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SliLabels {
+    component: String,
+    group: String,
+    resource: String,
+    scope: String,
+    subresource: String,
+    verb: String,
+    version: String,
+}
+
+/// Request counters and latency histograms with kube-apiserver's names, labels and buckets, so
+/// its dashboards and SLO alerts read them unchanged.
 pub struct Metrics {
     registry: Registry,
-    requests: Family<RequestLabels, Counter>,
+    requests: Family<TotalLabels, Counter>,
     durations: Family<DurationLabels, Histogram>,
+    sli: Family<SliLabels, Histogram>,
     resident: Gauge,
     cpu: Counter<f64, std::sync::atomic::AtomicU64>,
 }
+
+/// The media type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Metrics a caller adds to `/metrics`, e.g. the co-located controllers' leader election.
 #[derive(Clone)]
@@ -95,10 +147,24 @@ impl Default for Metrics {
     }
 }
 
-fn new_histogram() -> Histogram {
-    Histogram::new([
-        0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
-    ])
+/// kube-apiserver's buckets of `apiserver_request_duration_seconds`.
+const DURATION_BUCKETS: [f64; 23] = [
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
+    10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+];
+
+/// kube-apiserver's buckets of `apiserver_request_sli_duration_seconds`.
+const SLI_BUCKETS: [f64; 21] = [
+    0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0,
+    30.0, 45.0, 60.0,
+];
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+fn sli_histogram() -> Histogram {
+    Histogram::new(SLI_BUCKETS)
 }
 
 impl Metrics {
@@ -113,19 +179,27 @@ impl Metrics {
         if let Some(ExtraMetrics(register)) = extra {
             register(&mut registry);
         }
-        let requests = Family::<RequestLabels, Counter>::default();
+        let requests = Family::<TotalLabels, Counter>::default();
         let durations = Family::<DurationLabels, Histogram>::new_with_constructor(
-            new_histogram as fn() -> Histogram,
+            duration_histogram as fn() -> Histogram,
+        );
+        let sli = Family::<SliLabels, Histogram>::new_with_constructor(
+            sli_histogram as fn() -> Histogram,
         );
         registry.register(
             "apiserver_request",
-            "Counter of apiserver requests broken out by verb, resource and HTTP response code",
+            "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
             requests.clone(),
         );
         registry.register(
             "apiserver_request_duration_seconds",
-            "Response latency distribution in seconds by verb and resource",
+            "Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
             durations.clone(),
+        );
+        registry.register(
+            "apiserver_request_sli_duration_seconds",
+            "Response latency distribution (not counting webhook duration and priority & fairness queue wait times) in seconds for each verb, group, version, resource, subresource, scope and component.",
+            sli.clone(),
         );
         let resident = Gauge::default();
         registry.register(
@@ -143,29 +217,57 @@ impl Metrics {
             registry,
             requests,
             durations,
+            sli,
             resident,
             cpu,
         }
     }
 
-    /// Records one finished request.
-    pub fn observe(&self, verb: &str, resource: &str, code: u16, seconds: f64) {
+    /// Records one request answered `code` after `seconds`; a long-running one (a watch) has
+    /// no SLI, as kube-apiserver's.
+    pub fn observe(&self, labels: &RequestLabels, code: u16, seconds: f64, long_running: bool) {
+        let l = labels;
         self.requests
-            .get_or_create(&RequestLabels {
-                verb: verb.to_string(),
-                resource: resource.to_string(),
+            .get_or_create(&TotalLabels {
                 code: code.to_string(),
+                component: l.component.into(),
+                dry_run: l.dry_run.into(),
+                group: l.group.clone(),
+                resource: l.resource.clone(),
+                scope: l.scope.into(),
+                subresource: l.subresource.clone(),
+                verb: l.verb.into(),
+                version: l.version.clone(),
             })
             .inc();
         self.durations
             .get_or_create(&DurationLabels {
-                verb: verb.to_string(),
-                resource: resource.to_string(),
+                component: l.component.into(),
+                dry_run: l.dry_run.into(),
+                group: l.group.clone(),
+                resource: l.resource.clone(),
+                scope: l.scope.into(),
+                subresource: l.subresource.clone(),
+                verb: l.verb.into(),
+                version: l.version.clone(),
             })
             .observe(seconds);
+        if !long_running {
+            self.sli
+                .get_or_create(&SliLabels {
+                    component: l.component.into(),
+                    group: l.group.clone(),
+                    resource: l.resource.clone(),
+                    scope: l.scope.into(),
+                    subresource: l.subresource.clone(),
+                    verb: l.verb.into(),
+                    version: l.version.clone(),
+                })
+                .observe(seconds);
+        }
     }
 
-    /// The Prometheus text exposition.
+    /// The exposition, in the OpenMetrics text format ([`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
         let rss = resident_memory_bytes(std::process::id());
         self.resident.set(i64::try_from(rss).unwrap_or(i64::MAX));
@@ -184,19 +286,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_request_total() {
+    fn renders_kubes_request_metrics() {
         let m = Metrics::new();
-        m.observe("get", "configmaps", 200, 0.01);
+        let labels = RequestLabels {
+            verb: "LIST",
+            group: "apps".into(),
+            version: "v1".into(),
+            resource: "deployments".into(),
+            scope: "namespace",
+            component: "apiserver",
+            ..RequestLabels::default()
+        };
+        m.observe(&labels, 200, 0.01, false);
+        m.observe(
+            &RequestLabels {
+                verb: "WATCH",
+                ..labels.clone()
+            },
+            200,
+            0.01,
+            true,
+        );
         let text = m.render();
+        let series = "component=\"apiserver\",dry_run=\"\",group=\"apps\",resource=\"deployments\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"";
         assert!(
-            text.contains(
-                "apiserver_request_total{verb=\"get\",resource=\"configmaps\",code=\"200\"} 1"
-            ),
+            text.contains(&format!(
+                "apiserver_request_total{{code=\"200\",{series}}} 1"
+            )),
             "{text}"
         );
         assert!(
-            text.contains("apiserver_request_duration_seconds_bucket"),
+            text.contains(&format!(
+                "apiserver_request_duration_seconds_bucket{{le=\"1.25\",{series}}} 1"
+            )),
             "{text}"
+        );
+        assert!(
+            // (the bucket bound comes first; Prometheus reads labels in any order)
+            text.contains("apiserver_request_sli_duration_seconds_bucket{le=\"0.05\",component=\"apiserver\",group=\"apps\",resource=\"deployments\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("apiserver_request_sli_duration_seconds_count{component=\"apiserver\",group=\"apps\",resource=\"deployments\",scope=\"namespace\",subresource=\"\",verb=\"WATCH\""),
+            "a watch has no SLI: {text}"
+        );
+        assert!(
+            text.ends_with("# EOF\n"),
+            "OpenMetrics, as CONTENT_TYPE says"
         );
     }
 

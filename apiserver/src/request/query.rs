@@ -43,6 +43,11 @@ impl Query {
         matches!(self.get(key), Some("true" | "1" | "True" | "TRUE"))
     }
 
+    /// The `dryRun` values as sent.
+    pub fn dry_run_values(&self) -> &[String] {
+        &self.dry_run
+    }
+
     /// `dryRun=All`; any other value is refused as kube-apiserver refuses it: 422, the options
     /// of the request (`options`: `CreateOptions`, `PatchOptions`, …) being invalid.
     pub fn dry_run(&self, options: &str) -> Result<bool, ApiError> {

@@ -73,11 +73,11 @@ pub(crate) fn writes(ts: &TestServer) -> u64 {
         .filter(|l| l.starts_with("apiserver_request_total{"))
         .filter(|l| {
             [
-                "\"create\"",
-                "\"update\"",
-                "\"patch\"",
-                "\"delete\"",
-                "\"apply\"",
+                "\"POST\"",
+                "\"PUT\"",
+                "\"PATCH\"",
+                "\"DELETE\"",
+                "\"APPLY\"",
             ]
             .iter()
             .any(|v| l.contains(&format!("verb={v}")))

@@ -82,18 +82,19 @@ impl Proxy {
     }
 }
 
-/// `apiserver_request_total` of `verb` on widgets with code 200, from the server's own metrics.
+/// `apiserver_request_total` of `verb` (kube's: `LIST`, `WATCH`) on widgets with code 200, in
+/// every scope, from the server's own metrics.
 fn requests(ts: &TestServer, verb: &str) -> u64 {
-    let prefix =
-        format!("apiserver_request_total{{verb=\"{verb}\",resource=\"widgets\",code=\"200\"}} ");
+    let (verb, resource) = (format!("verb=\"{verb}\""), "resource=\"widgets\"");
     ts.server
         .state
         .metrics
         .render()
         .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
+        .filter(|l| l.starts_with("apiserver_request_total{code=\"200\""))
+        .filter(|l| l.contains(&verb) && l.contains(resource))
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<u64>().ok())
+        .sum()
 }
 
 const WIDGETS: usize = 5;
@@ -145,7 +146,7 @@ async fn watches_resume_after_a_cut_and_list_again_after_410() {
         async move { ok }
     })
     .await;
-    let lists_before = requests(&ts, "list");
+    let lists_before = requests(&ts, "LIST");
     assert!(lists_before >= 1, "the cache listed once to start");
 
     // 1. A plain cut: writes happen while the controller is away; the watch resumes.
@@ -166,7 +167,7 @@ async fn watches_resume_after_a_cut_and_list_again_after_410() {
     )
     .await;
     assert_eq!(
-        requests(&ts, "list"),
+        requests(&ts, "LIST"),
         lists_before,
         "a resumed watch does not list again"
     );
@@ -203,7 +204,7 @@ async fn watches_resume_after_a_cut_and_list_again_after_410() {
     )
     .await;
     assert!(
-        requests(&ts, "list") > lists_before,
+        requests(&ts, "LIST") > lists_before,
         "after 410 Gone the cache lists again"
     );
     assert_eq!(copy_of(&direct, "w2").await, Some(copy_for("green")));

@@ -6,8 +6,11 @@ use std::sync::Arc;
 use http::{HeaderValue, Response};
 
 use crate::endpoints::exchange::{Exchange, Handler};
+use crate::endpoints::handlers::ServedType;
 use crate::meta::body::Body;
-use crate::meta::metrics::Metrics;
+use crate::meta::metrics::{Metrics, RequestLabels};
+use crate::request::query::Query;
+use crate::request::request_info::{ResourceRequest, Target, Verb};
 
 /// The log target of the one line (and span) per request: kube-apiserver writes its request
 /// lines from verbosity 3, and the binary's `-v` turns this target on there.
@@ -38,6 +41,15 @@ impl<N: Handler> Handler for RequestLog<N> {
             latency_ms = tracing::field::Empty,
         );
         let quiet = x.is_probe() && !x.long_running;
+        let long_running = x.long_running;
+        let nonresource = nonresource_labels(&x.info.target);
+        let apply = x
+            .parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("application/apply-patch"));
+        let dry_run = dry_run_label(&x.query);
         let method = x.parts.method.clone();
         let started = x.started;
         let record = x.record.clone();
@@ -47,8 +59,16 @@ impl<N: Handler> Handler for RequestLog<N> {
         let resource = record.resource_label();
         let verb = record.verb_or(&method);
         let code = response.status().as_u16();
-        self.metrics
-            .observe(&verb, &resource, code, started.elapsed().as_secs_f64());
+        let served = response.extensions().get::<ServedType>().is_some();
+        let labels = match &record.resource {
+            Some(rr) if served => Some(resource_labels(rr, apply, dry_run)),
+            Some(_) => None,
+            None => nonresource,
+        };
+        if let Some(labels) = labels {
+            let seconds = started.elapsed().as_secs_f64();
+            self.metrics.observe(&labels, code, seconds, long_running);
+        }
         span.record("verb", verb.as_str());
         span.record("resource", resource.as_str());
         span.record("code", code);
@@ -77,5 +97,75 @@ impl<N: Handler> Handler for RequestLog<N> {
             response.headers_mut().insert("audit-id", v);
         }
         response
+    }
+}
+
+/// kube-apiserver's labels of a request for a served type: its route's verb (a create is
+/// `POST`, a server-side apply `APPLY`, a collection's deletion `DELETE`) and scope (one object or
+/// a create is `resource`; a collection in a namespace `namespace`; else `cluster`).
+fn resource_labels(rr: &ResourceRequest, apply: bool, dry_run: &'static str) -> RequestLabels {
+    let verb = match rr.verb {
+        Verb::Get => "GET",
+        Verb::List => "LIST",
+        Verb::Watch => "WATCH",
+        Verb::Create => "POST",
+        Verb::Update => "PUT",
+        Verb::Patch if apply => "APPLY",
+        Verb::Patch => "PATCH",
+        Verb::Delete | Verb::DeleteCollection => "DELETE",
+    };
+    let scope = if rr.name.is_some() || rr.verb == Verb::Create {
+        "resource"
+    } else if rr.namespace.is_some() {
+        "namespace"
+    } else {
+        "cluster"
+    };
+    RequestLabels {
+        verb,
+        dry_run,
+        group: rr.group.clone(),
+        version: rr.version.clone(),
+        resource: rr.resource.clone(),
+        subresource: rr.subresource.clone().unwrap_or_default(),
+        scope,
+        component: "apiserver",
+    }
+}
+
+/// kube-apiserver's labels of the non-resource paths it counts: the discovery roots, the
+/// health endpoints and OpenAPI v3, each under a fixed name. The others (version, OpenAPI v2,
+/// a group's discovery, `/metrics`) it does not count, and neither does this server.
+fn nonresource_labels(target: &Target) -> Option<RequestLabels> {
+    let (subresource, component) = match target {
+        Target::CoreRoot => ("api", "apiserver"),
+        Target::GroupList => ("apis", "apiserver"),
+        Target::Health { endpoint, .. } => match endpoint.as_str() {
+            "healthz" => ("/healthz", ""),
+            "livez" => ("/livez", ""),
+            "readyz" => ("/readyz", ""),
+            _ => return None,
+        },
+        Target::OpenApiV3Root | Target::OpenApiV3Group { .. } => ("openapi/v3/", ""),
+        _ => return None,
+    };
+    Some(RequestLabels {
+        verb: "GET",
+        subresource: subresource.to_string(),
+        component,
+        ..RequestLabels::default()
+    })
+}
+
+/// kube-apiserver's `dry_run` label: empty without `dryRun`, `All` for a valid one, `invalid`
+/// for any other value.
+fn dry_run_label(query: &Query) -> &'static str {
+    let values = query.dry_run_values();
+    if values.is_empty() {
+        ""
+    } else if values.iter().all(|v| v == "All") {
+        "All"
+    } else {
+        "invalid"
     }
 }

@@ -424,16 +424,9 @@ pub(crate) fn encode(code: StatusCode, v: &Value, encoding: Encoding) -> Respons
     }
 }
 
-/// Serves one resource request.
+/// Serves one resource request. The answer about a served type carries [`ServedType`].
 pub async fn serve(call: ResourceCall) -> Response<Body> {
-    match serve_inner(call).await {
-        Ok(r) => r,
-        Err(e) => error_response(&e),
-    }
-}
-
-async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
-    let req = call.request;
+    let req = &call.request;
     let resource = match (&call.cluster, call.types) {
         (ClusterTarget::Wildcard, TypeLookup::Workspaces) => {
             call.scope
@@ -445,12 +438,30 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
             .registry
             .lookup(&req.group, &req.version, &req.resource)
             .cloned(),
+    };
+    let Some(resource) = resource else {
+        return error_response(&ApiError::path_not_found());
+    };
+    let served = |mut response: Response<Body>| {
+        response.extensions_mut().insert(ServedType);
+        response
+    };
+    if let Err(e) = crate::access::tenancy::check_request(req, call.identity.as_deref()) {
+        return served(error_response(&e));
     }
-    .ok_or_else(ApiError::path_not_found)?;
-    crate::access::tenancy::check_request(&req, call.identity.as_deref())?;
+    if let Err(e) = route(req, &resource) {
+        return error_response(&e);
+    }
+    served(match serve_inner(call, resource).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    })
+}
 
-    // Objects a virtual workspace does not show do not exist there.
-    let forced_selector = call.visibility.as_ref().and_then(|v| v.selector(&resource));
+/// Refuses what kube-apiserver has no route for: a subresource the type lacks, a method its
+/// status does not take, a namespace on a cluster-scoped type, writes of a whole collection,
+/// and creating a namespaced kind outside a namespace.
+fn route(req: &ResourceRequest, resource: &Resource) -> Result<(), ApiError> {
     match req.subresource.as_deref() {
         None => {}
         Some("status")
@@ -468,8 +479,6 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
     if req.namespace.is_some() && !resource.ty.namespaced {
         return Err(ApiError::path_not_found());
     }
-    // Routes kube-apiserver does not have: writes of a whole collection, and creating a
-    // namespaced kind outside a namespace.
     let unrouted = match req.verb {
         Verb::Update | Verb::Patch => req.name.is_none(),
         Verb::Create => req.namespace.is_none() && resource.ty.namespaced,
@@ -483,6 +492,21 @@ async fn serve_inner(call: ResourceCall) -> Result<Response<Body>, ApiError> {
             ApiError::path_not_found()
         });
     }
+    Ok(())
+}
+
+/// Marks the answer to a request for a type the server serves: only those are counted by
+/// type in the request metrics, so a path naming no type adds no series.
+#[derive(Clone, Copy, Debug)]
+pub struct ServedType;
+
+async fn serve_inner(
+    call: ResourceCall,
+    resource: Arc<Resource>,
+) -> Result<Response<Body>, ApiError> {
+    let req = call.request;
+    // Objects a virtual workspace does not show do not exist there.
+    let forced_selector = call.visibility.as_ref().and_then(|v| v.selector(&resource));
     if let Some(n) = &req.name {
         let problems = crate::meta::names::validate_path_segment_name(n, false);
         if !problems.is_empty() {
