@@ -70,6 +70,26 @@ pub struct Exchange {
     pub started: Instant,
     /// What the request turned out to be, for metrics, the log line and audit events.
     pub record: Arc<Mutex<RequestRecord>>,
+    /// Whether it names a type the server serves, by a route it has (the handlers say so).
+    pub served: ServedType,
+}
+
+/// Set once a request is known to name a type the server serves by a route it has; the
+/// handlers set it. The request metrics count only such requests by type (so a path naming no
+/// type adds no series), and count them however they are answered (a timeout, a panic).
+#[derive(Clone, Debug, Default)]
+pub struct ServedType(Arc<std::sync::atomic::AtomicBool>);
+
+impl ServedType {
+    /// Says the request names a served type.
+    pub fn mark(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether it was said.
+    pub fn is_marked(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// A bearer token the server's authenticators refused.
@@ -118,6 +138,7 @@ impl Exchange {
             audit_id,
             started,
             record: Arc::default(),
+            served: ServedType::default(),
         })
     }
 
@@ -179,6 +200,8 @@ pub struct ResourceExchange {
     pub virtual_workspace: Option<(String, String)>,
     /// Who the request acts as.
     pub user: Option<Arc<Identity>>,
+    /// Whether it names a served type (the handlers say so).
+    pub served: ServedType,
 }
 
 impl ResourceExchange {
@@ -224,6 +247,7 @@ impl Exchange {
             info,
             user,
             record,
+            served,
             ..
         } = *self;
         let Target::Resource(request) = info.target else {
@@ -243,6 +267,7 @@ impl Exchange {
             cluster: info.cluster,
             virtual_workspace: info.virtual_workspace,
             user,
+            served,
         })
     }
 }

@@ -94,9 +94,8 @@ impl Workspaces {
                 return Err(ApiError::unauthorized());
             };
             refuse_tables_only(r.accept())?;
-            let mut answer = reviews::serve(&self.rbac, target, id, &r.request, &r.body).await;
-            answer.extensions_mut().insert(handlers::ServedType);
-            return Ok(answer);
+            r.served.mark();
+            return Ok(reviews::serve(&self.rbac, target, id, &r.request, &r.body).await);
         }
         if let Some(id) = r.user.as_deref() {
             authz::authorize(&self.rbac, r.scope(), id, &r.request).await?;
@@ -107,7 +106,8 @@ impl Workspaces {
                 store: self.store.as_ref(),
                 catalog: &self.scope.catalog,
             };
-            let mut answer = reviews::serve_special(
+            r.served.mark();
+            return Ok(reviews::serve_special(
                 &self.rbac,
                 &self.authn,
                 objects,
@@ -115,9 +115,7 @@ impl Workspaces {
                 &r.request,
                 &r.body,
             )
-            .await;
-            answer.extensions_mut().insert(handlers::ServedType);
-            return Ok(answer);
+            .await);
         }
         let ResourceExchange {
             request: rr,
@@ -126,6 +124,7 @@ impl Workspaces {
             query,
             cluster,
             user,
+            served,
             ..
         } = r;
         // Let into one workspace through an export, the write then runs with kcp's warrant.
@@ -147,6 +146,7 @@ impl Workspaces {
             headers: parts.headers,
             body,
             identity,
+            served,
         })
         .await)
     }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use http::{HeaderValue, Response};
 
 use crate::endpoints::exchange::{Exchange, Handler};
-use crate::endpoints::handlers::ServedType;
 use crate::meta::body::Body;
 use crate::meta::metrics::{Metrics, RequestLabels};
 use crate::request::query::Query;
@@ -42,6 +41,7 @@ impl<N: Handler> Handler for RequestLog<N> {
         );
         let quiet = x.is_probe() && !x.long_running;
         let long_running = x.long_running;
+        let served = x.served.clone();
         let nonresource = nonresource_labels(&x.info.target);
         let apply = x
             .parts
@@ -59,9 +59,8 @@ impl<N: Handler> Handler for RequestLog<N> {
         let resource = record.resource_label();
         let verb = record.verb_or(&method);
         let code = response.status().as_u16();
-        let served = response.extensions().get::<ServedType>().is_some();
         let labels = match &record.resource {
-            Some(rr) if served => Some(resource_labels(rr, apply, dry_run)),
+            Some(rr) if served.is_marked() => Some(resource_labels(rr, apply, dry_run)),
             Some(_) => None,
             None => nonresource,
         };

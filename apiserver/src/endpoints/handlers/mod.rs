@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use crate::access::budget::Budgets;
 use crate::admission::namespaces::NamespaceLifecycle;
 use crate::admission::Admission;
+use crate::endpoints::exchange::ServedType;
 use crate::meta::body::Body;
 use crate::meta::response::{bytes_response, error_response};
 use crate::meta::status::{ApiError, Cause, GroupResource};
@@ -72,6 +73,8 @@ pub struct ResourceCall {
     /// The user the request acts as, after impersonation; `None` only if unauthenticated (the
     /// filters let no unauthenticated request reach a resource).
     pub identity: Option<Arc<Identity>>,
+    /// Marked once the request names a served type by a route it has.
+    pub served: ServedType,
 }
 
 /// Where a request's type is looked up.
@@ -424,7 +427,7 @@ pub(crate) fn encode(code: StatusCode, v: &Value, encoding: Encoding) -> Respons
     }
 }
 
-/// Serves one resource request. The answer about a served type carries [`ServedType`].
+/// Serves one resource request; marks `call.served` once the type and route are known.
 pub async fn serve(call: ResourceCall) -> Response<Body> {
     let req = &call.request;
     let resource = match (&call.cluster, call.types) {
@@ -442,20 +445,18 @@ pub async fn serve(call: ResourceCall) -> Response<Body> {
     let Some(resource) = resource else {
         return error_response(&ApiError::path_not_found());
     };
-    let served = |mut response: Response<Body>| {
-        response.extensions_mut().insert(ServedType);
-        response
-    };
     if let Err(e) = crate::access::tenancy::check_request(req, call.identity.as_deref()) {
-        return served(error_response(&e));
+        call.served.mark();
+        return error_response(&e);
     }
     if let Err(e) = route(req, &resource) {
         return error_response(&e);
     }
-    served(match serve_inner(call, resource).await {
+    call.served.mark();
+    match serve_inner(call, resource).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
-    })
+    }
 }
 
 /// Refuses what kube-apiserver has no route for: a subresource the type lacks, a method its
@@ -494,11 +495,6 @@ fn route(req: &ResourceRequest, resource: &Resource) -> Result<(), ApiError> {
     }
     Ok(())
 }
-
-/// Marks the answer to a request for a type the server serves: only those are counted by
-/// type in the request metrics, so a path naming no type adds no series.
-#[derive(Clone, Copy, Debug)]
-pub struct ServedType;
 
 async fn serve_inner(
     call: ResourceCall,

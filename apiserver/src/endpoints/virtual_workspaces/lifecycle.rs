@@ -77,6 +77,7 @@ impl LifecycleVirtualWorkspace {
             parts,
             query,
             cluster,
+            served,
             ..
         } = match x.into_resource().await {
             Ok(r) => r,
@@ -93,6 +94,7 @@ impl LifecycleVirtualWorkspace {
             headers: parts.headers,
             body,
             identity: user,
+            served,
         })
         .await
     }
@@ -120,6 +122,8 @@ struct LifecycleCall<'a> {
     body: Bytes,
     /// The caller.
     identity: Arc<Identity>,
+    /// Marked once the request names a served type.
+    served: crate::endpoints::exchange::ServedType,
 }
 
 fn logical_clusters(rr: &ResourceRequest) -> bool {
@@ -253,6 +257,7 @@ async fn serve_inner(call: LifecycleCall<'_>) -> Result<Response<Body>, ApiError
         headers: call.headers,
         body: call.body,
         identity: Some(call.identity),
+        served: call.served,
     };
     Ok(handlers::serve(resource_call).await)
 }

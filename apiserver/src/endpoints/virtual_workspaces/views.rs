@@ -63,6 +63,7 @@ impl ViewsVirtualWorkspace {
             query,
             cluster,
             user,
+            served,
             ..
         } = x.into_resource().await?;
         let Some(id) = user.as_deref() else {
@@ -121,6 +122,7 @@ impl ViewsVirtualWorkspace {
             headers: parts.headers,
             body: bytes::Bytes::new(),
             identity: user,
+            served,
         })
         .await)
     }
