@@ -465,7 +465,7 @@ async fn metrics_count_requests_as_kube_apiserver_and_only_of_served_types() {
     let text = String::from_utf8_lossy(&m.body);
     assert!(
         text.contains(
-            "apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 1"
+            "apiserver_request_total{code=\"200\",dry_run=\"\",component=\"apiserver\",group=\"\",resource=\"configmaps\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 1"
         ),
         "{text}"
     );

@@ -34,31 +34,7 @@ pub struct RequestLabels {
     pub component: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TotalLabels {
-    code: String,
-    component: String,
-    dry_run: String,
-    group: String,
-    resource: String,
-    scope: String,
-    subresource: String,
-    verb: String,
-    version: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DurationLabels {
-    component: String,
-    dry_run: String,
-    group: String,
-    resource: String,
-    scope: String,
-    subresource: String,
-    verb: String,
-    version: String,
-}
-
+/// The labels of the SLI histogram; the others add to them.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SliLabels {
     component: String,
@@ -68,6 +44,22 @@ struct SliLabels {
     subresource: String,
     verb: String,
     version: String,
+}
+
+/// The labels of the duration histogram: the SLI's and `dry_run`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DurationLabels {
+    dry_run: String,
+    #[prometheus(flatten)]
+    sli: SliLabels,
+}
+
+/// The labels of the request counter: the duration's and `code`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TotalLabels {
+    code: String,
+    #[prometheus(flatten)]
+    duration: DurationLabels,
 }
 
 /// Request counters and latency histograms with kube-apiserver's names, labels and buckets, so
@@ -227,44 +219,29 @@ impl Metrics {
     /// no SLI, as kube-apiserver's.
     pub fn observe(&self, labels: &RequestLabels, code: u16, seconds: f64, long_running: bool) {
         let l = labels;
+        let sli = SliLabels {
+            component: l.component.into(),
+            group: l.group.clone(),
+            resource: l.resource.clone(),
+            scope: l.scope.into(),
+            subresource: l.subresource.clone(),
+            verb: l.verb.into(),
+            version: l.version.clone(),
+        };
+        let duration = DurationLabels {
+            dry_run: l.dry_run.into(),
+            sli,
+        };
+        if !long_running {
+            self.sli.get_or_create(&duration.sli).observe(seconds);
+        }
+        self.durations.get_or_create(&duration).observe(seconds);
         self.requests
             .get_or_create(&TotalLabels {
                 code: code.to_string(),
-                component: l.component.into(),
-                dry_run: l.dry_run.into(),
-                group: l.group.clone(),
-                resource: l.resource.clone(),
-                scope: l.scope.into(),
-                subresource: l.subresource.clone(),
-                verb: l.verb.into(),
-                version: l.version.clone(),
+                duration,
             })
             .inc();
-        self.durations
-            .get_or_create(&DurationLabels {
-                component: l.component.into(),
-                dry_run: l.dry_run.into(),
-                group: l.group.clone(),
-                resource: l.resource.clone(),
-                scope: l.scope.into(),
-                subresource: l.subresource.clone(),
-                verb: l.verb.into(),
-                version: l.version.clone(),
-            })
-            .observe(seconds);
-        if !long_running {
-            self.sli
-                .get_or_create(&SliLabels {
-                    component: l.component.into(),
-                    group: l.group.clone(),
-                    resource: l.resource.clone(),
-                    scope: l.scope.into(),
-                    subresource: l.subresource.clone(),
-                    verb: l.verb.into(),
-                    version: l.version.clone(),
-                })
-                .observe(seconds);
-        }
     }
 
     /// The exposition, in the OpenMetrics text format ([`CONTENT_TYPE`]).
@@ -308,22 +285,24 @@ mod tests {
             true,
         );
         let text = m.render();
-        let series = "component=\"apiserver\",dry_run=\"\",group=\"apps\",resource=\"deployments\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"";
+        let sli = "component=\"apiserver\",group=\"apps\",resource=\"deployments\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"";
         assert!(
             text.contains(&format!(
-                "apiserver_request_total{{code=\"200\",{series}}} 1"
+                "apiserver_request_total{{code=\"200\",dry_run=\"\",{sli}}} 1"
             )),
             "{text}"
         );
         assert!(
             text.contains(&format!(
-                "apiserver_request_duration_seconds_bucket{{le=\"1.25\",{series}}} 1"
+                "apiserver_request_duration_seconds_bucket{{le=\"1.25\",dry_run=\"\",{sli}}} 1"
             )),
             "{text}"
         );
         assert!(
             // (the bucket bound comes first; Prometheus reads labels in any order)
-            text.contains("apiserver_request_sli_duration_seconds_bucket{le=\"0.05\",component=\"apiserver\",group=\"apps\",resource=\"deployments\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 1"),
+            text.contains(&format!(
+                "apiserver_request_sli_duration_seconds_bucket{{le=\"0.05\",{sli}}} 1"
+            )),
             "{text}"
         );
         assert!(
