@@ -217,16 +217,16 @@ impl Metrics {
 
     /// Records one request answered `code` after `seconds`; a long-running one (a watch) has
     /// no SLI, as kube-apiserver's.
-    pub fn observe(&self, labels: &RequestLabels, code: u16, seconds: f64, long_running: bool) {
+    pub fn observe(&self, labels: RequestLabels, code: u16, seconds: f64, long_running: bool) {
         let l = labels;
         let sli = SliLabels {
             component: l.component.into(),
-            group: l.group.clone(),
-            resource: l.resource.clone(),
+            group: l.group,
+            resource: l.resource,
             scope: l.scope.into(),
-            subresource: l.subresource.clone(),
+            subresource: l.subresource,
             verb: l.verb.into(),
-            version: l.version.clone(),
+            version: l.version,
         };
         let duration = DurationLabels {
             dry_run: l.dry_run.into(),
@@ -274,9 +274,9 @@ mod tests {
             component: "apiserver",
             ..RequestLabels::default()
         };
-        m.observe(&labels, 200, 0.01, false);
+        m.observe(labels.clone(), 200, 0.01, false);
         m.observe(
-            &RequestLabels {
+            RequestLabels {
                 verb: "WATCH",
                 ..labels.clone()
             },

@@ -66,7 +66,7 @@ impl<N: Handler> Handler for RequestLog<N> {
         };
         if let Some(labels) = labels {
             let seconds = started.elapsed().as_secs_f64();
-            self.metrics.observe(&labels, code, seconds, long_running);
+            self.metrics.observe(labels, code, seconds, long_running);
         }
         span.record("verb", verb.as_str());
         span.record("resource", resource.as_str());

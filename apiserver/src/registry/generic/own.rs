@@ -125,7 +125,10 @@ impl OwnWrites<'_> {
             .objects
             .update(&w, &NoValidation, |current| {
                 let mut next = current.clone();
-                change(&mut next);
+                // Left as it is: the generic store sees no change and writes nothing.
+                if !change(&mut next) {
+                    return Ok(current.clone());
+                }
                 Ok(next)
             })
             .await;
